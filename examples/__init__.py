@@ -1,0 +1,1 @@
+"""Example agents and skills, used by the default configuration and the tests."""

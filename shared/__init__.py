@@ -1,0 +1,47 @@
+"""Task stores, the task shape, settings and errors shared by web and worker.
+
+`shared` imports neither `web` nor `worker`.
+"""
+
+from shared.errors import (
+    BrokerError,
+    ConfigError,
+    InvalidTaskId,
+    InvalidTransition,
+    StoreError,
+    TaskNotCancelable,
+    TaskNotFound,
+    ToolnexusError,
+)
+from shared.file_store import FileStore, file_store
+from shared.memory_store import MemoryStore, memory_store
+from shared.redis_store import RedisStore, redis_store
+from shared.resolve import resolve_store
+from shared.settings import Settings
+from shared.store import AtomicStore, ListableStore, StaleIndex, TaskStore
+from shared.transitions import Outcome, transition
+
+__all__ = [
+    "AtomicStore",
+    "BrokerError",
+    "ConfigError",
+    "FileStore",
+    "InvalidTaskId",
+    "InvalidTransition",
+    "ListableStore",
+    "MemoryStore",
+    "Outcome",
+    "RedisStore",
+    "Settings",
+    "StaleIndex",
+    "StoreError",
+    "TaskNotCancelable",
+    "TaskNotFound",
+    "TaskStore",
+    "ToolnexusError",
+    "file_store",
+    "memory_store",
+    "redis_store",
+    "resolve_store",
+    "transition",
+]

@@ -1,0 +1,40 @@
+"""One error hierarchy for the whole service.
+
+Each class names a fault a peer may need to hear about; `web/errors.py` maps
+them to JSON-RPC error codes in one place, so nothing else in the code base
+needs to know a wire number.
+"""
+
+from __future__ import annotations
+
+
+class ToolnexusError(Exception):
+    """Base of every error this service raises on purpose."""
+
+
+class ConfigError(ToolnexusError):
+    """A setting is missing or malformed; the message names the variable."""
+
+
+class StoreError(ToolnexusError):
+    """The task store could not be reached or refused to answer."""
+
+
+class InvalidTaskId(ToolnexusError, ValueError):
+    """A task id that is not a safe, bounded identifier."""
+
+
+class BrokerError(ToolnexusError):
+    """The message broker could not be reached, so a task was not enqueued."""
+
+
+class TaskNotFound(ToolnexusError):
+    """No task has the given id."""
+
+
+class TaskNotCancelable(ToolnexusError):
+    """The task is already in a terminal state."""
+
+
+class InvalidTransition(ToolnexusError):
+    """The state machine does not allow the requested change."""

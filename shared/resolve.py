@@ -1,0 +1,58 @@
+"""Turn a store spec into a store; pass anything that is not a string through."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.errors import ConfigError
+from shared.file_store import file_store
+from shared.loading import is_reference, load_object
+from shared.memory_store import memory_store
+from shared.redis_store import redis_store
+
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+ACCEPTED_FORMS = (
+    "'memory' (or unset), 'file:<dir>', a redis://, rediss:// or unix:// URL,"
+    " or 'package.module:attr' naming a store or a factory"
+)
+
+
+def check_store_spec(spec: str | None) -> None:
+    """Validate the form of a spec without connecting or creating anything."""
+    if spec is None or spec == "memory" or spec.startswith(_REDIS_SCHEMES):
+        return
+    if spec.startswith("file:") and spec != "file:":
+        return
+    if is_reference(spec):
+        return
+    raise ValueError(f"unknown store spec {spec!r}; accepted: {ACCEPTED_FORMS}")
+
+
+def resolve_store(spec: object = None, *, terminal_ttl: float | None = None) -> Any:
+    """`None`/"memory" -> memory store; "file:<dir>" -> file store; a Redis URL
+    -> Redis store; "package.module:attr" -> that object (called when it is a
+    factory, i.e. a class or function rather than a store); any non-string
+    object -> returned as is. Any other string raises ValueError.
+
+    `terminal_ttl` (seconds) lets the Redis store expire finished tasks.
+    """
+    if spec is None or spec == "memory":
+        return memory_store()
+    if not isinstance(spec, str):
+        return spec
+    check_store_spec(spec)
+    if spec.startswith("file:"):
+        return file_store(spec.removeprefix("file:"))
+    if spec.startswith(_REDIS_SCHEMES):
+        return redis_store(spec, terminal_ttl=terminal_ttl)
+    target = load_object(spec, "store")
+    if isinstance(target, type) or (callable(target) and not _is_store(target)):
+        target = target()
+    if not _is_store(target):
+        raise ConfigError(f"store {spec!r} has no get() and save(); it is not a task store")
+    return target
+
+
+def _is_store(candidate: object) -> bool:
+    return callable(getattr(candidate, "get", None)) and callable(getattr(candidate, "save", None))

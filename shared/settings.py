@@ -1,0 +1,138 @@
+"""All configuration, read from `TOOLNEXUS_*` environment variables once.
+
+Build a `Settings` at the edge (app factory, Celery entry point, embedded
+launcher, tests) and pass it in; nothing deeper reads the environment.
+A bad value raises ConfigError with one line naming the variable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.errors import ConfigError
+from shared.loading import is_reference
+from shared.resolve import check_store_spec
+
+
+def _text(value: str) -> str:
+    return value
+
+
+def _optional_text(value: str) -> str | None:
+    return value or None
+
+
+def _seconds(value: str) -> float:
+    number = float(value)
+    if not number > 0 or number == float("inf"):
+        raise ValueError("must be a positive number of seconds")
+    return number
+
+
+def _optional_seconds(value: str) -> float | None:
+    return _seconds(value) if value else None
+
+
+def _count(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise ValueError("must be a whole number of at least 1")
+    return number
+
+
+def _optional_count(value: str) -> int | None:
+    return _count(value) if value else None
+
+
+def _names(value: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in value.split(",") if item.strip())
+
+
+def _store(value: str) -> str:
+    check_store_spec(value)
+    return value
+
+
+def _reference(value: str) -> str:
+    if not is_reference(value):
+        raise ValueError("expected 'package.module:function'")
+    return value
+
+
+def _optional_reference(value: str) -> str | None:
+    return _reference(value) if value else None
+
+
+def _env(name: str, parse: Callable[[str], Any], default: Any) -> Any:
+    return field(default=default, metadata={"env": f"TOOLNEXUS_{name}", "parse": parse})
+
+
+@dataclass(frozen=True)
+class Settings:
+    # where tasks live and how work travels
+    store: str = _env("STORE", _store, "memory")
+    broker_url: str = _env("BROKER_URL", _text, "redis://localhost:6379/0")
+    queue: str = _env("QUEUE", _text, "toolnexus")
+    task_ttl: float | None = _env("TASK_TTL", _optional_seconds, None)
+    # the agent
+    run: str = _env("RUN", _reference, "examples.agents:echo")
+    on_task: str | None = _env("ON_TASK", _optional_reference, None)
+    skills: str | None = _env("SKILLS", _optional_text, None)
+    skill_names: tuple[str, ...] = _env("SKILL_NAMES", _names, ())
+    # liveness: a working task whose heartbeat is older than stale_after is
+    # failed by the reaper, which runs every reap_every seconds
+    stale_after: float = _env("STALE_AFTER", _seconds, 60.0)
+    heartbeat: float = _env("HEARTBEAT", _seconds, 10.0)
+    reap_every: float = _env("REAP_EVERY", _seconds, 15.0)
+    time_limit: float = _env("TIME_LIMIT", _seconds, 300.0)
+    concurrency: int | None = _env("CONCURRENCY", _optional_count, None)
+    # the agent card
+    name: str = _env("NAME", _text, "toolnexus-agent")
+    description: str = _env("DESCRIPTION", _text, "")
+    version: str = _env("VERSION", _text, "0.1.0")
+    url: str | None = _env("URL", _optional_text, None)
+    provider_organization: str | None = _env("PROVIDER_ORGANIZATION", _optional_text, None)
+    provider_url: str | None = _env("PROVIDER_URL", _optional_text, None)
+    # the HTTP edge
+    api_tokens: tuple[str, ...] = _env("API_TOKENS", _names, ())
+    max_body: int = _env("MAX_BODY", _count, 1024 * 1024)
+    blocking_timeout: float = _env("BLOCKING_TIMEOUT", _seconds, 30.0)
+    host: str = _env("HOST", _text, "127.0.0.1")
+    port: int = _env("PORT", _count, 8080)
+    log_level: str = _env("LOG_LEVEL", _text, "INFO")
+
+    def __post_init__(self) -> None:
+        if self.heartbeat >= self.stale_after:
+            raise ConfigError(
+                f"TOOLNEXUS_HEARTBEAT ({self.heartbeat:g} s) must be shorter than"
+                f" TOOLNEXUS_STALE_AFTER ({self.stale_after:g} s), or live tasks get reaped"
+            )
+
+    @property
+    def hard_time_limit(self) -> float:
+        """When Celery kills a task that ignored the soft limit."""
+        return self.time_limit + 30.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        source = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for spec in dataclasses.fields(cls):
+            variable = spec.metadata["env"]
+            raw = source.get(variable)
+            if raw is None:
+                continue
+            try:
+                values[spec.name] = spec.metadata["parse"](raw.strip())
+            except ValueError as error:
+                raise ConfigError(f"{variable}={raw!r}: {error}") from None
+        return cls(**values)
+
+    @classmethod
+    def variables(cls) -> dict[str, Any]:
+        """Every environment variable with its default, for docs and tests."""
+        return {spec.metadata["env"]: spec.default for spec in dataclasses.fields(cls)}

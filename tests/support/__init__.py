@@ -1,0 +1,1 @@
+"""Helpers shared by the test modules: private Redis servers, free ports, polling."""

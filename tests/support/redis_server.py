@@ -1,0 +1,77 @@
+"""Private `redis-server` processes for tests, so no test touches the
+machine's shared Redis on 6379 and parallel runs never clobber each other."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """One redis-server on a free port; `stop()` and `start()` again keep the
+    port and the data directory, so a test can stage an outage."""
+
+    def __init__(self, *, appendonly: bool = False, port: int | None = None) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise FileNotFoundError("redis-server is not on PATH")
+        self.binary = binary
+        self.port = port or free_port()
+        self.appendonly = appendonly
+        self.directory = Path(tempfile.mkdtemp(prefix="toolnexus-redis-"))
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 10.0) -> RedisServer:
+        command = [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", str(self.directory),
+            "--save", "",
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--appendfsync", "always",
+            "--logfile", str(self.directory / "redis.log"),
+        ]  # fmt: skip
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + timeout
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"redis-server exited: {self.process.stderr!r}")
+            try:
+                client.ping()
+                return self
+            except redis.ConnectionError:
+                time.sleep(0.02)
+        raise TimeoutError(f"redis-server on port {self.port} did not answer in {timeout}s")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
+        self.process = None
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
