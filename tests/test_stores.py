@@ -1,0 +1,436 @@
+"""The store contract: one suite, parametrized over every store.
+
+What passes here *is* what a store means: memory, file and Redis stores,
+and a minimal user-supplied store made of two closures.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import multiprocessing
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import redis
+
+from shared import InvalidTaskId, StoreError, transition
+from shared.file_store import FileStore
+from shared.redis_store import RedisStore, redis_store
+from shared.resolve import resolve_store
+from shared.store import AtomicStore, StaleIndex
+from shared.task import (
+    CANCELED,
+    COMPLETED,
+    FAILED,
+    TERMINAL_STATES,
+    WORKING,
+    new_task,
+    state_of,
+    text_message,
+    with_status,
+)
+
+HOSTILE_IDS = ["../x", "../../etc/passwd", "a/b", "", "\x00", "a\x00b", ".", "..", "x" * 10_000]
+HOSTILE_IDS += ["é", "x" * 129]
+
+
+def closure_store() -> SimpleNamespace:
+    """The smallest store a user can hand over: two closures over a dict."""
+    tasks: dict[str, Any] = {}
+
+    def save(task: dict[str, Any]) -> dict[str, Any]:
+        tasks[task["id"]] = copy.deepcopy(task)
+        return task
+
+    return SimpleNamespace(get=lambda task_id: copy.deepcopy(tasks.get(task_id)), save=save)
+
+
+@pytest.fixture(params=["memory", "file", "redis", "closures"])
+def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> str | SimpleNamespace:
+    if request.param == "memory":
+        return "memory"
+    if request.param == "file":
+        return f"file:{tmp_path / 'tasks'}"
+    if request.param == "redis":
+        return str(request.getfixturevalue("redis_url"))
+    return closure_store()
+
+
+@pytest.fixture
+def store(store_spec: str | SimpleNamespace) -> Any:
+    return resolve_store(store_spec)
+
+
+@pytest.fixture(params=["memory", "file", "redis"])
+def builtin_spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "memory":
+        return "memory"
+    if request.param == "file":
+        return f"file:{tmp_path / 'tasks'}"
+    return str(request.getfixturevalue("redis_url"))
+
+
+@pytest.fixture
+def builtin(builtin_spec: str) -> Any:
+    return resolve_store(builtin_spec)
+
+
+def a_task(text: str = "hello") -> dict[str, Any]:
+    return new_task(text_message("user", text))
+
+
+def to(state: str, text: str = "") -> Callable[[dict[str, Any]], dict[str, Any]]:
+    message = text_message("agent", text) if text else None
+    return lambda task: with_status(task, state, message=message)
+
+
+# --- the two methods -------------------------------------------------------
+
+
+def test_round_trip(store: Any) -> None:
+    task = a_task("round trip ✓")
+    assert store.save(task) == task
+    assert store.get(task["id"]) == task
+
+
+def test_save_returns_the_task(store: Any) -> None:
+    task = a_task()
+    returned = store.save(task)
+    assert returned["id"] == task["id"]
+    assert returned == task
+
+
+def test_unknown_id_reads_none(store: Any) -> None:
+    assert store.get("no-such-task") is None
+
+
+def test_save_overwrites_by_id(store: Any) -> None:
+    task = a_task()
+    store.save(task)
+    store.save(with_status(task, WORKING))
+    assert state_of(store.get(task["id"])) == WORKING
+
+
+def test_stored_copy_is_not_the_callers(store: Any) -> None:
+    task = a_task()
+    store.save(task)
+    task["status"]["state"] = "mutated after save"
+    got = store.get(task["id"])
+    got["history"].clear()
+    again = store.get(task["id"])
+    assert state_of(again) == "submitted"
+    assert len(again["history"]) == 1
+
+
+def test_transition_works_on_every_store(store: Any) -> None:
+    task = store.save(a_task())
+    assert transition(store, task["id"], to(WORKING)).applied
+    outcome = transition(store, task["id"], to(COMPLETED))
+    assert outcome.applied and state_of(outcome.task) == COMPLETED
+    refused = transition(store, task["id"], to(FAILED, "late"))
+    assert not refused.applied
+    assert state_of(store.get(task["id"])) == COMPLETED
+
+
+def test_transition_on_unknown_task(store: Any) -> None:
+    outcome = transition(store, "missing", to(WORKING))
+    assert outcome == type(outcome)(False, None)
+
+
+# --- bad data and hostile ids (built-in stores) ----------------------------
+
+
+@pytest.mark.parametrize("task_id", HOSTILE_IDS, ids=repr)
+def test_hostile_id_is_refused_on_save_and_reads_none(builtin: Any, task_id: str) -> None:
+    with pytest.raises(InvalidTaskId, match="invalid task id"):
+        builtin.save({**a_task(), "id": task_id})
+    assert builtin.get(task_id) is None
+
+
+def test_hostile_ids_touch_nothing_outside_the_directory(tmp_path: Path) -> None:
+    directory = tmp_path / "deep" / "tasks"
+    store = resolve_store(f"file:{directory}")
+    secret = tmp_path / "deep" / "x.json"
+    secret.write_text(json.dumps(a_task()))
+    before = sorted(p for p in tmp_path.rglob("*") if directory not in p.parents)
+    for task_id in HOSTILE_IDS:
+        with pytest.raises(InvalidTaskId):
+            store.save({**a_task(), "id": task_id})
+        assert store.get(task_id) is None
+        store.heartbeat(task_id)
+    assert store.get("../x") is None  # the file exists one level up, and stays unread
+    after = sorted(p for p in tmp_path.rglob("*") if directory not in p.parents)
+    assert after == before
+
+
+def test_missing_id_is_refused(builtin: Any) -> None:
+    task = a_task()
+    del task["id"]
+    with pytest.raises(InvalidTaskId):
+        builtin.save(task)
+
+
+@pytest.mark.parametrize("content", [b"{truncated", b"", b"\xff\xfe not utf-8", b"[1, 2]", b"42"])
+def test_corrupt_file_reads_none(tmp_path: Path, content: bytes) -> None:
+    store = resolve_store(f"file:{tmp_path}")
+    (tmp_path / "broken.json").write_bytes(content)
+    assert store.get("broken") is None
+    assert "broken" not in store.all()
+
+
+@pytest.mark.parametrize("content", [b"{truncated", b"", b"\xff\xfe", b"[1, 2]", b"null"])
+def test_corrupt_redis_value_reads_none(redis_url: str, content: bytes) -> None:
+    store = resolve_store(redis_url)
+    store.client.set("toolnexus:task:broken", content)
+    assert store.get("broken") is None
+    assert "broken" not in store.all()
+
+
+def test_redis_key_of_wrong_type_reads_none(redis_url: str) -> None:
+    store = resolve_store(redis_url)
+    store.client.hset("toolnexus:task:hashed", "a", "b")
+    assert store.get("hashed") is None
+
+
+@pytest.mark.parametrize("kind", ["file", "redis"])
+def test_compare_and_set_refuses_over_corrupt_data(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    spec = f"file:{tmp_path}" if kind == "file" else str(request.getfixturevalue("redis_url"))
+    store = resolve_store(spec)
+    task = store.save(a_task())
+    if isinstance(store, RedisStore):
+        store.client.set(f"toolnexus:task:{task['id']}", b"garbage")
+    else:
+        assert isinstance(store, FileStore)
+        (store.directory / f"{task['id']}.json").write_bytes(b"garbage")
+    assert not store.compare_and_set(with_status(task, WORKING), task["status"])
+    assert not transition(store, task["id"], to(WORKING)).applied
+    assert store.get(task["id"]) is None
+
+
+def test_file_store_writes_readable_json_and_no_temporaries(tmp_path: Path) -> None:
+    store = resolve_store(f"file:{tmp_path}")
+    task = store.save(a_task("grep me"))
+    text = (tmp_path / f"{task['id']}.json").read_text()
+    assert '\n  "status": {' in text and "grep me" in text
+    assert json.loads(text) == task
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_file_store_creates_its_directory(tmp_path: Path) -> None:
+    directory = tmp_path / "a" / "b" / "c"
+    store = resolve_store(f"file:{directory}")
+    store.save(a_task())
+    assert directory.is_dir() and len(list(directory.glob("*.json"))) == 1
+
+
+def test_redis_down_raises_one_store_error() -> None:
+    from tests.support.redis_server import free_port
+
+    store = redis_store(f"redis://127.0.0.1:{free_port()}/0", timeout=0.5)
+    for call in (
+        lambda: store.get("some-task"),
+        lambda: store.save(a_task()),
+        lambda: store.stale(0.0),
+        lambda: store.heartbeat("some-task"),
+        store.all,
+    ):
+        with pytest.raises(StoreError, match=r"task store unavailable: Redis at 127\.0\.0\.1"):
+            call()
+
+
+def test_redis_terminal_tasks_expire_when_asked(redis_url: str) -> None:
+    store = resolve_store(redis_url, terminal_ttl=3600)
+    task = store.save(a_task())
+    transition(store, task["id"], to(WORKING))
+    assert store.client.ttl(f"toolnexus:task:{task['id']}") == -1
+    transition(store, task["id"], to(COMPLETED))
+    assert 3500 < store.client.ttl(f"toolnexus:task:{task['id']}") <= 3600
+
+
+def test_all_lists_every_task(builtin: Any) -> None:
+    saved = {t["id"]: t for t in (builtin.save(a_task(str(n))) for n in range(5))}
+    assert builtin.all() == saved
+
+
+# --- one process writes, another reads --------------------------------------
+
+
+def _save_in_child(spec: str, task: dict[str, Any]) -> None:
+    resolve_store(spec).save(task)
+
+
+def _get_in_child(spec: str, task_id: str, answer: Any) -> None:
+    answer.put(resolve_store(spec).get(task_id))
+
+
+@pytest.mark.parametrize("kind", ["file", "redis"])
+def test_a_task_saved_by_one_process_is_read_by_another(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    spec = f"file:{tmp_path}" if kind == "file" else str(request.getfixturevalue("redis_url"))
+    context = multiprocessing.get_context("spawn")
+    written = a_task("from a child")
+    child = context.Process(target=_save_in_child, args=(spec, written))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0
+    assert resolve_store(spec).get(written["id"]) == written
+
+    ours = resolve_store(spec).save(a_task("from the parent"))
+    answer = context.Queue()
+    reader = context.Process(target=_get_in_child, args=(spec, ours["id"], answer))
+    reader.start()
+    assert answer.get(timeout=30) == ours
+    reader.join(30)
+
+
+# --- terminal is final under concurrent writers ------------------------------
+
+TRIALS = 200
+RACERS = (COMPLETED, FAILED, CANCELED)
+
+
+def _race_in_threads(store: Any, task_id: str) -> list[str]:
+    barrier = threading.Barrier(len(RACERS))
+    winners: list[str] = []
+
+    def racer(state: str) -> None:
+        barrier.wait()
+        if transition(store, task_id, to(state, state)).applied:
+            winners.append(state)
+
+    threads = [threading.Thread(target=racer, args=(state,)) for state in RACERS]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return winners
+
+
+def test_one_terminal_state_wins_among_threads(builtin: Any) -> None:
+    assert isinstance(builtin, AtomicStore)
+    for _ in range(TRIALS):
+        task = builtin.save(a_task())
+        transition(builtin, task["id"], to(WORKING))
+        winners = _race_in_threads(builtin, task["id"])
+        assert len(winners) == 1, winners
+        final = builtin.get(task["id"])
+        assert state_of(final) == winners[0]
+        assert final["status"]["message"]["parts"][0]["text"] == winners[0]
+        assert not transition(builtin, task["id"], to(WORKING)).applied
+        assert builtin.get(task["id"]) == final
+
+
+def _race_in_process(spec: str, ids: list[str], state: str, start: Any, wins: Any) -> None:
+    store = resolve_store(spec)
+    start.wait()
+    won = [i for i in ids if transition(store, i, to(state, state)).applied]
+    wins.put((state, won))
+
+
+@pytest.mark.parametrize("kind", ["file", "redis"])
+def test_one_terminal_state_wins_among_processes(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    spec = f"file:{tmp_path}" if kind == "file" else str(request.getfixturevalue("redis_url"))
+    store = resolve_store(spec)
+    ids = []
+    for _ in range(TRIALS):
+        task = store.save(a_task())
+        transition(store, task["id"], to(WORKING))
+        ids.append(task["id"])
+    context = multiprocessing.get_context("spawn")
+    start, wins = context.Barrier(len(RACERS)), context.Queue()
+    racers = [
+        context.Process(target=_race_in_process, args=(spec, ids, state, start, wins))
+        for state in RACERS
+    ]
+    for racer in racers:
+        racer.start()
+    results = dict(wins.get(timeout=60) for _ in racers)
+    for racer in racers:
+        racer.join(30)
+        assert racer.exitcode == 0
+    winner_of: dict[str, list[str]] = {i: [] for i in ids}
+    for state, won in results.items():
+        for task_id in won:
+            winner_of[task_id].append(state)
+    for task_id, states in winner_of.items():
+        assert len(states) == 1, (task_id, states)
+        assert state_of(store.get(task_id)) == states[0]
+    assert {state_of(t) for t in store.all().values()} <= TERMINAL_STATES
+
+
+# --- the stale index, with the clock passed in -------------------------------
+
+
+class FakeClock:
+    def __init__(self, now: float = 1_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clocked(builtin_spec: str, tmp_path: Path) -> Iterator[tuple[Any, FakeClock]]:
+    from shared.file_store import file_store
+    from shared.memory_store import memory_store
+
+    clock = FakeClock()
+    if builtin_spec == "memory":
+        yield memory_store(clock), clock
+    elif builtin_spec.startswith("file:"):
+        yield file_store(tmp_path / "clocked", clock), clock
+    else:
+        store = redis_store(builtin_spec, clock=clock)
+        yield store, clock
+        store.client.close()
+
+
+def test_stale_enumeration_with_an_injected_clock(clocked: tuple[Any, FakeClock]) -> None:
+    store, clock = clocked
+    assert isinstance(store, StaleIndex)
+    old, young, done = (store.save(a_task(name)) for name in ("old", "young", "done"))
+    clock.now = 100.0
+    transition(store, old["id"], to(WORKING))
+    transition(store, done["id"], to(WORKING))
+    transition(store, done["id"], to(COMPLETED))
+    clock.now = 200.0
+    transition(store, young["id"], to(WORKING))
+
+    assert store.stale(50.0) == []
+    assert store.stale(150.0) == [old["id"]]
+    assert sorted(store.stale(250.0)) == sorted([old["id"], young["id"]])
+
+    clock.now = 300.0
+    store.heartbeat(old["id"])
+    assert store.stale(250.0) == [young["id"]]
+
+    transition(store, young["id"], to(FAILED, "gone"))
+    store.heartbeat(young["id"])  # a late heartbeat must not bring it back
+    store.heartbeat(done["id"])
+    assert store.stale(1e12) == [old["id"]]
+
+
+def test_stale_query_on_an_empty_index(builtin: Any) -> None:
+    assert builtin.stale(1e12) == []
+
+
+def test_redis_stale_query_is_one_range_over_the_index(redis_url: str) -> None:
+    clock = FakeClock(10.0)
+    store = redis_store(redis_url, clock=clock)
+    for _ in range(50):
+        store.save(with_status(a_task(), COMPLETED))
+    stale = transition(store, store.save(a_task())["id"], to(WORKING)).task
+    assert stale is not None
+    client = redis.Redis.from_url(redis_url)
+    assert client.zcard("toolnexus:working") == 1  # terminal tasks never enter the index
+    assert store.stale(11.0) == [stale["id"]]
