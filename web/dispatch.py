@@ -1,0 +1,82 @@
+"""The front end's Celery dispatcher: publishes by task name, imports no worker code.
+
+A client-only Celery app (no result backend, no task modules) sends
+`toolnexus.fulfil` with the A2A task id as the Celery task id, so
+`revoke(task_id)` needs no lookup. Every broker call is bounded: with the
+broker down, a peer hears "broker unavailable" within about two seconds
+instead of a request hanging on Celery's default retry forever.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final
+
+from celery import Celery
+
+from shared.dispatch import FULFIL_TASK
+from shared.errors import BrokerError
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT: Final = 1.0
+# Two quick retries cover a broker restart or a dropped pooled connection;
+# more would only keep the peer waiting on a broker that is down.
+RETRY_POLICY: Final = {
+    "max_retries": 2,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.5,
+}
+
+
+class CeleryDispatcher:
+    def __init__(self, settings: Settings) -> None:
+        self.queue = settings.queue
+        self.app = Celery("toolnexus-web", broker=settings.broker_url, set_as_current=False)
+        self.app.conf.update(
+            broker_connection_timeout=CONNECT_TIMEOUT,
+            broker_connection_max_retries=RETRY_POLICY["max_retries"],
+            broker_transport_options={
+                "socket_connect_timeout": CONNECT_TIMEOUT,
+                "socket_timeout": CONNECT_TIMEOUT * 2,
+            },
+            # Published by the sender, so Flower sees a task from the moment it is queued.
+            task_send_sent_event=True,
+        )
+
+    def enqueue(self, task_id: str) -> None:
+        try:
+            self.app.send_task(
+                FULFIL_TASK,
+                args=[task_id],
+                task_id=task_id,
+                queue=self.queue,
+                retry=True,
+                retry_policy=RETRY_POLICY,
+            )
+        except Exception as error:  # kombu/redis raise many types; all mean "not queued"
+            raise BrokerError(f"broker unavailable: {_reason(error)}") from error
+
+    def revoke(self, task_id: str) -> None:
+        try:
+            self.app.control.revoke(task_id, terminate=True)
+        except Exception as error:
+            raise BrokerError(f"broker unavailable: {_reason(error)}") from error
+
+    def check(self) -> None:
+        try:
+            with self.app.connection_for_write() as connection:
+                connection.ensure_connection(
+                    max_retries=1, interval_start=0, interval_step=0.2, timeout=CONNECT_TIMEOUT * 2
+                )
+        except Exception as error:
+            raise BrokerError(f"broker unavailable: {_reason(error)}") from error
+
+    def close(self) -> None:
+        self.app.close()
+
+
+def _reason(error: Any) -> str:
+    return f"{type(error).__name__}: {error}"[:200]
