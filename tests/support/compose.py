@@ -68,9 +68,11 @@ def service_environment(service: Mapping[str, Any]) -> dict[str, str]:
 
 
 def localised(environment: Mapping[str, str], redis_url: str) -> dict[str, str]:
-    """The service's environment with the `redis` host pointed at a local server."""
+    """The service's environment as it would be inside the image, on this host:
+    the `redis` host is a local server and the image's /app is this checkout."""
     return {
-        key: value.replace("redis://redis:6379", redis_url) for key, value in environment.items()
+        key: value.replace("redis://redis:6379", redis_url).replace("/app/", f"{ROOT}/")
+        for key, value in environment.items()
     }
 
 
