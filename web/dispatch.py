@@ -21,10 +21,10 @@ from shared.settings import Settings
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT: Final = 1.0
-# Two quick retries cover a broker restart or a dropped pooled connection;
+# One quick retry covers a broker restart or a dropped pooled connection;
 # more would only keep the peer waiting on a broker that is down.
 RETRY_POLICY: Final = {
-    "max_retries": 2,
+    "max_retries": 1,
     "interval_start": 0,
     "interval_step": 0.2,
     "interval_max": 0.5,

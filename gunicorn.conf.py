@@ -1,0 +1,29 @@
+"""Gunicorn settings for the front end.
+
+    gunicorn -c gunicorn.conf.py 'web:create_app()'
+
+Threaded workers, because a blocking SendMessage holds its thread while it
+waits for the task (up to TOOLNEXUS_BLOCKING_TIMEOUT). Where to listen and
+the log level come from the same TOOLNEXUS_* settings as everything else;
+gunicorn's own flags (`-b`, `--threads`, `GUNICORN_CMD_ARGS`) still win, and
+`WEB_CONCURRENCY` sets the worker process count as usual.
+"""
+
+import multiprocessing
+import os
+
+from shared.settings import Settings
+
+_settings = Settings.from_env()  # a bad TOOLNEXUS_* value stops start-up with one line
+
+bind = f"{_settings.host}:{_settings.port}"
+worker_class = "gthread"
+workers = int(os.environ.get("WEB_CONCURRENCY", min(2 * multiprocessing.cpu_count(), 8)))
+threads = 16
+# A worker busy in a blocking send is not hung: allow for the longest wait.
+timeout = int(_settings.blocking_timeout) + 30
+graceful_timeout = int(_settings.blocking_timeout) + 5
+keepalive = 5
+loglevel = _settings.log_level.lower()
+errorlog = "-"
+accesslog = None
