@@ -3,7 +3,7 @@ historyLength, continue, cancel, and the on_task hook."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from flask.testing import FlaskClient
@@ -65,8 +65,13 @@ class TestToolnexusDialect:
     def test_send_message_returns_the_submitted_task_itself_at_once(
         self, client: FlaskClient, manual: PlayingDispatcher, store: Any
     ) -> None:
-        task = result_of(rpc(client, "SendMessage", {"message": {
-            "role": "user", "messageId": "m-9", "parts": [{"text": "hello"}]}}))  # fmt: skip
+        task = result_of(
+            rpc(
+                client,
+                "SendMessage",
+                {"message": {"role": "user", "messageId": "m-9", "parts": [{"text": "hello"}]}},
+            )
+        )
         assert task["status"]["state"] == "submitted"
         assert task["kind"] == "task"
         assert task["contextId"]
@@ -134,20 +139,24 @@ class TestA2A03:
         assert manual.revoked == [task["id"]]
 
     def test_0_3_header_with_pascal_case_names_speaks_0_3(self, auto_client: FlaskClient) -> None:
-        task = result_of(rpc(auto_client, "SendMessage", {"message": user_message()},
-                             version="0.3"))  # fmt: skip
+        task = result_of(
+            rpc(auto_client, "SendMessage", {"message": user_message()}, version="0.3")
+        )
         assert task["kind"] == "task"
         assert task["status"]["state"] == "completed"  # 0.3 blocks by default
 
 
 class TestA2A10:
-    MESSAGE = {"role": "ROLE_USER", "messageId": "m-1", "parts": [{"text": "hello"}]}
+    MESSAGE: ClassVar[dict[str, Any]] = {
+        "role": "ROLE_USER",
+        "messageId": "m-1",
+        "parts": [{"text": "hello"}],
+    }
 
     def test_send_blocks_and_returns_task_wrapper_in_1_0_shapes(
         self, auto_client: FlaskClient, store: Any
     ) -> None:
-        reply = result_of(rpc(auto_client, "SendMessage", {"message": self.MESSAGE},
-                              version="1.0"))  # fmt: skip
+        reply = result_of(rpc(auto_client, "SendMessage", {"message": self.MESSAGE}, version="1.0"))
         task = reply["task"]
         assert set(reply) == {"task"}
         assert "kind" not in task
@@ -176,8 +185,9 @@ class TestA2A10:
         assert manual.revoked == [task["id"]]
 
     def test_slashed_names_are_accepted_under_1_0(self, auto_client: FlaskClient) -> None:
-        reply = result_of(rpc(auto_client, "message/send", {"message": self.MESSAGE},
-                              version="1.0.0"))  # fmt: skip
+        reply = result_of(
+            rpc(auto_client, "message/send", {"message": self.MESSAGE}, version="1.0.0")
+        )
         assert reply["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
 
     def test_version_as_query_parameter(self, client: FlaskClient) -> None:
@@ -185,9 +195,7 @@ class TestA2A10:
         reply = client.post("/?A2A-Version=1.0", json=body).get_json()
         assert reply["error"]["data"][0]["reason"] == "TASK_NOT_FOUND"
 
-    def test_file_and_data_parts_translate_both_ways(
-        self, client: FlaskClient, store: Any
-    ) -> None:
+    def test_file_and_data_parts_translate_both_ways(self, client: FlaskClient, store: Any) -> None:
         parts = [
             {"url": "https://x.test/a.pdf", "mediaType": "application/pdf", "filename": "a.pdf"},
             {"raw": "aGk=", "mediaType": "text/plain"},
@@ -199,11 +207,17 @@ class TestA2A10:
         assert task["history"][0]["parts"] == parts
         stored = store.get(task["id"])["history"][0]["parts"]
         assert stored == [
-            {"kind": "file", "file": {"uri": "https://x.test/a.pdf",
-                                      "mimeType": "application/pdf", "name": "a.pdf"}},
+            {
+                "kind": "file",
+                "file": {
+                    "uri": "https://x.test/a.pdf",
+                    "mimeType": "application/pdf",
+                    "name": "a.pdf",
+                },
+            },
             {"kind": "file", "file": {"bytes": "aGk=", "mimeType": "text/plain"}},
             {"kind": "data", "data": {"k": [1, 2]}, "metadata": {"why": "test"}},
-        ]  # fmt: skip
+        ]
         as_0_3 = result_of(rpc(client, "tasks/get", {"id": task["id"]}))
         assert as_0_3["history"][0]["parts"] == stored
 
@@ -231,9 +245,16 @@ def test_history_length_on_send(auto_client: FlaskClient) -> None:
     assert [message["role"] for message in task["history"]] == ["agent"]
 
 
-@pytest.mark.parametrize(("method", "version"), [("GetTask", None), ("tasks/get", None),
-                                                 ("GetTask", "1.0"), ("CancelTask", "1.0"),
-                                                 ("tasks/cancel", None)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("method", "version"),
+    [
+        ("GetTask", None),
+        ("tasks/get", None),
+        ("GetTask", "1.0"),
+        ("CancelTask", "1.0"),
+        ("tasks/cancel", None),
+    ],
+)
 @pytest.mark.parametrize("task_id", ["no-such-task", "../etc/passwd", "a/b", "x" * 300])
 def test_unknown_task_is_32001(
     client: FlaskClient, method: str, version: str | None, task_id: str
@@ -248,10 +269,10 @@ class TestCancel:
     ) -> None:
         task = result_of(rpc(client, "SendMessage", {"message": user_message()}))
         complete(store, task["id"])
-        for method, version in (("CancelTask", None), ("tasks/cancel", None), ("CancelTask", "1.0")):
-            assert rpc(client, method, {"id": task["id"]}, version=version)["error"]["code"] == (
-                -32002
-            )
+        attempts = (("CancelTask", None), ("tasks/cancel", None), ("CancelTask", "1.0"))
+        for method, version in attempts:
+            reply = rpc(client, method, {"id": task["id"]}, version=version)
+            assert reply["error"]["code"] == -32002
         assert store.get(task["id"])["status"]["state"] == "completed"
         assert manual.revoked == []
 
@@ -303,8 +324,13 @@ class TestContinue:
         first = {"role": "ROLE_USER", "messageId": "a", "parts": [{"text": ASK}]}
         task = result_of(rpc(client, "SendMessage", {"message": first}, version="1.0"))["task"]
         assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
-        answer = {"role": "ROLE_USER", "messageId": "b", "parts": [{"text": "Ada"}],
-                  "taskId": task["id"], "contextId": task["contextId"]}  # fmt: skip
+        answer = {
+            "role": "ROLE_USER",
+            "messageId": "b",
+            "parts": [{"text": "Ada"}],
+            "taskId": task["id"],
+            "contextId": task["contextId"],
+        }
         done = result_of(rpc(client, "SendMessage", {"message": answer}, version="1.0"))["task"]
         assert done["status"]["state"] == "TASK_STATE_COMPLETED"
         assert done["artifacts"][0]["parts"] == [{"text": "ran: Ada"}]
@@ -329,8 +355,9 @@ class TestContinue:
 
     def test_unknown_task_id_is_32001(self, client: FlaskClient, manual: PlayingDispatcher) -> None:
         for version in (None, "1.0"):
-            reply = rpc(client, "SendMessage", {"message": user_message(taskId="nope")},
-                        version=version)  # fmt: skip
+            reply = rpc(
+                client, "SendMessage", {"message": user_message(taskId="nope")}, version=version
+            )
             assert reply["error"]["code"] == -32001
         assert manual.enqueued == []
 
@@ -352,11 +379,15 @@ class TestEnqueueFailure:
         dispatcher.broken = True
         client = make_client(store, dispatcher, on_task=f"{__name__}:record_hook")
         for version in (None, "1.0"):
-            error = rpc(client, "SendMessage", {"message": user_message()}, version=version)["error"]
+            reply = rpc(client, "SendMessage", {"message": user_message()}, version=version)
+            error = reply["error"]
             assert error["code"] == -32603
             assert error["message"] == "broker unavailable"
-            task_id = error["data"]["taskId"] if version is None else (
-                error["data"][0]["metadata"]["taskId"])  # fmt: skip
+            task_id = (
+                error["data"]["taskId"]
+                if version is None
+                else (error["data"][0]["metadata"]["taskId"])
+            )
             task = store.get(task_id)
             assert task["status"]["state"] == FAILED
             reason = task["status"]["message"]
@@ -379,19 +410,22 @@ class TestEnqueueFailure:
 class TestOnTaskHook:
     def test_cancel_calls_the_hook_once(self, store: Any) -> None:
         HOOK_CALLS.clear()
-        client = make_client(store, PlayingDispatcher(store, auto=False),
-                             on_task=f"{__name__}:record_hook")  # fmt: skip
+        client = make_client(
+            store, PlayingDispatcher(store, auto=False), on_task=f"{__name__}:record_hook"
+        )
         task = result_of(rpc(client, "SendMessage", {"message": user_message()}))
         assert HOOK_CALLS == []
         result_of(rpc(client, "CancelTask", {"id": task["id"]}))
         rpc(client, "CancelTask", {"id": task["id"]})
-        assert HOOK_CALLS == [(task["id"], "canceled")]
+        calls = list(HOOK_CALLS)
+        assert calls == [(task["id"], "canceled")]
 
     def test_a_hook_that_cannot_be_imported_is_logged_not_raised(
         self, store: Any, caplog: pytest.LogCaptureFixture
     ) -> None:
-        client = make_client(store, PlayingDispatcher(store, auto=False),
-                             on_task="no_such_module_xyz:hook")  # fmt: skip
+        client = make_client(
+            store, PlayingDispatcher(store, auto=False), on_task="no_such_module_xyz:hook"
+        )
         task = result_of(rpc(client, "SendMessage", {"message": user_message()}))
         assert result_of(rpc(client, "CancelTask", {"id": task["id"]}))["status"]["state"] == (
             "canceled"
@@ -400,8 +434,9 @@ class TestOnTaskHook:
 
 
 def test_concurrent_blocking_sends_all_complete(store: Any) -> None:
-    app = create_app(Settings(blocking_timeout=10), store=store,
-                     dispatcher=PlayingDispatcher(store))  # fmt: skip
+    app = create_app(
+        Settings(blocking_timeout=10), store=store, dispatcher=PlayingDispatcher(store)
+    )
     from concurrent.futures import ThreadPoolExecutor
 
     def send(index: int) -> str:

@@ -47,9 +47,15 @@ def error_of(reply: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     "body",
-    [b"{not json", b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask"', b"\xff\xfe{", b"",
-     b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":NaN}}', b"[" * 100_000],
-)  # fmt: skip
+    [
+        b"{not json",
+        b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask"',
+        b"\xff\xfe{",
+        b"",
+        b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":NaN}}',
+        b"[" * 100_000,
+    ],
+)
 def test_unparsable_body_is_parse_error_with_null_id_and_http_200(
     client: FlaskClient, body: bytes
 ) -> None:
@@ -99,30 +105,50 @@ def test_unknown_method_is_32601(client: FlaskClient) -> None:
         ({"message": {"role": "user", "messageId": "m"}}, "message.parts"),
         ({"message": {"role": "user", "messageId": "m", "parts": []}}, "message.parts"),
         ({"message": {"role": "user", "messageId": "m", "parts": "hi"}}, "message.parts"),
-        ({"message": {"messageId": "m", "parts": [{"kind": "text", "text": "x"}]}},
-         "message.role"),
-        ({"message": {"role": "boss", "messageId": "m", "parts": [{"text": "x"}]}},
-         "message.role"),
-        ({"message": {"role": "user", "parts": [{"kind": "text", "text": "x"}]}},
-         "message.messageId"),
-        ({"message": {"role": "user", "messageId": 5, "parts": [{"text": "x"}]}},
-         "message.messageId"),
-        ({"message": {"role": "user", "messageId": "m", "parts": [{"kind": "text", "text": 5}]}},
-         "message.parts[0].text"),
-        ({"message": {"role": "user", "messageId": "m", "parts": [{"text": None}]}},
-         "message.parts[0].text"),
+        ({"message": {"messageId": "m", "parts": [{"kind": "text", "text": "x"}]}}, "message.role"),
+        ({"message": {"role": "boss", "messageId": "m", "parts": [{"text": "x"}]}}, "message.role"),
+        (
+            {"message": {"role": "user", "parts": [{"kind": "text", "text": "x"}]}},
+            "message.messageId",
+        ),
+        (
+            {"message": {"role": "user", "messageId": 5, "parts": [{"text": "x"}]}},
+            "message.messageId",
+        ),
+        (
+            {"message": {"role": "user", "messageId": "m", "parts": [{"kind": "text", "text": 5}]}},
+            "message.parts[0].text",
+        ),
+        (
+            {"message": {"role": "user", "messageId": "m", "parts": [{"text": None}]}},
+            "message.parts[0].text",
+        ),
         ({"message": {"role": "user", "messageId": "m", "parts": ["hi"]}}, "message.parts[0]"),
-        ({"message": {"role": "user", "messageId": "m", "parts": [{"kind": "video"}]}},
-         "message.parts[0]"),
-        ({"message": {"role": "user", "messageId": "m", "parts": [{"kind": "file", "file": {}}]}},
-         "message.parts[0]"),
-        ({"message": user_message(), "configuration": {"blocking": "yes"}},
-         "configuration.blocking"),
-        ({"message": user_message(), "configuration": {"historyLength": -1}},
-         "configuration.historyLength"),
+        (
+            {"message": {"role": "user", "messageId": "m", "parts": [{"kind": "video"}]}},
+            "message.parts[0]",
+        ),
+        (
+            {
+                "message": {
+                    "role": "user",
+                    "messageId": "m",
+                    "parts": [{"kind": "file", "file": {}}],
+                }
+            },
+            "message.parts[0]",
+        ),
+        (
+            {"message": user_message(), "configuration": {"blocking": "yes"}},
+            "configuration.blocking",
+        ),
+        (
+            {"message": user_message(), "configuration": {"historyLength": -1}},
+            "configuration.historyLength",
+        ),
         ({"message": user_message(taskId=7)}, "message.taskId"),
     ],
-)  # fmt: skip
+)
 def test_bad_send_params_are_32602_naming_the_field(
     client: FlaskClient, dispatcher: PlayingDispatcher, params: Any, field: str
 ) -> None:
@@ -174,8 +200,9 @@ def test_errors_in_0_3_have_plain_data(client: FlaskClient) -> None:
 
 
 def test_any_content_type_is_read_as_json(client: FlaskClient) -> None:
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-                       "params": {"message": user_message()}})  # fmt: skip
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": user_message()}}
+    )
     status, reply = post_raw(client, body.encode(), **{"Content-Type": "text/plain"})
     assert status == 200
     assert reply["result"]["status"]["state"] == "submitted"
@@ -251,8 +278,14 @@ def test_body_over_the_limit_gets_a_clear_json_rpc_error(store: Any) -> None:
     message = user_message("x" * 1500)
     small = rpc(client, "SendMessage", {"message": message})
     assert small["result"]["status"]["state"] == "submitted"
-    big = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-                      "params": {"message": user_message("x" * 2500)}})  # fmt: skip
+    big = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "SendMessage",
+            "params": {"message": user_message("x" * 2500)},
+        }
+    )
     status, reply = post_raw(client, big.encode())
     assert status == 413
     error = error_of(reply)
@@ -275,8 +308,14 @@ class TestAuth:
         self, client: FlaskClient, authorization: str | None
     ) -> None:
         headers = {"Authorization": authorization} if authorization is not None else {}
-        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-                           "params": {"message": user_message()}})  # fmt: skip
+        body = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "SendMessage",
+                "params": {"message": user_message()},
+            }
+        )
         response = client.post("/", data=body, headers=headers)
         assert response.status_code == 401
         assert response.headers["WWW-Authenticate"].startswith("Bearer")
@@ -284,8 +323,12 @@ class TestAuth:
 
     @pytest.mark.parametrize("token", TOKENS)
     def test_each_configured_token_is_accepted(self, client: FlaskClient, token: str) -> None:
-        reply = rpc(client, "SendMessage", {"message": user_message()},
-                    headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+        reply = rpc(
+            client,
+            "SendMessage",
+            {"message": user_message()},
+            headers={"Authorization": f"Bearer {token}"},
+        )
         assert reply["result"]["status"]["state"] == "submitted"
 
     def test_card_and_health_stay_public_and_card_declares_the_scheme(

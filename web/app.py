@@ -117,12 +117,12 @@ def _readiness(store: TaskStore, dispatcher: Dispatcher) -> dict[str, str]:
         else:
             store.get(_READINESS_PROBE_ID)
     except Exception as error:
-        log.warning("readyz: %s: %s", STORE_UNAVAILABLE, error)
+        log.warning("readyz: store fault: %s", error)
         problems["store"] = STORE_UNAVAILABLE
     try:
         dispatcher.check()
     except Exception as error:
-        log.warning("readyz: %s: %s", BROKER_UNAVAILABLE, error)
+        log.warning("readyz: broker fault: %s", error)
         problems["broker"] = BROKER_UNAVAILABLE
     return problems
 

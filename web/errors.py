@@ -132,12 +132,12 @@ def describe(error: BaseException, *, task_id: str | None = None) -> WireError:
                 code, str(error), reason, http_status=status, field=where, metadata=metadata
             )
     if isinstance(error, StoreError):
-        log.warning("%s: %s", STORE_UNAVAILABLE, error)
+        log.warning("store fault: %s", error)
         return WireError(
             -32603, STORE_UNAVAILABLE, "STORE_UNAVAILABLE", OWN_DOMAIN, metadata=metadata
         )
     if isinstance(error, BrokerError):
-        log.warning("%s: %s", BROKER_UNAVAILABLE, error)
+        log.warning("broker fault: %s", error)
         return WireError(
             -32603, BROKER_UNAVAILABLE, "BROKER_UNAVAILABLE", OWN_DOMAIN, metadata=metadata
         )

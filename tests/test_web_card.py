@@ -1,0 +1,168 @@
+"""The agent card and the SKILL.md loader."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from a2a.client.card_resolver import parse_agent_card
+
+from shared import Settings, memory_store
+from shared.errors import ConfigError
+from tests.test_web_support import PlayingDispatcher
+from web import create_app
+from web.skills import load_skills
+
+EXAMPLES = Path(__file__).parent.parent / "examples" / "skills"
+CARD_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
+
+
+def card_for(settings: Settings, path: str = CARD_PATHS[0], **app_args: Any) -> dict[str, Any]:
+    store = memory_store()
+    app = create_app(settings, store=store, dispatcher=PlayingDispatcher(store), **app_args)
+    response = app.test_client().get(path, base_url="http://agent.test:8080")
+    assert (response.status_code, response.mimetype) == (200, "application/json")
+    card: dict[str, Any] = response.get_json()
+    return card
+
+
+@pytest.mark.parametrize("path", CARD_PATHS)
+def test_card_defaults(path: str) -> None:
+    card = card_for(Settings(), path)
+    assert card["name"] == "toolnexus-agent"
+    assert card["description"] == ""
+    assert card["version"] == "0.1.0"
+    assert card["protocolVersion"] == "0.3.0"
+    assert card["url"] == "http://agent.test:8080/"
+    assert card["capabilities"] == {"streaming": False, "pushNotifications": False}
+    assert card["defaultInputModes"] == ["text"]
+    assert card["defaultOutputModes"] == ["text"]
+    assert card["preferredTransport"] == "JSONRPC"
+    assert card["supportedInterfaces"] == [
+        {"url": "http://agent.test:8080/", "protocolBinding": "JSONRPC", "protocolVersion": v}
+        for v in ("1.0", "0.3")
+    ]
+    assert card["skills"] == []
+    assert "provider" not in card
+    assert "securitySchemes" not in card
+
+
+def test_card_fields_are_configurable() -> None:
+    settings = Settings(
+        name="weather",
+        description="Forecasts.",
+        version="2.1.0",
+        url="https://agents.example.com/weather",
+        provider_organization="Example Org",
+        provider_url="https://example.com",
+    )
+    card = card_for(settings, card={"defaultOutputModes": ["text", "application/json"]})
+    assert (card["name"], card["description"], card["version"]) == (
+        "weather",
+        "Forecasts.",
+        "2.1.0",
+    )
+    assert card["url"] == "https://agents.example.com/weather/"
+    assert card["supportedInterfaces"][0]["url"] == "https://agents.example.com/weather/"
+    assert card["provider"] == {"organization": "Example Org", "url": "https://example.com"}
+    assert card["defaultOutputModes"] == ["text", "application/json"]
+
+
+def test_the_official_sdk_reads_the_card_with_both_interfaces() -> None:
+    card = parse_agent_card(card_for(Settings(skills=str(EXAMPLES), api_tokens=("t",))))
+    assert [i.protocol_version for i in card.supported_interfaces] == ["1.0", "0.3"]
+    assert card.skills[0].name == "hello-world"
+    assert "bearer" in card.security_schemes
+    assert card.security_schemes["bearer"].http_auth_security_scheme.scheme == "bearer"
+
+
+def test_shipped_example_skill() -> None:
+    card = card_for(Settings(skills=str(EXAMPLES)))
+    assert card["skills"] == [
+        {
+            "id": "hello-world",
+            "name": "hello-world",
+            "description": "Greets the caller and echoes back what they said.",
+            "tags": ["example", "greeting"],
+        }
+    ]
+
+
+def write_skill(root: Path, folder: str, text: str) -> Path:
+    path = root / folder / "SKILL.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def skill_text(name: str, description: str = "does things", extra: str = "") -> str:
+    return f"---\nname: {name}\ndescription: {description}\n{extra}---\n\n# {name}\n"
+
+
+def test_skills_sorted_by_code_point_and_found_at_any_depth(tmp_path: Path) -> None:
+    write_skill(tmp_path, "b", skill_text("beta"))
+    write_skill(tmp_path, "deep/er/still", skill_text("Zeta"))
+    write_skill(tmp_path, "a", skill_text("alpha", extra="tags: [x, y]\n"))
+    write_skill(tmp_path, "u", skill_text("Ünicode"))
+    skills = load_skills(tmp_path)
+    assert [skill.name for skill in skills] == ["Zeta", "alpha", "beta", "Ünicode"]
+    assert skills[1].card_entry() == {
+        "id": "alpha",
+        "name": "alpha",
+        "description": "does things",
+        "tags": ["x", "y"],
+    }
+    assert skills[0].card_entry()["tags"] == []
+
+
+def test_skill_name_filter_ignores_unknown_names(tmp_path: Path) -> None:
+    for name in ("one", "two", "three"):
+        write_skill(tmp_path, name, skill_text(name))
+    chosen = load_skills(tmp_path, ("three", "one", "nobody"))
+    assert [skill.name for skill in chosen] == ["one", "three"]
+    card = card_for(Settings(skills=str(tmp_path), skill_names=("two", "ghost")))
+    assert [skill["name"] for skill in card["skills"]] == ["two"]
+
+
+MALFORMED = {
+    "no-front-matter": "# just markdown\nname: x\n",
+    "unclosed": "---\nname: x\ndescription: y\n",
+    "bad-yaml": "---\nname: [unclosed\ndescription: y\n---\n",
+    "not-a-mapping": "---\n- a\n- b\n---\n",
+    "no-name": "---\ndescription: y\n---\n",
+    "empty-name": "---\nname: ''\ndescription: y\n---\n",
+    "number-name": "---\nname: 5\ndescription: y\n---\n",
+    "no-description": "---\nname: nodesc\n---\n",
+    "bad-tags": "---\nname: badtags\ndescription: y\ntags: {a: 1}\n---\n",
+    "empty": "",
+}
+
+
+def test_malformed_skill_files_are_skipped_with_a_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    for folder, text in MALFORMED.items():
+        write_skill(tmp_path, folder, text)
+    (tmp_path / "binary").mkdir()
+    (tmp_path / "binary" / "SKILL.md").write_bytes(b"---\nname: \xff\xfe\n---\n")
+    write_skill(tmp_path, "good", skill_text("good"))
+    with caplog.at_level(logging.WARNING, logger="web.skills"):
+        skills = load_skills(tmp_path)
+    assert [skill.name for skill in skills] == ["good"]
+    skipped = [record for record in caplog.records if "skipping skill" in record.getMessage()]
+    assert len(skipped) == len(MALFORMED) + 1
+    card = card_for(Settings(skills=str(tmp_path)))
+    assert [skill["name"] for skill in card["skills"]] == ["good"]
+
+
+def test_duplicate_names_keep_the_first_file(tmp_path: Path) -> None:
+    write_skill(tmp_path, "a", skill_text("same", "first"))
+    write_skill(tmp_path, "b", skill_text("same", "second"))
+    assert [skill.description for skill in load_skills(tmp_path)] == ["first"]
+
+
+def test_a_skills_path_that_is_not_a_directory_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="TOOLNEXUS_SKILLS"):
+        load_skills(tmp_path / "missing")
