@@ -1,0 +1,45 @@
+"""Workers: the Celery app, the fulfilment core, the reaper and the embedded mode.
+
+`celery -A worker worker` and `celery -A worker beat` find the Celery app as
+`worker.app`. It is built from the `TOOLNEXUS_*` environment on first access
+(the one global in the code base), so importing `worker.fulfil` or running
+the embedded launcher never reads the environment behind anyone's back.
+A bad setting stops start-up with one line naming the variable.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+_app: Any = None
+
+
+def __getattr__(name: str) -> Any:
+    global _app
+    if name != "app":
+        raise AttributeError(f"module 'worker' has no attribute {name!r}")
+    if _app is None:
+        _app = _entry_point()
+    return _app
+
+
+def _entry_point() -> Any:
+    from shared.errors import ConfigError
+    from shared.settings import Settings
+    from worker.agent import load_agent
+    from worker.celery_app import create_celery
+
+    try:
+        settings = Settings.from_env()
+        load_agent(settings)  # a worker that cannot import its function must not start
+    except ConfigError as error:
+        print(f"toolnexus: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if settings.store == "memory":
+        print(
+            "toolnexus: warning: TOOLNEXUS_STORE=memory is private to each worker process;"
+            " the front end will not see results (use file:<dir> or a redis:// URL)",
+            file=sys.stderr,
+        )
+    return create_celery(settings)

@@ -1,0 +1,59 @@
+"""The user's code a worker runs: the fulfilment function and the on_task hook."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from shared.errors import ConfigError
+from shared.loading import load_object
+from shared.settings import Settings
+from shared.transitions import OnTerminal
+
+RunFunction = Callable[..., object]
+
+
+@dataclass(frozen=True)
+class Agent:
+    """A loaded fulfilment function, or the reason there is none.
+
+    A worker that cannot load its function still takes tasks and fails
+    each with `problem`, so a peer hears why instead of waiting forever.
+    """
+
+    run: RunFunction | None
+    on_task: OnTerminal | None = None
+    problem: str = ""
+
+    @property
+    def wants_task(self) -> bool:
+        """True when `run` declares a `task` parameter (it then gets the stored task)."""
+        if self.run is None:
+            return False
+        try:
+            parameters = inspect.signature(self.run).parameters
+        except (TypeError, ValueError):
+            return False
+        return "task" in parameters
+
+
+def load_agent(settings: Settings) -> Agent:
+    """Import TOOLNEXUS_RUN and TOOLNEXUS_ON_TASK; ConfigError names the bad one."""
+    run = load_object(settings.run, "TOOLNEXUS_RUN")
+    if not callable(run):
+        raise ConfigError(f"TOOLNEXUS_RUN: {settings.run!r} is not callable")
+    hook = None
+    if settings.on_task:
+        hook = load_object(settings.on_task, "TOOLNEXUS_ON_TASK")
+        if not callable(hook):
+            raise ConfigError(f"TOOLNEXUS_ON_TASK: {settings.on_task!r} is not callable")
+    return Agent(run=run, on_task=hook)
+
+
+def agent_or_problem(settings: Settings) -> Agent:
+    """`load_agent`, but a configuration problem becomes an agent that fails tasks."""
+    try:
+        return load_agent(settings)
+    except ConfigError as error:
+        return Agent(run=None, problem=f"no fulfilment function: {error}")

@@ -1,0 +1,146 @@
+"""The Celery app: configuration, the fulfil task and the reaper on beat.
+
+Reliability settings, chosen together (the README explains each):
+
+- late acks + reject on worker lost: a message is acknowledged only after
+  the task ran, so a worker that dies mid-task gives it back to the broker;
+- prefetch multiplier 1: a worker holds no more messages than it runs, so
+  a dying worker strands nothing it had not started;
+- soft limit = TOOLNEXUS_TIME_LIMIT (fails the task "timed out"), hard limit
+  30 s later (kills the process; the reaper then fails the task);
+- Redis visibility_timeout > hard limit: a message is redelivered only when
+  its worker cannot possibly still be running it; the redelivered copy finds
+  the task terminal or `working` and does nothing (see worker.fulfil);
+- heartbeat < stale_after (Settings enforces it) < visibility_timeout: the
+  reaper fails a dead worker's task before the broker would redeliver it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from celery import Celery
+from celery.exceptions import SoftTimeLimitExceeded
+
+from shared.dispatch import FULFIL_TASK, REAP_TASK
+from shared.errors import StoreError
+from shared.resolve import resolve_store
+from shared.settings import Settings
+from shared.store import TaskStore
+from worker.agent import Agent, agent_or_problem
+from worker.fulfil import fulfil
+from worker.reaper import reap_stale
+
+# Beyond the hard time limit, so the broker never redelivers a running task.
+VISIBILITY_MARGIN = 60.0
+# Store outages are retried with backoff capped well below visibility_timeout
+# (a delayed retry message waits unacknowledged in the worker meanwhile).
+STORE_RETRIES = 5
+STORE_RETRY_BACKOFF_MAX = 30
+
+
+def visibility_timeout(settings: Settings) -> float:
+    return settings.hard_time_limit + VISIBILITY_MARGIN
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "broker_url": settings.broker_url,
+        "broker_connection_retry_on_startup": True,
+        "broker_transport_options": {"visibility_timeout": visibility_timeout(settings)},
+        "task_default_queue": settings.queue,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        # A lost broker connection must not abort running tasks: their
+        # redelivered copies are no-ops, so letting them finish loses nothing.
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
+        "worker_prefetch_multiplier": 1,
+        "task_soft_time_limit": settings.time_limit,
+        "task_time_limit": settings.hard_time_limit,
+        "task_ignore_result": True,  # the task store is the source of truth
+        "result_backend": None,
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "beat_schedule": {
+            "toolnexus-reap-stale": {
+                "task": REAP_TASK,
+                "schedule": settings.reap_every,
+                # A backlog of reaps (no worker up) collapses to the next one.
+                "options": {"queue": settings.queue, "expires": settings.reap_every},
+            }
+        },
+    }
+    if settings.concurrency is not None:
+        config["worker_concurrency"] = settings.concurrency
+    return config
+
+
+class ProcessRuntime:
+    """The store and agent of the current process, made on first use.
+
+    Keyed by process id: a prefork child must not share its parent's Redis
+    connections, so each process resolves its own after the fork.
+    """
+
+    def __init__(self, settings: Settings, store: TaskStore | None = None) -> None:
+        self._settings = settings
+        self._given_store = store
+        self._lock = threading.Lock()
+        self._pid = -1
+        self._store: TaskStore | None = None
+        self._agent: Agent | None = None
+
+    def store(self) -> TaskStore:
+        if self._given_store is not None:
+            return self._given_store
+        store, _ = self._current()
+        return store
+
+    def agent(self) -> Agent:
+        _, agent = self._current()
+        return agent
+
+    def _current(self) -> tuple[TaskStore, Agent]:
+        with self._lock:
+            if self._pid != os.getpid() or self._store is None or self._agent is None:
+                settings = self._settings
+                self._store = resolve_store(settings.store, terminal_ttl=settings.task_ttl)
+                self._agent = agent_or_problem(self._settings)
+                self._pid = os.getpid()
+            return self._store, self._agent
+
+
+def create_celery(settings: Settings, *, store: TaskStore | None = None) -> Celery:
+    """A Celery app for `settings`; `store` overrides TOOLNEXUS_STORE (tests)."""
+    app = Celery("toolnexus", set_as_current=False)
+    app.conf.update(celery_config(settings))
+    runtime = ProcessRuntime(settings, store)
+
+    @app.task(  # type: ignore[untyped-decorator]
+        name=FULFIL_TASK,
+        autoretry_for=(StoreError,),
+        max_retries=STORE_RETRIES,
+        retry_backoff=True,
+        retry_backoff_max=STORE_RETRY_BACKOFF_MAX,
+    )
+    def fulfil_task(task_id: str) -> str:
+        return fulfil(
+            runtime.store(),
+            task_id,
+            runtime.agent(),
+            settings,
+            timeout_errors=(SoftTimeLimitExceeded,),
+        )
+
+    @app.task(name=REAP_TASK)  # type: ignore[untyped-decorator]
+    def reap_task() -> list[str]:
+        return reap_stale(
+            runtime.store(), time.time(), settings.stale_after, runtime.agent().on_task
+        )
+
+    return app

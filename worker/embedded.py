@@ -1,0 +1,138 @@
+"""`toolnexus-serve`: the whole service in one process on one port.
+
+The Flask app, a pool of worker threads running the same fulfilment core
+as the Celery workers, and the reaper, with no Redis and no broker. This is
+the one module that joins web and worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from types import FrameType
+
+from shared.errors import ConfigError
+from shared.resolve import resolve_store
+from shared.settings import Settings
+from worker.agent import load_agent
+from worker.inprocess import InProcessDispatcher, default_threads
+from worker.reaper import ReaperThread
+
+PROGRAM = "toolnexus-serve"
+# Option -> the variable it overrides; Settings.from_env validates both the same way.
+OVERRIDES: Mapping[str, str] = {
+    "host": "TOOLNEXUS_HOST",
+    "port": "TOOLNEXUS_PORT",
+    "store": "TOOLNEXUS_STORE",
+    "run": "TOOLNEXUS_RUN",
+    "skills": "TOOLNEXUS_SKILLS",
+}
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog=PROGRAM,
+        description="Serve an A2A agent in one process: front end, in-process worker, reaper.",
+        epilog="Every other setting comes from its TOOLNEXUS_* environment variable.",
+    )
+    parser.add_argument("--host", help="interface to bind (TOOLNEXUS_HOST, default 127.0.0.1)")
+    parser.add_argument("--port", help="port to listen on (TOOLNEXUS_PORT, default 8080)")
+    parser.add_argument(
+        "--store", help="task store: memory, file:<dir>, ... (TOOLNEXUS_STORE, default memory)"
+    )
+    parser.add_argument("--run", help="fulfilment function package.module:function (TOOLNEXUS_RUN)")
+    parser.add_argument("--skills", help="directory searched for **/SKILL.md (TOOLNEXUS_SKILLS)")
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=10.0,
+        help="seconds running tasks get to finish on shutdown (default 10)",
+    )
+    return parser.parse_args(argv)
+
+
+def settings_from(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
+    """The environment with the given options laid over it, validated as one."""
+    merged = dict(env)
+    for option, variable in OVERRIDES.items():
+        value = getattr(args, option)
+        if value is not None:
+            merged[variable] = value
+    return Settings.from_env(merged)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        settings = settings_from(args, os.environ)
+        agent = load_agent(settings)
+        store = resolve_store(settings.store, terminal_ttl=settings.task_ttl)
+        logging.basicConfig(
+            level=settings.log_level.upper(),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+    except (ConfigError, ValueError) as error:
+        print(f"{PROGRAM}: {error}", file=sys.stderr)
+        return 2
+
+    from werkzeug.serving import make_server
+
+    from web import create_app
+
+    dispatcher = InProcessDispatcher(store, agent, settings)
+    reaper = ReaperThread(
+        store,
+        every=settings.reap_every,
+        stale_after=settings.stale_after,
+        on_terminal=agent.on_task,
+        clock=time.time,
+    ).start()
+    try:
+        app = create_app(settings, store=store, dispatcher=dispatcher)
+        server = make_server(settings.host, settings.port, app, threaded=True)
+    except (ConfigError, OSError) as error:
+        print(f"{PROGRAM}: {error}", file=sys.stderr)
+        reaper.stop()
+        dispatcher.close(timeout=0)
+        return 2
+
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    serving = threading.Thread(target=server.serve_forever, name="toolnexus-http", daemon=True)
+    serving.start()
+    print(
+        f"{PROGRAM}: {settings.name} on http://{settings.host}:{server.server_port}/"
+        f" (store {settings.store}, run {settings.run}, {default_threads(settings)} worker threads)"
+        " - Ctrl-C to stop",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        while not stop.wait(0.5):
+            if not serving.is_alive():
+                break
+    finally:
+        server.shutdown()
+        server.server_close()
+        reaper.stop()
+        finished = dispatcher.close(timeout=args.grace)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if not finished:
+        print(f"{PROGRAM}: stopped with tasks still running; they stay 'working'", file=sys.stderr)
+    print(f"{PROGRAM}: stopped", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

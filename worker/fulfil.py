@@ -1,0 +1,156 @@
+"""The fulfilment core, shared by the Celery task and the in-process worker.
+
+One delivery of a task id does this:
+
+1. Load the task. Unknown, terminal (canceled before it started, finished by
+   an earlier delivery), `working` or `input-required`: do nothing.
+2. Claim it: compare-and-set `submitted` -> `working`. Only the delivery
+   whose write wins runs the function; a duplicate or redelivered message
+   that finds the task already `working` does nothing. The rule is "the
+   function runs once per submission": a continuation puts the task back in
+   `submitted`, and the next claim runs it once more.
+3. Run the function with the latest user message's text, heartbeating.
+4. Save the result as a transition *from `working`*, so it loses to a cancel
+   or a reaper that made the task terminal meanwhile, and never touches a
+   task someone else moved on.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from shared.settings import Settings
+from shared.store import TaskStore
+from shared.task import (
+    COMPLETED,
+    FAILED,
+    INPUT_REQUIRED,
+    SUBMITTED,
+    WORKING,
+    Task,
+    agent_message,
+    latest_user_text,
+    state_of,
+    text_artifact,
+    with_status,
+)
+from worker.agent import Agent
+from worker.guard import transition_from
+from worker.heartbeat import heartbeating
+
+log = logging.getLogger(__name__)
+
+Change = Callable[[Task], Task]
+_SHOWN = 200  # characters of an unsupported result quoted in the failure message
+
+
+def fulfil(
+    store: TaskStore,
+    task_id: str,
+    agent: Agent,
+    settings: Settings,
+    *,
+    timeout_errors: tuple[type[BaseException], ...] = (),
+) -> str:
+    """Run one delivery of `task_id`; return the task's state afterwards ("" if unknown).
+
+    `timeout_errors` are the exceptions that mean "out of time" (Celery's
+    SoftTimeLimitExceeded); they fail the task saying it timed out.
+    """
+    task = store.get(task_id)
+    if task is None:
+        log.warning("task %s: not in the store, nothing to run", task_id)
+        return ""
+    if state_of(task) != SUBMITTED:
+        log.info("task %s: is %s, not submitted; not running it", task_id, state_of(task))
+        return state_of(task)
+    claim = transition_from(store, task_id, {SUBMITTED}, lambda t: with_status(t, WORKING))
+    if not claim.applied or claim.task is None:
+        now = state_of(claim.task) if claim.task else ""
+        log.info("task %s: claimed elsewhere (now %s); not running it", task_id, now)
+        return now
+    with heartbeating(store, task_id, settings.heartbeat):
+        finish = _run(agent, claim.task, settings, timeout_errors)
+    saved = transition_from(store, task_id, {WORKING}, finish, on_terminal=agent.on_task)
+    final = state_of(saved.task) if saved.task else ""
+    if not saved.applied:
+        log.info("task %s: became %s while running; result discarded", task_id, final)
+    return final
+
+
+def _run(
+    agent: Agent,
+    task: Task,
+    settings: Settings,
+    timeout_errors: tuple[type[BaseException], ...],
+) -> Change:
+    if agent.run is None:
+        return failed(agent.problem)
+    text = latest_user_text(task)
+    try:
+        extra = {"task": copy.deepcopy(task)} if agent.wants_task else {}
+        result = agent.run(text, **extra)
+    except timeout_errors:
+        return failed(f"timed out after {settings.time_limit:g} s")
+    except Exception as error:
+        log.exception("task %s: fulfilment function raised", task["id"])
+        return failed(f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
+    return from_result(result)
+
+
+def from_result(result: object) -> Change:
+    """Map what the function returned to the change that saves it."""
+    if isinstance(result, str):
+        return completed(result)
+    if isinstance(result, Mapping):
+        text = result.get("text")
+        if result.get("status") == "pending" and isinstance(text, str):
+            return input_required(text)
+        if "status" not in result and isinstance(text, str):
+            return completed(text)
+    shown = repr(result)
+    if len(shown) > _SHOWN:
+        shown = shown[: _SHOWN - 3] + "..."
+    return failed(
+        f"the fulfilment function returned {shown}; expected a string, {{'text': ...}}"
+        " or {'status': 'pending', 'text': ...}"
+    )
+
+
+def completed(text: str) -> Change:
+    def change(task: Task) -> Task:
+        done = with_status(task, COMPLETED)
+        done["history"] = [*task.get("history", []), _reply(task, text)]
+        done["artifacts"] = [text_artifact(text)]
+        return done
+
+    return change
+
+
+def input_required(prompt: str) -> Change:
+    def change(task: Task) -> Task:
+        question = _reply(task, prompt)
+        waiting = with_status(task, INPUT_REQUIRED, message=question)
+        waiting["history"] = [*task.get("history", []), question]
+        return waiting
+
+    return change
+
+
+def failed(reason: str) -> Change:
+    def change(task: Task) -> Task:
+        broken = with_status(task, FAILED, message=_reply(task, reason))
+        broken.pop("artifacts", None)  # a failed task carries no artifacts
+        return broken
+
+    return change
+
+
+def _reply(task: Task, text: str) -> dict[str, Any]:
+    ids = {"taskId": task["id"]}
+    if task.get("contextId"):
+        ids["contextId"] = task["contextId"]
+    return agent_message(text, **ids)

@@ -1,0 +1,84 @@
+"""A Dispatcher that runs fulfilment on threads in this process (embedded mode)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+
+from shared.errors import BrokerError
+from shared.settings import Settings
+from shared.store import TaskStore
+from worker.agent import Agent
+from worker.fulfil import fulfil
+
+log = logging.getLogger(__name__)
+
+
+def default_threads(settings: Settings) -> int:
+    # Agent calls mostly wait on I/O (models, APIs), so more threads than cores.
+    return settings.concurrency or min(32, (os.cpu_count() or 1) + 4)
+
+
+class InProcessDispatcher:
+    """Queues task ids for a fixed pool of daemon threads running `fulfil`.
+
+    Threads cannot be killed, so `revoke` stops nothing that has started:
+    a canceled task's function runs to its end and its result is then
+    refused by the transition (canceled is terminal). A task canceled
+    while still queued is skipped when its turn comes, because `fulfil`
+    only runs `submitted` tasks. There are no time limits in this mode.
+    """
+
+    def __init__(
+        self,
+        store: TaskStore,
+        agent: Agent,
+        settings: Settings,
+        *,
+        threads: int | None = None,
+    ) -> None:
+        self._store = store
+        self._agent = agent
+        self._settings = settings
+        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._closed = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"toolnexus-worker-{n}", daemon=True)
+            for n in range(threads or default_threads(settings))
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def enqueue(self, task_id: str) -> None:
+        self.check()
+        self._queue.put(task_id)
+
+    def revoke(self, task_id: str) -> None:
+        log.info("task %s: canceled; a running call finishes, its result is dropped", task_id)
+
+    def check(self) -> None:
+        if self._closed.is_set():
+            raise BrokerError("the in-process worker is shutting down")
+
+    def close(self, timeout: float = 10.0) -> bool:
+        """Stop taking work, let running tasks finish for up to `timeout`
+        seconds; True if every thread ended. Queued tasks stay `submitted`."""
+        self._closed.set()
+        for _ in self._threads:
+            self._queue.put(None)
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in self._threads)
+
+    def _work(self) -> None:
+        while (task_id := self._queue.get()) is not None:
+            if self._closed.is_set():
+                continue  # drain without running: shutting down
+            try:
+                fulfil(self._store, task_id, self._agent, self._settings)
+            except Exception:
+                log.exception("task %s: fulfilment crashed", task_id)
