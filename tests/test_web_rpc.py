@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from shared import Settings, memory_store
 from shared.errors import StoreError
@@ -350,3 +352,70 @@ def test_health_endpoints(client: FlaskClient, dispatcher: PlayingDispatcher) ->
     assert ready.status_code == 503
     assert ready.get_json() == {"status": "unavailable", "broker": "broker unavailable"}
     assert client.get("/healthz").status_code == 200
+
+
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20)
+)
+JSON = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+FIELDS = st.sampled_from(
+    [
+        "message",
+        "id",
+        "configuration",
+        "historyLength",
+        "pageSize",
+        "pageToken",
+        "status",
+        "contextId",
+        "includeArtifacts",
+    ]
+)
+METHOD_NAMES = st.sampled_from(
+    [
+        "SendMessage",
+        "message/send",
+        "GetTask",
+        "tasks/get",
+        "CancelTask",
+        "tasks/cancel",
+        "ListTasks",
+        "nope",
+    ]
+)
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    method=METHOD_NAMES,
+    params=st.dictionaries(FIELDS, JSON, max_size=4) | JSON,
+    message=st.dictionaries(
+        st.sampled_from(["role", "messageId", "parts", "taskId", "contextId"]), JSON, max_size=5
+    ),
+    version=st.sampled_from([None, "0.3", "1.0", "9"]),
+)
+def test_generated_requests_always_get_a_json_rpc_reply(
+    client: FlaskClient, method: str, params: Any, message: Any, version: str | None
+) -> None:
+    if isinstance(params, dict) and "message" in params and not params["message"]:
+        params["message"] = message
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+    headers = {"A2A-Version": version} if version else {}
+    status, reply = post_raw(client, body.encode(), **headers)
+    assert status == 200
+    assert reply["jsonrpc"] == "2.0" and reply["id"] == 1
+    assert ("result" in reply) != ("error" in reply)
+    if "error" in reply:
+        assert reply["error"]["code"] != -32603, reply

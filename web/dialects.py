@@ -46,9 +46,11 @@ def stored_state(state: object) -> str | None:
 
 
 def stored_role(role: object) -> str | None:
+    if not isinstance(role, str):
+        return None
     if role in _ROLES_STORED:
-        return _ROLES_STORED[str(role)]
-    return str(role) if role in _ROLES_V10 else None
+        return _ROLES_STORED[role]
+    return role if role in _ROLES_V10 else None
 
 
 def stored_part(part: Mapping[str, Any]) -> dict[str, Any] | None:
