@@ -8,9 +8,11 @@ A bad value raises ConfigError with one line naming the variable.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from shared.errors import ConfigError
@@ -67,6 +69,21 @@ def _optional_reference(value: str) -> str | None:
     return _reference(value) if value else None
 
 
+def _json_object(value: str) -> dict[str, Any] | None:
+    """Inline JSON, or `@path` to a JSON file; either must be an object."""
+    if not value:
+        return None
+    if value.startswith("@"):
+        try:
+            value = Path(value[1:]).read_text()
+        except OSError as error:
+            raise ValueError(f"cannot read {value[1:]!r}: {error.strerror}") from None
+    loaded = json.loads(value)
+    if not isinstance(loaded, dict):
+        raise ValueError("must be a JSON object")
+    return loaded
+
+
 def _env(name: str, parse: Callable[[str], Any], default: Any) -> Any:
     return field(default=default, metadata={"env": f"TOOLNEXUS_{name}", "parse": parse})
 
@@ -97,6 +114,7 @@ class Settings:
     url: str | None = _env("URL", _optional_text, None)
     provider_organization: str | None = _env("PROVIDER_ORGANIZATION", _optional_text, None)
     provider_url: str | None = _env("PROVIDER_URL", _optional_text, None)
+    card: Mapping[str, Any] | None = _env("CARD", _json_object, None)
     # the HTTP edge
     api_tokens: tuple[str, ...] = _env("API_TOKENS", _names, ())
     max_body: int = _env("MAX_BODY", _count, 1024 * 1024)

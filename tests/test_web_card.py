@@ -70,6 +70,38 @@ def test_card_fields_are_configurable() -> None:
     assert card["defaultOutputModes"] == ["text", "application/json"]
 
 
+def test_any_card_field_is_configurable_from_the_environment(tmp_path: Path) -> None:
+    inline = Settings.from_env(
+        {"TOOLNEXUS_CARD": '{"documentationUrl": "https://docs.example.com", "version": "9"}'}
+    )
+    card = card_for(inline)
+    assert card["documentationUrl"] == "https://docs.example.com"
+    assert card["version"] == "9"
+    assert card["name"] == "toolnexus-agent"
+
+    path = tmp_path / "card.json"
+    path.write_text('{"capabilities": {"streaming": false, "pushNotifications": false, "x": 1}}')
+    from_file = card_for(Settings.from_env({"TOOLNEXUS_CARD": f"@{path}"}))
+    assert from_file["capabilities"]["x"] == 1
+    # The factory's own overrides come last.
+    both = card_for(inline, card={"version": "10"})
+    assert (both["version"], both["documentationUrl"]) == ("10", "https://docs.example.com")
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("[1, 2]", "must be a JSON object"),
+        ("{oops", "Expecting property name"),
+        ("@/no/such", "cannot read"),
+    ],
+)
+def test_a_bad_card_setting_names_the_variable(value: str, said: str) -> None:
+    with pytest.raises(ConfigError, match=r"^TOOLNEXUS_CARD=") as caught:
+        Settings.from_env({"TOOLNEXUS_CARD": value})
+    assert said in str(caught.value)
+
+
 def test_the_official_sdk_reads_the_card_with_both_interfaces() -> None:
     card = parse_agent_card(card_for(Settings(skills=str(EXAMPLES), api_tokens=("t",))))
     assert [i.protocol_version for i in card.supported_interfaces] == ["1.0", "0.3"]

@@ -51,7 +51,7 @@ def create_app(
     """`settings` default to the TOOLNEXUS_* environment; `store` to the one
     TOOLNEXUS_STORE names (a store object or a spec string is accepted);
     `dispatcher` to Celery on TOOLNEXUS_BROKER_URL; `card` overrides
-    top-level agent-card fields."""
+    top-level agent-card fields, after those of TOOLNEXUS_CARD."""
     settings = settings if settings is not None else Settings.from_env()
     spec = settings.store if store is None else store
     store = resolve_store(spec, terminal_ttl=settings.task_ttl)
@@ -79,8 +79,10 @@ def create_app(
         payload, status = handle(body, version, tasks)
         return _json(payload, status)
 
+    card_overrides = {**(settings.card or {}), **(card or {})}
+
     def agent_card() -> Response:
-        return _json(build_card(settings, skills, request.host_url, card), 200)
+        return _json(build_card(settings, skills, request.host_url, card_overrides), 200)
 
     for path in CARD_PATHS:
         app.add_url_rule(path, view_func=agent_card, endpoint=path, methods=["GET"])
