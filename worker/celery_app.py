@@ -121,8 +121,11 @@ def create_celery(settings: Settings, *, store: TaskStore | None = None) -> Cele
     app.conf.update(celery_config(settings))
     runtime = ProcessRuntime(settings, store)
 
+    # shared=False: each app keeps its own tasks (closures over its own
+    # settings and store) instead of Celery registering them in every app.
     @app.task(  # type: ignore[untyped-decorator]
         name=FULFIL_TASK,
+        shared=False,
         autoretry_for=(StoreError,),
         max_retries=STORE_RETRIES,
         retry_backoff=True,
@@ -137,7 +140,7 @@ def create_celery(settings: Settings, *, store: TaskStore | None = None) -> Cele
             timeout_errors=(SoftTimeLimitExceeded,),
         )
 
-    @app.task(name=REAP_TASK)  # type: ignore[untyped-decorator]
+    @app.task(name=REAP_TASK, shared=False)  # type: ignore[untyped-decorator]
     def reap_task() -> list[str]:
         return reap_stale(
             runtime.store(), time.time(), settings.stale_after, runtime.agent().on_task

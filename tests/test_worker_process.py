@@ -1,0 +1,151 @@
+"""`celery -A worker worker|beat` as real subprocesses: start-up checks, a
+worker killed with SIGKILL mid-task and its task failed by the reaper on
+beat, and the time limit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.redis_store import RedisStore, redis_store
+from shared.settings import Settings
+from shared.task import Task, new_task, state_of, text_message
+from tests.support.polling import wait_for
+from web.dispatch import CeleryDispatcher
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def clean_env(**variables: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLNEXUS_")}
+    return {**env, **variables, "PYTHONPATH": str(ROOT)}
+
+
+def celery(*args: str, env: dict[str, str], log: Path | None = None) -> subprocess.Popen[bytes]:
+    output = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed by the child
+    return subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "worker", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=output,
+        stderr=subprocess.STDOUT if log else subprocess.PIPE,
+        start_new_session=True,  # its own process group, so one killpg takes its children too
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "variable", "value"),
+    [
+        ("worker", "TOOLNEXUS_STALE_AFTER", "soon"),
+        ("worker", "TOOLNEXUS_RUN", "examples.agents:no_such_agent"),
+        ("beat", "TOOLNEXUS_STORE", "ftp://nowhere"),
+        ("worker", "TOOLNEXUS_ON_TASK", "not a reference"),
+    ],
+)
+def test_a_bad_setting_stops_start_up_with_one_line(
+    command: str, variable: str, value: str
+) -> None:
+    process = celery(command, env=clean_env(**{variable: value}))
+    _, stderr = process.communicate(timeout=60)
+
+    lines = stderr.decode().strip().splitlines()
+    assert process.returncode == 2
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"toolnexus: {variable}")
+
+
+class Fleet:
+    """Worker and beat subprocesses on one private Redis; all killed at the end."""
+
+    def __init__(self, redis_url: str, tmp_path: Path) -> None:
+        self.queue = f"toolnexus-kill-{uuid.uuid4().hex[:8]}"
+        self.env = clean_env(
+            TOOLNEXUS_BROKER_URL=redis_url,
+            TOOLNEXUS_STORE=redis_url,
+            TOOLNEXUS_QUEUE=self.queue,
+            TOOLNEXUS_RUN="examples.agents:slow",
+            TOOLNEXUS_HEARTBEAT="0.2",
+            TOOLNEXUS_STALE_AFTER="1",
+            TOOLNEXUS_REAP_EVERY="0.3",
+            TOOLNEXUS_TIME_LIMIT="2",
+        )
+        self.settings = Settings.from_env(self.env)
+        self.store: RedisStore = redis_store(redis_url)
+        self.dispatcher = CeleryDispatcher(self.settings)
+        self.tmp_path = tmp_path
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def worker(self, name: str, *extra: str) -> subprocess.Popen[bytes]:
+        args = ["worker", "-n", f"{name}@%h", "-c", "2", "-P", "prefork", "-l", "INFO"]
+        process = celery(*args, *extra, env=self.env, log=self.tmp_path / f"{name}.log")
+        self.processes.append(process)
+        return process
+
+    def submit(self, text: str) -> str:
+        task = self.store.save(new_task(text_message("user", text)))
+        self.dispatcher.enqueue(task["id"])
+        return str(task["id"])
+
+    def wait(self, task_id: str, state: str, timeout: float = 30) -> Task:
+        def probe() -> Task | None:
+            task = self.store.get(task_id)
+            return task if task and state_of(task) == state else None
+
+        return wait_for(probe, timeout=timeout, what=f"task {task_id} {state}\n{self.logs()}")
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace")[-3000:] for p in self.tmp_path.glob("*.log"))
+
+    def close(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+        self.dispatcher.close()
+        self.store.client.close()
+
+
+@pytest.fixture
+def fleet(redis_url: str, tmp_path: Path) -> Iterator[Fleet]:
+    fleet = Fleet(redis_url, tmp_path)
+    yield fleet
+    fleet.close()
+
+
+def reason(task: Task) -> str:
+    return str(task["status"]["message"]["parts"][0]["text"])
+
+
+def test_a_killed_worker_s_task_is_failed_by_the_reaper_on_beat(fleet: Fleet) -> None:
+    victim = fleet.worker("victim")
+    task_id = fleet.submit("60 never finishes")
+    fleet.wait(task_id, "working")
+
+    def beats() -> Any:
+        return fleet.store.client.zscore("toolnexus:working", task_id)
+
+    first = beats()
+    wait_for(lambda: beats() != first, what="a heartbeat from the running task")
+
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait(10)
+    assert state_of(fleet.store.get(task_id) or {}) == "working"  # nobody left to say otherwise
+
+    fleet.worker("survivor", "-B", "-s", str(fleet.tmp_path / "beat-schedule"))
+    task = fleet.wait(task_id, "failed")
+
+    assert reason(task) == "worker lost: no heartbeat for 1 s"
+    assert fleet.store.stale(float("inf")) == []  # it left the working index
+
+    # the same worker enforces the time limit with Celery's soft limit
+    slow = fleet.submit("30 too slow")
+    timed_out = fleet.wait(slow, "failed")
+    assert reason(timed_out) == "timed out after 2 s"

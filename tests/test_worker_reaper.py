@@ -1,0 +1,180 @@
+"""The reaper with an injected clock, on every built-in store."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.file_store import file_store
+from shared.memory_store import memory_store
+from shared.redis_store import redis_store
+from shared.task import (
+    COMPLETED,
+    Task,
+    new_task,
+    state_of,
+    text_message,
+    with_status,
+)
+from shared.transitions import transition
+from tests.support.polling import wait_for
+from worker.fulfil import completed
+from worker.guard import transition_from
+from worker.reaper import ReaperThread, reap_stale
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(params=["memory", "file", "redis"])
+def clocked(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, Clock]]:
+    clock = Clock()
+    if request.param == "memory":
+        yield memory_store(clock), clock
+    elif request.param == "file":
+        yield file_store(tmp_path / "tasks", clock), clock
+    else:
+        url = request.getfixturevalue("redis_url")
+        store = redis_store(url, clock=clock)
+        yield store, clock
+        store.client.close()
+
+
+def save_in(store: Any, state: str) -> str:
+    task = with_status(new_task(text_message("user", "x")), state)
+    store.save(task)
+    return str(task["id"])
+
+
+def message(task: Task | None) -> str:
+    assert task is not None
+    return str(task["status"]["message"]["parts"][0]["text"])
+
+
+def test_only_stale_working_tasks_are_failed(clocked: tuple[Any, Clock]) -> None:
+    store, clock = clocked
+    old = save_in(store, "working")
+    clock.now += 50
+    fresh = save_in(store, "working")
+    waiting = save_in(store, "input-required")
+    done = save_in(store, "completed")
+    clock.now += 20  # old: 70 s without a heartbeat, fresh: 20 s
+
+    assert reap_stale(store, clock.now, stale_after=60) == [old]
+
+    assert state_of(store.get(old)) == "failed"
+    assert message(store.get(old)) == "worker lost: no heartbeat for 60 s"
+    assert "artifacts" not in (store.get(old) or {})
+    for task_id, state in ((fresh, "working"), (waiting, "input-required"), (done, "completed")):
+        assert state_of(store.get(task_id)) == state
+    assert reap_stale(store, clock.now, stale_after=60) == []  # nothing twice
+
+
+def test_a_heartbeat_keeps_a_task_off_the_list(clocked: tuple[Any, Clock]) -> None:
+    store, clock = clocked
+    task_id = save_in(store, "working")
+    for _ in range(5):
+        clock.now += 30
+        store.heartbeat(task_id)
+        assert reap_stale(store, clock.now, stale_after=60) == []
+    clock.now += 61
+
+    assert reap_stale(store, clock.now, stale_after=60) == [task_id]
+
+
+def test_the_hook_hears_about_each_reaped_task(clocked: tuple[Any, Clock]) -> None:
+    store, clock = clocked
+    first, second = save_in(store, "working"), save_in(store, "working")
+    clock.now += 100
+    heard: list[tuple[str, str]] = []
+
+    reaped = reap_stale(store, clock.now, 60, on_terminal=lambda i, s, t: heard.append((i, s)))
+
+    assert sorted(reaped) == sorted([first, second])
+    assert sorted(heard) == sorted([(first, "failed"), (second, "failed")])
+
+
+def test_a_task_that_left_working_after_the_listing_is_left_alone(
+    clocked: tuple[Any, Clock],
+) -> None:
+    """The stale list is read first; the task then asks for input before the
+    reaper writes. The reaper's guarded transition must not fail it."""
+    store, clock = clocked
+    task_id = save_in(store, "working")
+    clock.now += 100
+    listed = store.stale(clock.now - 60)
+    transition(store, task_id, lambda t: with_status(t, "input-required"))
+
+    class Frozen:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store, name)
+
+        def stale(self, cutoff: float) -> list[str]:
+            return listed
+
+    assert reap_stale(Frozen(), clock.now, 60) == []
+    assert state_of(store.get(task_id)) == "input-required"
+
+
+def race_reaper_against_worker(store: Any, task_id: str, now: float) -> dict[str, bool]:
+    """Start the reaper and a finishing worker on one task at the same moment."""
+    start = threading.Barrier(2)
+    won: dict[str, bool] = {}
+
+    def reap() -> None:
+        start.wait()
+        won["reaper"] = task_id in reap_stale(store, now, 60)
+
+    def finish() -> None:
+        start.wait()
+        won["worker"] = transition_from(store, task_id, {"working"}, completed("done")).applied
+
+    threads = [threading.Thread(target=reap), threading.Thread(target=finish)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return won
+
+
+def test_reaper_and_a_finishing_worker_race_to_exactly_one_terminal_state(
+    clocked: tuple[Any, Clock],
+) -> None:
+    store, clock = clocked
+    for _ in range(50):
+        task_id = save_in(store, "working")
+        clock.now += 100
+
+        won = race_reaper_against_worker(store, task_id, clock.now)
+
+        assert sorted(won.values()) == [False, True]
+        final = state_of(store.get(task_id))
+        assert final == (COMPLETED if won["worker"] else "failed")
+
+
+def test_a_store_without_a_stale_index_reaps_nothing() -> None:
+    tasks: dict[str, Task] = {}
+    minimal = type("Minimal", (), {"get": lambda s, i: tasks.get(i), "save": lambda s, t: t})()
+
+    assert reap_stale(minimal, 1e12, 60) == []
+
+
+def test_the_reaper_thread_reaps_on_its_interval() -> None:
+    clock = Clock()
+    store = memory_store(clock)
+    task_id = save_in(store, "working")
+    clock.now += 100
+    reaper = ReaperThread(store, every=0.05, stale_after=60, clock=clock).start()
+    try:
+        wait_for(lambda: state_of(store.get(task_id) or {}) == "failed", what="the reaper")
+    finally:
+        reaper.stop()
