@@ -12,26 +12,18 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
 from shared.redis_store import redis_store
-from shared.task import FAILED, WORKING, new_task, text_message, with_status
-from tests.support.compose import (
-    ROOT,
-    ServiceProcess,
-    compose,
-    localised,
-    service_environment,
-)
+from shared.task import COMPLETED, FAILED, WORKING, new_task, text_message, with_status
+from tests.support.a2a import send_text, wait_state
+from tests.support.compose import ROOT, LocalStack
 from tests.support.polling import wait_for
-from tests.support.redis_server import RedisServer, free_port
+from tests.support.redis_server import RedisServer
 
 FLOWER_LOGIN = ("admin", "secret")
 # Short liveness settings so the reaper acts within the test; the rest are
@@ -43,88 +35,38 @@ OVERRIDES = {
     "TOOLNEXUS_REAP_EVERY": "1",
     "TOOLNEXUS_CONCURRENCY": "2",
 }
-
-
-@dataclass
-class Stack:
-    services: dict[str, Any]
-    processes: dict[str, ServiceProcess]
-    web_url: str
-    flower_url: str
-    store_url: str
-    environments: dict[str, dict[str, str]]
-    beat_dir: Path
+SERVICES = ("web", "worker", "beat", "flower")
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    redis = RedisServer(appendonly=True).start()
+    stack = LocalStack(redis.url, tmp_path_factory.mktemp("compose"), OVERRIDES)
     try:
-        redis = RedisServer(appendonly=True).start()
-    except FileNotFoundError as error:
-        pytest.fail(f"redis-server is needed to run compose services: {error}")
-    folder = tmp_path_factory.mktemp("compose")
-    services = compose(OVERRIDES)["services"]
-    web_port, flower_port = free_port(), free_port()
-    extra = {
-        "web": {"GUNICORN_CMD_ARGS": f"--bind=127.0.0.1:{web_port}"},
-        "flower": {"FLOWER_PORT": str(flower_port), "FLOWER_ADDRESS": "127.0.0.1"},
-    }
-    # The image's WORKDIR is the project (gunicorn.conf.py); beat has its own.
-    workdirs = {"web": ROOT, "worker": ROOT, "flower": ROOT, "beat": folder / "beat"}
-    workdirs["beat"].mkdir()
-    environments = {
-        name: {**localised(service_environment(services[name]), redis.url), **extra.get(name, {})}
-        for name in ("web", "worker", "beat", "flower")
-    }
-    processes: dict[str, ServiceProcess] = {}
-    try:
-        for name, environment in environments.items():
-            processes[name] = ServiceProcess(
-                name, services[name]["command"], environment, workdirs[name], folder / f"{name}.log"
-            )
-        yield Stack(
-            services=services,
-            processes=processes,
-            web_url=f"http://127.0.0.1:{web_port}",
-            flower_url=f"http://127.0.0.1:{flower_port}",
-            store_url=environments["web"]["TOOLNEXUS_STORE"],
-            environments=environments,
-            beat_dir=workdirs["beat"],
-        )
+        for name in SERVICES:
+            stack.start(name)
+        yield stack
     finally:
-        for process in processes.values():
-            process.stop()
+        stack.close()
         redis.close()
 
 
-def rpc(stack: Stack, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    body = {"jsonrpc": "2.0", "id": str(uuid.uuid4()), "method": method, "params": params}
-    reply = requests.post(f"{stack.web_url}/", json=body, timeout=10).json()
-    assert "error" not in reply, reply
-    result: dict[str, Any] = reply["result"]
-    return result
-
-
-def health_check(stack: Stack, name: str, ports: dict[str, str] | None = None) -> int:
+def health_check(stack: LocalStack, name: str, ports: dict[str, str] | None = None) -> int:
     """Run the service's compose health check here, as its container would."""
-    test = list(stack.services[name]["healthcheck"]["test"])
-    kind, rest = test[0], test[1:]
+    kind, *rest = stack.services[name]["healthcheck"]["test"]
     for old, new in (ports or {}).items():
         rest = [part.replace(old, new) for part in rest]
     command = ["sh", "-c", rest[0]] if kind == "CMD-SHELL" else rest
-    environment = {**stack.environments[name], "HOSTNAME": socket.gethostname()}
-    result = subprocess.run(
-        command, env={**os.environ, **environment}, cwd=ROOT, capture_output=True, timeout=60
-    )
-    return result.returncode
+    environment = {**os.environ, **stack.environments[name], "HOSTNAME": socket.gethostname()}
+    return subprocess.run(command, env=environment, cwd=ROOT, capture_output=True).returncode
 
 
-def alive(stack: Stack) -> None:
+def alive(stack: LocalStack) -> None:
     for process in stack.processes.values():
         assert process.alive(), f"{process.name} exited:\n{process.output()[-3000:]}"
 
 
-def test_web_becomes_ready_and_its_health_check_passes(stack: Stack) -> None:
+def test_web_becomes_ready_and_its_health_check_passes(stack: LocalStack) -> None:
     def ready() -> bool:
         alive(stack)
         try:
@@ -133,40 +75,32 @@ def test_web_becomes_ready_and_its_health_check_passes(stack: Stack) -> None:
             return False
 
     wait_for(ready, timeout=30, what="web /readyz")
-    port = stack.web_url.rsplit(":", 1)[1]
-    assert health_check(stack, "web", {"127.0.0.1:8080": f"127.0.0.1:{port}"}) == 0
+    ports = {"127.0.0.1:8080": f"127.0.0.1:{stack.web_port}"}
+    assert health_check(stack, "web", ports) == 0
 
 
 @pytest.fixture(scope="module")
-def completed_task(stack: Stack) -> dict[str, Any]:
+def completed_task(stack: LocalStack) -> dict[str, Any]:
     """A task sent through web (A2A 0.3, non-blocking) and polled to completion."""
-    message = {
-        "role": "user",
-        "messageId": str(uuid.uuid4()),
-        "parts": [{"kind": "text", "text": "through compose"}],
-    }
-    task = rpc(stack, "message/send", {"message": message, "configuration": {"blocking": False}})
+    task = send_text(stack.web_url, "through compose")
     assert task["status"]["state"] == "submitted"
-
-    def finished() -> dict[str, Any] | None:
-        alive(stack)
-        current = rpc(stack, "tasks/get", {"id": task["id"]})
-        return current if current["status"]["state"] == "completed" else None
-
-    return wait_for(finished, timeout=30, what="the task to complete")
+    done = wait_state(stack.web_url, task["id"])
+    alive(stack)
+    return done
 
 
 def test_a_task_sent_through_web_completes(completed_task: dict[str, Any]) -> None:
+    assert completed_task["status"]["state"] == COMPLETED
     assert completed_task["artifacts"][0]["parts"][0]["text"] == "ran: through compose"
 
 
-def test_the_worker_health_check_pings_its_own_node(stack: Stack) -> None:
+def test_the_worker_health_check_pings_its_own_node(stack: LocalStack) -> None:
     assert wait_for(lambda: health_check(stack, "worker") == 0, timeout=40, what="worker ping")
 
 
-def test_flower_shows_the_task_and_its_state(stack: Stack, completed_task: dict[str, Any]) -> None:
-    task_id = completed_task["id"]
-
+def test_flower_shows_the_task_and_its_state(
+    stack: LocalStack, completed_task: dict[str, Any]
+) -> None:
     def seen() -> dict[str, Any] | None:
         alive(stack)
         try:
@@ -174,34 +108,29 @@ def test_flower_shows_the_task_and_its_state(stack: Stack, completed_task: dict[
         except requests.ConnectionError:
             return None
         tasks = reply.json() if reply.status_code == 200 else {}
-        entry = tasks.get(task_id)
+        entry = tasks.get(completed_task["id"])
         return entry if entry and entry.get("state") == "SUCCESS" else None
 
     entry = wait_for(seen, timeout=40, what="flower to report the task")
     assert entry["name"] == "toolnexus.fulfil"
     assert requests.get(f"{stack.flower_url}/api/tasks", timeout=5).status_code == 401
-    port = stack.flower_url.rsplit(":", 1)[1]
-    assert health_check(stack, "flower", {"127.0.0.1:5555": f"127.0.0.1:{port}"}) == 0
+    ports = {"127.0.0.1:5555": f"127.0.0.1:{stack.flower_port}"}
+    assert health_check(stack, "flower", ports) == 0
     metrics = requests.get(f"{stack.flower_url}/metrics", auth=FLOWER_LOGIN, timeout=5)
     assert metrics.status_code == 200 and "flower_events_total" in metrics.text
 
 
-def test_beat_reaps_a_task_left_stale(stack: Stack) -> None:
+def test_beat_reaps_a_task_left_stale(stack: LocalStack) -> None:
     # A task a dead worker left in `working`: its last heartbeat is at time 0.
     store = redis_store(stack.store_url, clock=lambda: 0.0)
     orphan = store.save(with_status(new_task(text_message("user", "orphan")), WORKING))
-
-    def reaped() -> dict[str, Any] | None:
-        alive(stack)
-        current = rpc(stack, "tasks/get", {"id": orphan["id"]})
-        return current if current["status"]["state"] == FAILED else None
-
-    failed = wait_for(reaped, timeout=30, what="beat's reaper to fail the stale task")
+    failed = wait_state(stack.web_url, orphan["id"], frozenset({FAILED}))
     assert "worker lost" in failed["status"]["message"]["parts"][0]["text"]
+    alive(stack)
     assert "reap" in stack.processes["worker"].output().lower()
 
 
-def test_beat_keeps_no_pid_file(stack: Stack) -> None:
+def test_beat_keeps_a_schedule_and_no_pid_file(stack: LocalStack) -> None:
     alive(stack)
     assert any(stack.beat_dir.glob("celerybeat-schedule*"))
     assert not (stack.beat_dir / "celerybeat.pid").exists()

@@ -115,3 +115,74 @@ class ServiceProcess:
                 self.process.wait(5)
         self._log_file.close()
         return self.process.returncode
+
+
+class LocalStack:
+    """compose.yaml's project services run here against a local Redis.
+
+    `overrides` feed compose's interpolation (like a .env file); web and
+    flower get free ports. Services can be started, stopped and restarted
+    one by one, which is what the reliability scenarios need.
+    """
+
+    def __init__(
+        self, redis_url: str, folder: Path, overrides: Mapping[str, str] | None = None
+    ) -> None:
+        from tests.support.redis_server import free_port
+
+        self.folder = folder
+        self.services: dict[str, Any] = compose(
+            {"FLOWER_BASIC_AUTH": "admin:secret", **(overrides or {})}
+        )["services"]
+        self.web_port, self.flower_port = free_port(), free_port()
+        extra = {
+            "web": {"GUNICORN_CMD_ARGS": f"--bind=127.0.0.1:{self.web_port}"},
+            "flower": {"FLOWER_PORT": str(self.flower_port), "FLOWER_ADDRESS": "127.0.0.1"},
+        }
+        self.environments = {
+            name: {
+                **localised(service_environment(self.services[name]), redis_url),
+                **extra.get(name, {}),
+            }
+            for name in ("web", "worker", "beat", "flower")
+        }
+        # The image's WORKDIR is the project (gunicorn.conf.py); beat has its own.
+        self.beat_dir = folder / "beat"
+        self.beat_dir.mkdir(exist_ok=True)
+        self.processes: dict[str, ServiceProcess] = {}
+        self._starts: dict[str, int] = {}
+
+    @property
+    def web_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
+    @property
+    def flower_url(self) -> str:
+        return f"http://127.0.0.1:{self.flower_port}"
+
+    @property
+    def store_url(self) -> str:
+        return self.environments["web"]["TOOLNEXUS_STORE"]
+
+    def start(self, name: str, *, as_name: str | None = None, **env: str) -> ServiceProcess:
+        """Start `name`'s command; `as_name` runs a second copy (another worker)."""
+        label = as_name or name
+        count = self._starts[label] = self._starts.get(label, 0) + 1
+        process = ServiceProcess(
+            label,
+            self.services[name]["command"],
+            {**self.environments[name], **env},
+            self.beat_dir if name == "beat" else ROOT,
+            self.folder / f"{label}.{count}.log",
+        )
+        self.processes[label] = process
+        return process
+
+    def stop(self, name: str) -> None:
+        process = self.processes.pop(name, None)
+        if process is not None:
+            process.stop()
+
+    def close(self) -> None:
+        for name in list(self.processes):
+            self.stop(name)

@@ -1,0 +1,50 @@
+"""A tiny A2A 0.3 JSON-RPC client over real HTTP, for end-to-end tests."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import requests
+
+from shared.task import TERMINAL_STATES
+from tests.support.polling import wait_for
+
+
+def call(url: str, method: str, params: dict[str, Any], timeout: float = 10) -> dict[str, Any]:
+    """The whole JSON-RPC reply (result or error)."""
+    body = {"jsonrpc": "2.0", "id": str(uuid.uuid4()), "method": method, "params": params}
+    reply: dict[str, Any] = requests.post(f"{url}/", json=body, timeout=timeout).json()
+    assert reply.get("jsonrpc") == "2.0" and reply.get("id") == body["id"], reply
+    return reply
+
+
+def result(url: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    reply = call(url, method, params)
+    assert "error" not in reply, reply
+    answer: dict[str, Any] = reply["result"]
+    return answer
+
+
+def send_text(url: str, text: str) -> dict[str, Any]:
+    """message/send, non-blocking: the submitted task."""
+    message = {
+        "role": "user",
+        "messageId": str(uuid.uuid4()),
+        "parts": [{"kind": "text", "text": text}],
+    }
+    return result(url, "message/send", {"message": message, "configuration": {"blocking": False}})
+
+
+def get_task(url: str, task_id: str) -> dict[str, Any]:
+    return result(url, "tasks/get", {"id": task_id})
+
+
+def wait_state(
+    url: str, task_id: str, states: frozenset[str] = TERMINAL_STATES, timeout: float = 30
+) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        task = get_task(url, task_id)
+        return task if task["status"]["state"] in states else None
+
+    return wait_for(reached, timeout=timeout, what=f"task {task_id} to reach {sorted(states)}")
