@@ -1,0 +1,192 @@
+"""`toolnexus-serve`: the whole service in one process, over real HTTP."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from shared.file_store import file_store
+from shared.task import new_task, state_of, text_message, with_status
+from tests.support.polling import wait_for
+from tests.support.redis_server import free_port
+from worker.embedded import main, parse_args, settings_from
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def command() -> list[str]:
+    script = shutil.which("toolnexus-serve")
+    return [script] if script else [sys.executable, "-m", "worker.embedded"]
+
+
+class Served:
+    def __init__(self, process: subprocess.Popen[str], url: str) -> None:
+        self.process = process
+        self.url = url
+
+    def rpc(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        reply = requests.post(self.url, json=body, timeout=10)
+        assert reply.status_code == 200, reply.text
+        payload = reply.json()
+        assert "result" in payload, payload
+        return dict(payload["result"])
+
+    def send(self, text: str, **extra: Any) -> dict[str, Any]:
+        parts = [{"kind": "text", "text": text}]
+        message = {"kind": "message", "role": "user", "messageId": "m-1", "parts": parts, **extra}
+        return self.rpc("SendMessage", {"message": message})
+
+    def wait_state(self, task_id: str, state: str) -> dict[str, Any]:
+        def probe() -> dict[str, Any] | None:
+            task = self.rpc("GetTask", {"id": task_id})
+            return task if state_of(task) == state else None
+
+        return wait_for(probe, timeout=15, what=f"task {task_id} {state}")
+
+    def stop(self, signum: int) -> tuple[int, str]:
+        self.process.send_signal(signum)
+        _, stderr = self.process.communicate(timeout=20)
+        return self.process.returncode, stderr
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
+    started: list[subprocess.Popen[str]] = []
+
+    def start(*args: str, **env: str) -> Served:
+        port = free_port()
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("TOOLNEXUS_")}
+        process = subprocess.Popen(
+            [*command(), "--port", str(port), *args],
+            cwd=tmp_path,
+            env={**clean, **env, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        started.append(process)
+        served = Served(process, f"http://127.0.0.1:{port}/")
+
+        def healthy() -> bool:
+            assert process.poll() is None, process.communicate()[1]
+            try:
+                return requests.get(served.url + "healthz", timeout=1).status_code == 200
+            except requests.ConnectionError:
+                return False
+
+        wait_for(healthy, timeout=30, what="toolnexus-serve to answer")
+        return served
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=10)
+
+
+def test_serves_a_task_end_to_end_and_stops_on_ctrl_c(serve: Callable[..., Served]) -> None:
+    served = serve()
+
+    sent = served.send("hello")
+    assert state_of(sent) == "submitted"  # at once, before the work is done
+    task = served.wait_state(sent["id"], "completed")
+
+    assert task["artifacts"][0]["parts"][0]["text"] == "ran: hello"
+    returncode, stderr = served.stop(signal.SIGINT)
+    assert returncode == 0, stderr
+    assert "toolnexus-serve: stopped" in stderr
+    assert "Traceback" not in stderr
+
+
+def test_file_store_input_required_then_continue_and_sigterm(
+    serve: Callable[..., Served], tmp_path: Path
+) -> None:
+    served = serve("--store", "file:./tasks", "--run", "examples.agents:ask_back")
+
+    sent = served.send("hi")
+    waiting = served.wait_state(sent["id"], "input-required")
+    assert waiting["status"]["message"]["parts"][0]["text"] == "What is your name?"
+    served.send("Ada", taskId=sent["id"], contextId=sent["contextId"])
+    task = served.wait_state(sent["id"], "completed")
+
+    assert task["artifacts"][0]["parts"][0]["text"] == "Hello, Ada!"
+    assert (tmp_path / "tasks" / f"{sent['id']}.json").exists()  # durable, relative to cwd
+    returncode, stderr = served.stop(signal.SIGTERM)
+    assert returncode == 0, stderr
+
+
+def test_cancel_of_a_running_task_stays_canceled(serve: Callable[..., Served]) -> None:
+    served = serve("--run", "examples.agents:slow", TOOLNEXUS_CONCURRENCY="1")
+    sent = served.send("1 sleepy")
+    served.wait_state(sent["id"], "working")
+
+    canceled = served.rpc("CancelTask", {"id": sent["id"]})
+    assert state_of(canceled) == "canceled"
+    # One worker thread: once the next task is done, the canceled run has
+    # ended too (a thread cannot be stopped) and tried to save its result.
+    after = served.send("0.01 next")
+    served.wait_state(after["id"], "completed")
+
+    assert state_of(served.rpc("GetTask", {"id": sent["id"]})) == "canceled"
+    assert served.stop(signal.SIGINT)[0] == 0
+
+
+def test_a_task_left_working_by_a_dead_process_is_reaped(
+    serve: Callable[..., Served], tmp_path: Path
+) -> None:
+    store = file_store(tmp_path / "tasks", clock=lambda: time.time() - 3600)
+    orphan = with_status(new_task(text_message("user", "x")), "working")
+    store.save(orphan)  # as if the process running it had died an hour ago
+
+    served = serve(
+        "--store",
+        "file:./tasks",
+        TOOLNEXUS_HEARTBEAT="0.1",
+        TOOLNEXUS_STALE_AFTER="1",
+        TOOLNEXUS_REAP_EVERY="0.2",
+    )
+    task = served.wait_state(orphan["id"], "failed")
+
+    assert task["status"]["message"]["parts"][0]["text"] == "worker lost: no heartbeat for 1 s"
+    assert served.stop(signal.SIGINT)[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "variable"),
+    [
+        (["--store", "bogus"], "TOOLNEXUS_STORE"),
+        (["--run", "examples.agents:nope"], "TOOLNEXUS_RUN"),
+        (["--port", "http"], "TOOLNEXUS_PORT"),
+    ],
+)
+def test_a_bad_option_stops_with_one_line_naming_the_variable(
+    args: list[str], variable: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(args) == 2
+
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("toolnexus-serve: ")
+    assert variable in lines[0]
+
+
+def test_options_override_their_variables_and_the_rest_come_from_the_environment() -> None:
+    env = {"TOOLNEXUS_PORT": "9000", "TOOLNEXUS_STORE": "file:/x", "TOOLNEXUS_NAME": "named"}
+
+    settings = settings_from(parse_args(["--port", "9100", "--run", "examples.agents:fail"]), env)
+
+    assert (settings.port, settings.run) == (9100, "examples.agents:fail")
+    assert settings.store == "file:/x"
+    assert settings.name == "named"
+    assert settings_from(parse_args([]), {}).port == 8080
