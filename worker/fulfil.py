@@ -2,15 +2,15 @@
 
 One delivery of a task id does this:
 
-1. Load the task. Unknown, terminal (canceled before it started, finished by
-   an earlier delivery), `working` or `input-required`: do nothing.
-2. Claim it: compare-and-set `submitted` -> `working`. Only the delivery
-   whose write wins runs the function; a duplicate or redelivered message
-   that finds the task already `working` does nothing. The rule is "the
-   function runs once per submission": a continuation puts the task back in
-   `submitted`, and the next claim runs it once more.
-3. Run the function with the latest user message's text, heartbeating.
-4. Save the result as a transition *from `working`*, so it loses to a cancel
+1. Claim it: compare-and-set `submitted` -> `working`. Only the delivery
+   whose write wins runs the function. A task that is unknown, terminal
+   (canceled before it started, finished by an earlier delivery), already
+   `working` (a duplicate or redelivered message) or `input-required` is
+   left alone. The rule is "the function runs once per submission": a
+   continuation puts the task back in `submitted`, and the next claim runs
+   it once more.
+2. Run the function with the latest user message's text, heartbeating.
+3. Save the result as a transition *from `working`*, so it loses to a cancel
    or a reaper that made the task terminal meanwhile, and never touches a
    task someone else moved on.
 """
@@ -60,18 +60,15 @@ def fulfil(
     `timeout_errors` are the exceptions that mean "out of time" (Celery's
     SoftTimeLimitExceeded); they fail the task saying it timed out.
     """
-    task = store.get(task_id)
-    if task is None:
+    # The claim reads the task itself: no separate load, one round trip fewer.
+    claim = transition_from(store, task_id, {SUBMITTED}, lambda t: with_status(t, WORKING))
+    if claim.task is None:
         log.warning("task %s: not in the store, nothing to run", task_id)
         return ""
-    if state_of(task) != SUBMITTED:
-        log.info("task %s: is %s, not submitted; not running it", task_id, state_of(task))
-        return state_of(task)
-    claim = transition_from(store, task_id, {SUBMITTED}, lambda t: with_status(t, WORKING))
-    if not claim.applied or claim.task is None:
-        now = state_of(claim.task) if claim.task else ""
-        log.info("task %s: claimed elsewhere (now %s); not running it", task_id, now)
-        return now
+    if not claim.applied:
+        state = state_of(claim.task)
+        log.info("task %s: is %s, not submitted; not running it", task_id, state)
+        return state
     with heartbeating(store, task_id, settings.heartbeat):
         finish = _run(agent, claim.task, settings, timeout_errors)
     saved = transition_from(store, task_id, {WORKING}, finish, on_terminal=agent.on_task)
