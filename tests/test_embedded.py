@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -142,12 +143,15 @@ def test_cancel_of_a_running_task_stays_canceled(serve: Callable[..., Served]) -
     assert served.stop(signal.SIGINT)[0] == 0
 
 
-def test_a_task_left_working_by_a_dead_process_is_reaped(
+def test_a_restart_reaps_what_was_running_and_runs_what_was_queued(
     serve: Callable[..., Served], tmp_path: Path
 ) -> None:
+    """What a file store holds after a crash: a task that was running (its
+    heartbeat an hour old) and one accepted but never started."""
     store = file_store(tmp_path / "tasks", clock=lambda: time.time() - 3600)
     orphan = with_status(new_task(text_message("user", "x")), "working")
-    store.save(orphan)  # as if the process running it had died an hour ago
+    store.save(orphan)
+    queued = store.save(new_task(text_message("user", "still wanted")))
 
     served = serve(
         "--store",
@@ -156,10 +160,25 @@ def test_a_task_left_working_by_a_dead_process_is_reaped(
         TOOLNEXUS_STALE_AFTER="1",
         TOOLNEXUS_REAP_EVERY="0.2",
     )
-    task = served.wait_state(orphan["id"], "failed")
+    reaped = served.wait_state(orphan["id"], "failed")
+    done = served.wait_state(queued["id"], "completed")
 
-    assert task["status"]["message"]["parts"][0]["text"] == "worker lost: no heartbeat for 1 s"
+    assert reaped["status"]["message"]["parts"][0]["text"] == "worker lost: no heartbeat for 1 s"
+    assert done["artifacts"][0]["parts"][0]["text"] == "ran: still wanted"
     assert served.stop(signal.SIGINT)[0] == 0
+
+
+def test_a_port_in_use_stops_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        assert main(["--port", str(port)]) == 2
+
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "Address already in use" in lines[0]
 
 
 @pytest.mark.parametrize(

@@ -11,18 +11,27 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from types import FrameType
+from typing import Any
 
-from shared.errors import ConfigError
+from werkzeug.serving import BaseWSGIServer, make_server
+
+from shared.errors import ConfigError, ToolnexusError
 from shared.resolve import resolve_store
 from shared.settings import Settings
+from shared.store import ListableStore, TaskStore
+from shared.task import SUBMITTED, state_of
+from web import create_app
 from worker.agent import load_agent
 from worker.inprocess import InProcessDispatcher, default_threads
 from worker.reaper import ReaperThread
+
+log = logging.getLogger(__name__)
 
 PROGRAM = "toolnexus-serve"
 # Option -> the variable it overrides; Settings.from_env validates both the same way.
@@ -67,6 +76,17 @@ def settings_from(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
     return Settings.from_env(merged)
 
 
+def resume_submitted(store: TaskStore, dispatcher: InProcessDispatcher) -> int:
+    """Queue the tasks a previous run accepted but never started (a durable
+    store after a restart); the claim makes a second queuing harmless."""
+    if not isinstance(store, ListableStore):
+        return 0
+    waiting = [i for i, task in store.all().items() if state_of(task) == SUBMITTED]
+    for task_id in waiting:
+        dispatcher.enqueue(task_id)
+    return len(waiting)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -78,14 +98,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
     except (ConfigError, ValueError) as error:
-        print(f"{PROGRAM}: {error}", file=sys.stderr)
-        return 2
-
-    from werkzeug.serving import make_server
-
-    from web import create_app
+        return _refuse(error)
 
     dispatcher = InProcessDispatcher(store, agent, settings)
+    server: BaseWSGIServer | None = None
+    try:
+        app = create_app(settings, store=store, dispatcher=dispatcher)
+        server = _bind(settings.host, settings.port, app)
+        if resumed := resume_submitted(store, dispatcher):
+            log.info("queued %d task(s) left submitted by a previous run", resumed)
+    except (ToolnexusError, OSError) as error:  # bad skills dir, store down, port taken
+        if server is not None:
+            server.server_close()
+        dispatcher.close(timeout=0)
+        return _refuse(error)
     reaper = ReaperThread(
         store,
         every=settings.reap_every,
@@ -93,15 +119,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         on_terminal=agent.on_task,
         clock=time.time,
     ).start()
+    print(
+        f"{PROGRAM}: {settings.name} on http://{settings.host}:{server.port}/"
+        f" (store {settings.store}, run {settings.run}, {default_threads(settings)} worker threads)"
+        " - Ctrl-C to stop",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
-        app = create_app(settings, store=store, dispatcher=dispatcher)
-        server = make_server(settings.host, settings.port, app, threaded=True)
-    except (ConfigError, OSError) as error:
-        print(f"{PROGRAM}: {error}", file=sys.stderr)
+        _serve_until_signalled(server)
+    finally:
         reaper.stop()
-        dispatcher.close(timeout=0)
-        return 2
+        finished = dispatcher.close(timeout=args.grace)
+    if not finished:
+        print(f"{PROGRAM}: stopped with tasks still running; they stay 'working'", file=sys.stderr)
+    print(f"{PROGRAM}: stopped", file=sys.stderr)
+    return 0
 
+
+def _serve_until_signalled(server: BaseWSGIServer) -> None:
+    """Serve on a thread until SIGINT or SIGTERM, then stop taking requests."""
     stop = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
@@ -110,28 +147,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     serving = threading.Thread(target=server.serve_forever, name="toolnexus-http", daemon=True)
     serving.start()
-    print(
-        f"{PROGRAM}: {settings.name} on http://{settings.host}:{server.server_port}/"
-        f" (store {settings.store}, run {settings.run}, {default_threads(settings)} worker threads)"
-        " - Ctrl-C to stop",
-        file=sys.stderr,
-        flush=True,
-    )
     try:
-        while not stop.wait(0.5):
-            if not serving.is_alive():
-                break
+        while serving.is_alive() and not stop.wait(0.5):
+            pass
     finally:
         server.shutdown()
         server.server_close()
-        reaper.stop()
-        finished = dispatcher.close(timeout=args.grace)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if not finished:
-        print(f"{PROGRAM}: stopped with tasks still running; they stay 'working'", file=sys.stderr)
-    print(f"{PROGRAM}: stopped", file=sys.stderr)
-    return 0
+
+
+def _bind(host: str, port: int, app: Any) -> BaseWSGIServer:
+    """Bind first, so a taken port is one OSError here rather than werkzeug's
+    own message and exit."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.create_server((host, port), family=family) as listening:
+        return make_server(host, port, app, threaded=True, fd=listening.fileno())
+
+
+def _refuse(error: Exception) -> int:
+    print(f"{PROGRAM}: {error}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":
