@@ -17,7 +17,8 @@ import pytest
 
 from shared.redis_store import RedisStore, redis_store
 from shared.settings import Settings
-from shared.task import Task, new_task, state_of, text_message
+from shared.task import Task, new_task, state_of, text_message, with_status
+from shared.transitions import transition
 from tests.support.polling import wait_for
 from web.dispatch import CeleryDispatcher
 
@@ -149,3 +150,24 @@ def test_a_killed_worker_s_task_is_failed_by_the_reaper_on_beat(fleet: Fleet) ->
     slow = fleet.submit("30 too slow")
     timed_out = fleet.wait(slow, "failed")
     assert reason(timed_out) == "timed out after 2 s"
+
+
+def test_cancel_terminates_a_running_task_and_nothing_overwrites_it(fleet: Fleet) -> None:
+    fleet.worker("canceler")
+    task_id = fleet.submit("20 slow")
+    fleet.wait(task_id, "working")
+
+    # what the front end's CancelTask does: the stored state first, then revoke
+    canceled = transition(fleet.store, task_id, lambda t: with_status(t, "canceled"))
+    assert canceled.applied
+    fleet.dispatcher.revoke(task_id)  # terminate=True: the pool process running it is killed
+
+    # the worker goes on serving, and the canceled task never changes again
+    after = fleet.submit("0.01 next")
+    fleet.wait(after, "completed")
+    task = fleet.store.get(task_id)
+    assert task is not None
+    assert state_of(task) == "canceled"
+    assert "artifacts" not in task
+    assert fleet.store.stale(float("inf")) == []
+    assert f"Terminating {task_id}" in fleet.logs()  # Celery stopped the run itself
