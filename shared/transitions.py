@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,27 +42,41 @@ def transition(
     task_id: str,
     change: Callable[[Task], Task],
     *,
+    from_states: Collection[str] | None = None,
+    current: Task | None = None,
     on_terminal: OnTerminal | None = None,
 ) -> Outcome:
     """Apply `change` to the stored task if the state machine allows it.
 
     `change` receives a private copy of the current task and returns the
     next version (use `shared.task.with_status`). The change is refused,
-    without error, when the task is unknown or the new state may not follow
-    the current one. `on_terminal(id, state, task)` runs once, in the one
-    caller whose write made the task terminal; its errors are logged.
+    without error, when the task is unknown, when the new state may not
+    follow the current one, or when `from_states` is given and the task is
+    in none of them: the worker claims only `submitted` tasks (so a duplicate
+    delivery never runs one twice) and the reaper fails only `working` ones.
+
+    `current` is the version the caller believes is stored; on a store with
+    compare-and-set it saves the first read, and a stale guess only costs a
+    retry. `on_terminal(id,
+    state, task)` runs once, in the one caller whose write made the task
+    terminal; its errors are logged.
     """
     cas = store.compare_and_set if isinstance(store, AtomicStore) else None
     for _ in range(_ATTEMPTS):
-        current = store.get(task_id)
-        if current is None:
+        # Without compare-and-set a wrong guess would be written over, so
+        # such a store is always read first.
+        stored = current if current is not None and cas is not None else store.get(task_id)
+        current = None
+        if stored is None:
             return Outcome(False, None)
-        proposed = change(copy.deepcopy(current))
-        if not can_transition(state_of(current), state_of(proposed)):
-            return Outcome(False, current)
+        if from_states is not None and state_of(stored) not in from_states:
+            return Outcome(False, stored)
+        proposed = change(copy.deepcopy(stored))
+        if not can_transition(state_of(stored), state_of(proposed)):
+            return Outcome(False, stored)
         if cas is None:
             saved = store.save(proposed)
-        elif cas(proposed, current["status"]):
+        elif cas(proposed, stored["status"]):
             saved = proposed
         else:
             continue

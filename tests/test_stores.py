@@ -137,6 +137,30 @@ def test_transition_works_on_every_store(store: Any) -> None:
     assert state_of(store.get(task["id"])) == COMPLETED
 
 
+def test_transition_only_from_the_given_states(store: Any) -> None:
+    task = store.save(a_task())
+    refused = transition(store, task["id"], to(FAILED, "x"), from_states={WORKING})
+    assert not refused.applied and state_of(refused.task) == "submitted"
+    claimed = transition(store, task["id"], to(WORKING), from_states={"submitted"})
+    assert claimed.applied
+    again = transition(store, task["id"], to(WORKING), from_states={"submitted"})
+    assert not again.applied  # a second claim of the same submission is refused
+
+
+def test_transition_with_a_stale_guess_of_the_current_task(store: Any) -> None:
+    task = store.save(a_task())
+    moved = transition(store, task["id"], to(WORKING)).task
+    assert moved is not None
+    # The caller still holds the submitted version: the write must not go
+    # through on that guess where the store can compare, and the re-read decides.
+    outcome = transition(store, task["id"], to(CANCELED), current=task)
+    assert outcome.applied
+    assert state_of(store.get(task["id"])) == CANCELED
+    late = transition(store, task["id"], to(COMPLETED), current=moved)
+    assert not late.applied
+    assert state_of(store.get(task["id"])) == CANCELED
+
+
 def test_transition_on_unknown_task(store: Any) -> None:
     outcome = transition(store, "missing", to(WORKING))
     assert outcome == type(outcome)(False, None)

@@ -301,3 +301,50 @@ def test_load_agent_loads_the_default_echo_and_the_hook() -> None:
     assert agent.on_task is agents.echo
     assert not agent.wants_task
     assert Agent(agents.ask_back).wants_task
+
+
+def test_a_result_is_saved_once_the_store_comes_back() -> None:
+    """Redis goes down while the function runs: the result waits for it
+    instead of being lost to the reaper."""
+    from shared.redis_store import redis_store
+    from tests.support.redis_server import RedisServer
+
+    server = RedisServer(appendonly=True).start()
+    try:
+        store = redis_store(f"{server.url}/0", timeout=0.3)
+        task_id = submit(store, "outage")
+        back = threading.Event()
+
+        def run(text: str) -> str:
+            server.stop()
+            threading.Timer(0.5, lambda: (server.start(), back.set())).start()
+            return f"survived: {text}"
+
+        settings = Settings(heartbeat=0.1, stale_after=20)
+        assert fulfil(store, task_id, Agent(run), settings) == "completed"
+        assert back.is_set()
+        task = store.get(task_id)
+        assert task is not None and task["artifacts"][0]["parts"][0]["text"] == "survived: outage"
+    finally:
+        server.close()
+
+
+def test_a_result_save_gives_up_after_the_stale_threshold() -> None:
+    """Past `stale_after` the reaper owns the task: the worker stops retrying."""
+    from shared.errors import StoreError
+    from shared.redis_store import redis_store
+    from tests.support.redis_server import RedisServer
+
+    server = RedisServer().start()
+    try:
+        store = redis_store(f"{server.url}/0", timeout=0.2)
+        task_id = submit(store, "gone")
+
+        def run(text: str) -> str:
+            server.stop()
+            return "never saved"
+
+        with pytest.raises(StoreError, match="task store unavailable"):
+            fulfil(store, task_id, Agent(run), Settings(heartbeat=0.1, stale_after=1))
+    finally:
+        server.close()

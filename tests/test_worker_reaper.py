@@ -23,7 +23,6 @@ from shared.task import (
 from shared.transitions import transition
 from tests.support.polling import wait_for
 from worker.fulfil import completed
-from worker.guard import transition_from
 from worker.reaper import ReaperThread, reap_stale
 
 
@@ -136,7 +135,8 @@ def race_reaper_against_worker(store: Any, task_id: str, now: float) -> dict[str
 
     def finish() -> None:
         start.wait()
-        won["worker"] = transition_from(store, task_id, {"working"}, completed("done")).applied
+        outcome = transition(store, task_id, completed("done"), from_states={"working"})
+        won["worker"] = outcome.applied
 
     threads = [threading.Thread(target=reap), threading.Thread(target=finish)]
     for thread in threads:

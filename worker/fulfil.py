@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from shared.errors import StoreError
 from shared.settings import Settings
 from shared.store import TaskStore
 from shared.task import (
@@ -37,8 +39,8 @@ from shared.task import (
     text_artifact,
     with_status,
 )
+from shared.transitions import Outcome, transition
 from worker.agent import Agent
-from worker.guard import transition_from
 from worker.heartbeat import heartbeating
 
 log = logging.getLogger(__name__)
@@ -61,7 +63,7 @@ def fulfil(
     SoftTimeLimitExceeded); they fail the task saying it timed out.
     """
     # The claim reads the task itself: no separate load, one round trip fewer.
-    claim = transition_from(store, task_id, {SUBMITTED}, lambda t: with_status(t, WORKING))
+    claim = transition(store, task_id, lambda t: with_status(t, WORKING), from_states={SUBMITTED})
     if claim.task is None:
         log.warning("task %s: not in the store, nothing to run", task_id)
         return ""
@@ -71,11 +73,40 @@ def fulfil(
         return state
     with heartbeating(store, task_id, settings.heartbeat):
         finish = _run(agent, claim.task, settings, timeout_errors)
-    saved = transition_from(store, task_id, {WORKING}, finish, on_terminal=agent.on_task)
+        saved = _save_result(store, claim.task, finish, agent, settings)
     final = state_of(saved.task) if saved.task else ""
     if not saved.applied:
         log.info("task %s: became %s while running; result discarded", task_id, final)
     return final
+
+
+def _save_result(
+    store: TaskStore, running: Task, finish: Change, agent: Agent, settings: Settings
+) -> Outcome:
+    """Save the result as a transition from `working`, retrying through a
+    short store outage: the function has run, so its result is worth waiting
+    for. Heartbeats go on meanwhile; after `stale_after` the reaper would fail
+    the task anyway, so that is how long this tries before giving up."""
+    deadline = time.monotonic() + settings.stale_after
+    delay = 0.05
+    known: Task | None = running  # heartbeats do not change the stored task
+    while True:
+        try:
+            return transition(
+                store,
+                running["id"],
+                finish,
+                from_states={WORKING},
+                current=known,
+                on_terminal=agent.on_task,
+            )
+        except StoreError as error:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("task %s: cannot save the result yet, retrying: %s", running["id"], error)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+            known = None
 
 
 def _run(

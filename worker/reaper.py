@@ -14,9 +14,8 @@ from collections.abc import Callable
 from shared.errors import StoreError
 from shared.store import StaleIndex, TaskStore
 from shared.task import WORKING
-from shared.transitions import OnTerminal
+from shared.transitions import OnTerminal, transition
 from worker.fulfil import failed
-from worker.guard import transition_from
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +42,8 @@ def reap_stale(
     for task_id in store.stale(now - stale_after):
         # Only from `working`: a task that asked for input or finished since
         # it was listed is no longer the reaper's business.
-        outcome = transition_from(
-            store, task_id, {WORKING}, failed(reason), on_terminal=on_terminal
+        outcome = transition(
+            store, task_id, failed(reason), from_states={WORKING}, on_terminal=on_terminal
         )
         if outcome.applied:
             reaped.append(task_id)
