@@ -127,7 +127,7 @@ def test_beat_reaps_a_task_left_stale(stack: LocalStack) -> None:
     failed = wait_state(stack.web_url, orphan["id"], frozenset({FAILED}))
     assert "worker lost" in failed["status"]["message"]["parts"][0]["text"]
     alive(stack)
-    assert "reap" in stack.processes["worker"].output().lower()
+    assert "reaper: failed 1 stale task" in stack.processes["beat"].output()
 
 
 def test_beat_keeps_a_schedule_and_no_pid_file(stack: LocalStack) -> None:

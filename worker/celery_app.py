@@ -66,11 +66,13 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_send_sent_event": True,
         "task_serializer": "json",
         "accept_content": ["json"],
+        "beat_scheduler": "worker.beat:ReapingScheduler",
         "beat_schedule": {
             "toolnexus-reap-stale": {
                 "task": REAP_TASK,
                 "schedule": settings.reap_every,
-                # A backlog of reaps (no worker up) collapses to the next one.
+                # Run by beat itself (worker.beat); should another scheduler
+                # send it instead, a backlog of reaps collapses to the next one.
                 "options": {"queue": settings.queue, "expires": settings.reap_every},
             }
         },

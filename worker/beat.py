@@ -1,0 +1,32 @@
+"""Beat runs the stale-task reaper itself.
+
+The beat schedule has a `toolnexus.reap_stale` entry like any other, but
+a reap sent as a message would wait in the queue behind every fulfilment
+already there, for a free worker process: exactly when workers are busy or
+dying, the moment it matters. Beat has the same settings and store as the
+workers, so this scheduler runs that one entry in the beat process, on
+time; every other entry is sent to the workers as usual.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery.beat import PersistentScheduler
+
+from shared.dispatch import REAP_TASK
+
+log = logging.getLogger(__name__)
+
+
+class ReapingScheduler(PersistentScheduler):  # type: ignore[misc]
+    def apply_entry(self, entry: Any, producer: Any = None) -> None:
+        if entry.task != REAP_TASK:
+            super().apply_entry(entry, producer)
+            return
+        try:
+            # Calling a registered task object runs its body here, not on a worker.
+            self.app.tasks[REAP_TASK](*entry.args, **entry.kwargs)
+        except Exception:
+            log.exception("beat: the stale-task reaper failed; it runs again next interval")
