@@ -60,7 +60,9 @@ def create_app(
     tasks = Tasks(settings, store, dispatcher)
 
     app = Flask(__name__)
-    app.config["MAX_CONTENT_LENGTH"] = settings.max_body
+    # One byte over: Werkzeug cuts a chunked body at this length without a
+    # word, so `_body` must see the extra byte to refuse it as too large.
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body + 1
     app.extensions["toolnexus"] = tasks
 
     @app.post("/")
@@ -105,9 +107,12 @@ def create_app(
 
 def _body(limit: int) -> bytes:
     try:
-        return request.get_data(cache=False)
+        body: bytes | None = request.get_data(cache=False)
     except RequestEntityTooLarge:
-        raise BodyTooLarge(f"request body too large: the limit is {limit} bytes") from None
+        body = None
+    if body is None or len(body) > limit:
+        raise BodyTooLarge(f"request body too large: the limit is {limit} bytes")
+    return body
 
 
 def _readiness(store: TaskStore, dispatcher: Dispatcher) -> dict[str, str]:

@@ -10,6 +10,7 @@ asked to block; the A2A dialects block by default, as their specs say.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -59,6 +60,10 @@ METHODS: Final = {
     "tasks/list": LIST,
 }
 _SLASHED: Final = frozenset(name for name in METHODS if "/" in name)
+# Deeper data would be accepted here and then overflow the stack when a
+# transition copies the task, leaving it stuck; protobuf's JSON parser
+# (A2A 1.0 clients) has the same limit.
+MAX_DEPTH: Final = 100
 
 
 def wire_version(header: str | None) -> str | None:
@@ -140,9 +145,35 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):  # 1e400: the reply would echo it as Infinity, not JSON
+        raise ValueError(f"number {text[:20]} is out of range")
+    return number
+
+
+def _check_storable(value: object) -> None:
+    """Refuse what `json.loads` lets through but a task cannot hold: nesting
+    deeper than MAX_DEPTH, and lone surrogates (from `\\ud800` escapes or
+    CESU-8 bytes), which no UTF-8 store can write."""
+    pending: list[tuple[list[Any] | dict[str, Any], int]] = [([value], 0)]
+    while pending:
+        container, depth = pending.pop()
+        if depth > MAX_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+        items = [*container, *container.values()] if type(container) is dict else container
+        for item in items:  # `json.loads` makes exact types: no subclasses to miss
+            if type(item) is str:
+                if not item.isascii():
+                    item.encode("utf-8")  # UnicodeEncodeError is a ValueError
+            elif type(item) is dict or type(item) is list:
+                pending.append((item, depth + 1))
+
+
 def _parse(body: bytes) -> Mapping[str, Any]:
     try:
-        envelope = json.loads(body, parse_constant=_reject_constant)
+        envelope = json.loads(body, parse_constant=_reject_constant, parse_float=_finite)
+        _check_storable(envelope)
     except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
         raise ParseError(f"Invalid JSON payload: {str(error)[:100]}") from None
     if isinstance(envelope, list):
