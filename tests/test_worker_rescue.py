@@ -1,0 +1,112 @@
+"""A worker that dies between receiving a message and claiming its task.
+
+A stand-in consumer receives the fulfil message the way a Celery worker
+does (unacknowledged, so the Redis transport keeps it aside) and is then
+SIGKILLed. Without rescue the task would sit `submitted` for the whole
+visibility timeout; beat gives the message back after the stale threshold
+and a live worker completes the task.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import redis
+
+from shared.redis_store import redis_store
+from shared.settings import Settings
+from shared.task import COMPLETED, WORKING, new_task, state_of, text_message, with_status
+from tests.support.compose import ROOT, LocalStack
+from tests.support.polling import wait_for
+from web.dispatch import CeleryDispatcher
+from worker.celery_app import create_celery
+from worker.rescue import rescue_stuck_deliveries
+
+DYING_CONSUMER = """
+import os, signal, sys
+from kombu import Connection
+with Connection(sys.argv[1]) as connection:
+    queue = connection.SimpleQueue(sys.argv[2])
+    queue.get(block=True, timeout=10)  # received, never acknowledged
+    print("received", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def strand_a_delivery(broker_url: str, queue: str) -> None:
+    """Leave one message received-but-unacknowledged by a consumer that died."""
+    died = subprocess.run(
+        [sys.executable, "-c", DYING_CONSUMER, broker_url, queue],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
+    )
+    assert died.returncode == -9 and "received" in died.stdout, died.stderr
+    client = redis.Redis.from_url(broker_url)
+    assert client.llen(queue) == 0
+    assert client.hlen("unacked") == 1
+
+
+def submit(store_url: str, broker_url: str, *, state: str | None = None) -> str:
+    settings = Settings(broker_url=broker_url, store=store_url)
+    store = redis_store(store_url)
+    task = new_task(text_message("user", "stranded"))
+    store.save(with_status(task, state) if state else task)
+    CeleryDispatcher(settings).enqueue(task["id"])
+    return str(task["id"])
+
+
+def test_rescue_requeues_only_unclaimed_stale_deliveries(redis_url: str) -> None:
+    base = redis_url.rsplit("/", 1)[0]
+    broker_url, store_url = f"{base}/0", f"{base}/1"
+    settings = Settings(broker_url=broker_url, store=store_url, stale_after=30)
+    app, store = create_celery(settings), redis_store(store_url)
+
+    task_id = submit(store_url, broker_url)
+    strand_a_delivery(broker_url, settings.queue)
+    now = time.time()
+    assert rescue_stuck_deliveries(app, store, now, settings.stale_after) == []  # not stale yet
+    assert rescue_stuck_deliveries(app, store, now + 31, settings.stale_after) == [task_id]
+    client = redis.Redis.from_url(broker_url)
+    assert client.llen(settings.queue) == 1 and client.hlen("unacked") == 0
+    assert rescue_stuck_deliveries(app, store, now + 62, settings.stale_after) == []
+
+    # A delivery whose task was claimed is the reaper's business, not rescue's.
+    client.delete(settings.queue)
+    submit(store_url, broker_url, state=WORKING)
+    strand_a_delivery(broker_url, settings.queue)
+    assert rescue_stuck_deliveries(app, store, now + 31, settings.stale_after) == []
+    assert client.hlen("unacked") == 1
+
+
+def test_beat_rescues_the_task_and_a_live_worker_completes_it(
+    redis_url: str, tmp_path: Path
+) -> None:
+    base = redis_url.rsplit("/", 1)[0]
+    stack = LocalStack(
+        base,
+        tmp_path,
+        {"TOOLNEXUS_HEARTBEAT": "0.2", "TOOLNEXUS_STALE_AFTER": "1", "TOOLNEXUS_REAP_EVERY": "0.5"},
+    )
+    broker_url = stack.environments["worker"]["TOOLNEXUS_BROKER_URL"]
+    task_id = submit(stack.store_url, broker_url)
+    strand_a_delivery(broker_url, "toolnexus")
+    store = redis_store(stack.store_url)
+    try:
+        stack.start("beat")
+        stack.start("worker")
+
+        def completed() -> bool:
+            task = store.get(task_id)
+            return task is not None and state_of(task) == COMPLETED
+
+        wait_for(completed, timeout=30, what="the stranded task to be rescued and completed")
+        assert (
+            f"requeued 1 never-started task(s): ['{task_id}']" in stack.processes["beat"].output()
+        )
+    finally:
+        stack.close()
