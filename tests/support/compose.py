@@ -7,7 +7,7 @@ import os
 import re
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -164,13 +164,16 @@ class LocalStack:
     def store_url(self) -> str:
         return self.environments["web"]["TOOLNEXUS_STORE"]
 
-    def start(self, name: str, *, as_name: str | None = None, **env: str) -> ServiceProcess:
-        """Start `name`'s command; `as_name` runs a second copy (another worker)."""
+    def start(
+        self, name: str, *, as_name: str | None = None, args: Sequence[str] = (), **env: str
+    ) -> ServiceProcess:
+        """Start `name`'s command; `as_name` runs a second copy (another worker),
+        and `args` go after the command (a later flag wins over the file's)."""
         label = as_name or name
         count = self._starts[label] = self._starts.get(label, 0) + 1
         process = ServiceProcess(
             label,
-            self.services[name]["command"],
+            [*self.services[name]["command"], *args],
             {**self.environments[name], **env},
             self.beat_dir if name == "beat" else ROOT,
             self.folder / f"{label}.{count}.log",
