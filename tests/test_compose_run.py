@@ -20,10 +20,9 @@ import requests
 
 from shared.redis_store import redis_store
 from shared.task import COMPLETED, FAILED, WORKING, new_task, text_message, with_status
-from tests.support.a2a import send_text, wait_state
-from tests.support.compose import ROOT, LocalStack
+from tests.support.a2a import readyz, send_text, wait_state
+from tests.support.compose import ROOT, LocalStack, local_stack
 from tests.support.polling import wait_for
-from tests.support.redis_server import RedisServer
 
 FLOWER_LOGIN = ("admin", "secret")
 # Short liveness settings so the reaper acts within the test; the rest are
@@ -40,15 +39,10 @@ SERVICES = ("web", "worker", "beat", "flower")
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    redis = RedisServer(appendonly=True).start()
-    stack = LocalStack(redis.url, tmp_path_factory.mktemp("compose"), OVERRIDES)
-    try:
+    with local_stack(tmp_path_factory.mktemp("compose"), OVERRIDES, appendonly=True) as started:
         for name in SERVICES:
-            stack.start(name)
-        yield stack
-    finally:
-        stack.close()
-        redis.close()
+            started[1].start(name)
+        yield started[1]
 
 
 def health_check(stack: LocalStack, name: str, ports: dict[str, str] | None = None) -> int:
@@ -69,10 +63,7 @@ def alive(stack: LocalStack) -> None:
 def test_web_becomes_ready_and_its_health_check_passes(stack: LocalStack) -> None:
     def ready() -> bool:
         alive(stack)
-        try:
-            return requests.get(f"{stack.web_url}/readyz", timeout=2).status_code == 200
-        except requests.ConnectionError:
-            return False
+        return readyz(stack.web_url) == 200
 
     wait_for(ready, timeout=30, what="web /readyz")
     ports = {"127.0.0.1:8080": f"127.0.0.1:{stack.web_port}"}

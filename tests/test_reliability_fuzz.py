@@ -43,6 +43,7 @@ from shared.file_store import FileStore
 from shared.task import COMPLETED, STATES, WORKING, is_terminal, state_of, with_status
 from shared.transitions import transition
 from tests.support.redis_server import free_port
+from tests.support.strategies import json_values
 from web import create_app
 from web.errors import ERROR_INFO
 from web.rpc import MAX_DEPTH
@@ -352,20 +353,7 @@ def user_message(text: str = "hi", **extra: Any) -> dict[str, Any]:
     }
 
 
-SCALAR = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=20)
-)
-JSON = st.recursive(
-    SCALAR,
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
-    max_leaves=10,
-)
+JSON = json_values(max_leaves=10, key_size=8)
 ODD = st.sampled_from(
     [
         None, True, False, 0, -1, 2**63, -(2**63) - 1, 10**30, 1.5, -0.0, 1e308, "", " ", "\x00",

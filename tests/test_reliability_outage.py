@@ -21,8 +21,8 @@ import requests
 
 from shared.redis_store import redis_store
 from shared.task import COMPLETED, FAILED, TERMINAL_STATES, state_of
-from tests.support.a2a import call
-from tests.support.compose import LocalStack
+from tests.support.a2a import call, readyz, wait_ready
+from tests.support.compose import LocalStack, local_stack
 from tests.support.polling import wait_for
 from tests.support.redis_server import RedisServer
 
@@ -45,13 +45,6 @@ def error_kind(reply: dict[str, Any] | str) -> str:
     if isinstance(reply, dict) and "error" in reply:
         return str(reply["error"]["message"]).split(":")[0]
     return repr(reply)[:40]
-
-
-def readyz(url: str) -> int:
-    try:
-        return requests.get(f"{url}/readyz", timeout=CLIENT_TIMEOUT).status_code
-    except requests.RequestException:
-        return 0
 
 
 class Load:
@@ -100,16 +93,11 @@ class Load:
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[tuple[RedisServer, LocalStack]]:
-    redis = RedisServer(appendonly=True).start()
-    stack = LocalStack(redis.url, tmp_path, SETTINGS)
-    try:
+    with local_stack(tmp_path, SETTINGS, appendonly=True) as (redis, stack):
         stack.start("web", WEB_CONCURRENCY="1")
         stack.start("worker")
         stack.start("beat")
         yield redis, stack
-    finally:
-        stack.close()
-        redis.close()
 
 
 def test_a_redis_outage_gives_clear_errors_and_loses_nothing(
@@ -117,7 +105,7 @@ def test_a_redis_outage_gives_clear_errors_and_loses_nothing(
 ) -> None:
     redis, services = stack
     url = services.web_url
-    wait_for(lambda: readyz(url) == 200, timeout=30, what="web to be ready")
+    wait_ready(url)
     with Load(url) as load:
         wait_for(lambda: len(load.ids) >= 20, timeout=30, what="tasks under load")
         redis.stop()

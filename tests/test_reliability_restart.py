@@ -15,12 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import requests
 
 from shared.task import COMPLETED, FAILED, WORKING
-from tests.support.a2a import get_task, send_text, wait_state
-from tests.support.compose import ROOT, LocalStack
-from tests.support.polling import wait_for
+from tests.support.a2a import get_task, send_text, wait_ready, wait_state
+from tests.support.compose import ROOT, LocalStack, local_stack
 from tests.support.redis_server import RedisServer, free_port
 
 FINISHED, RUNNING = 12, 2
@@ -33,13 +31,6 @@ LIVENESS = {
 
 def report(kind: str, sent: int, answered: int, states: dict[str, int]) -> None:
     print(f"\n{kind}: sent {sent}, answered after restart {answered}, states {states}")
-
-
-def ready(url: str) -> bool:
-    try:
-        return requests.get(f"{url}/readyz", timeout=5).status_code == 200
-    except requests.RequestException:
-        return False
 
 
 class Embedded:
@@ -57,7 +48,7 @@ class Embedded:
         self.process = subprocess.Popen(
             command, cwd=ROOT, env={**os.environ, **LIVENESS}, stdout=self.log, stderr=self.log
         )
-        wait_for(lambda: ready(self.url), timeout=20, what="toolnexus-serve to start")
+        wait_ready(self.url, timeout=20)
 
     def stop(self) -> int:
         self.process.send_signal(signal.SIGTERM)
@@ -109,14 +100,9 @@ def test_file_store_survives_a_restart_of_the_embedded_server(tmp_path: Path) ->
 
 @pytest.fixture
 def redis_stack(tmp_path: Path) -> Iterator[tuple[RedisServer, LocalStack]]:
-    redis = RedisServer(appendonly=True).start()
     overrides = {**LIVENESS, "TOOLNEXUS_RUN": "examples.agents:slow", "TOOLNEXUS_CONCURRENCY": "4"}
-    stack = LocalStack(redis.url, tmp_path, overrides)
-    try:
-        yield redis, stack
-    finally:
-        stack.close()
-        redis.close()
+    with local_stack(tmp_path, overrides, appendonly=True) as started:
+        yield started
 
 
 def test_redis_store_survives_a_restart_of_web_workers_and_redis(
@@ -125,7 +111,7 @@ def test_redis_store_survives_a_restart_of_web_workers_and_redis(
     redis, stack = redis_stack
     for name in ("web", "worker", "beat"):
         stack.start(name)
-    wait_for(lambda: ready(stack.web_url), timeout=30, what="web to be ready")
+    wait_ready(stack.web_url)
     quick, slow = send_batch(stack.web_url)
     before = {task_id: get_task(stack.web_url, task_id) for task_id in quick}
 
@@ -137,7 +123,7 @@ def test_redis_store_survives_a_restart_of_web_workers_and_redis(
     redis.start()  # same port, same append-only file
     for name in ("web", "worker", "beat"):
         stack.start(name)
-    wait_for(lambda: ready(stack.web_url), timeout=30, what="web to be ready again")
+    wait_ready(stack.web_url)
 
     states = check_after_restart(stack.web_url, quick, slow, before)
     report("redis store", FINISHED + RUNNING, sum(states.values()), states)

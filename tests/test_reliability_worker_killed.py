@@ -17,14 +17,12 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-import requests
 
 from shared.redis_store import redis_store
 from shared.task import COMPLETED, FAILED, TERMINAL_STATES, state_of
-from tests.support.a2a import send_text
-from tests.support.compose import LocalStack
+from tests.support.a2a import send_text, wait_ready
+from tests.support.compose import LocalStack, local_stack
 from tests.support.polling import wait_for
-from tests.support.redis_server import RedisServer
 
 TASKS = 200
 STALE_AFTER, REAP_EVERY = 3.0, 1.0
@@ -43,27 +41,16 @@ def epoch(task: dict) -> float:
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[LocalStack]:
-    redis = RedisServer().start()
-    stack = LocalStack(redis.url, tmp_path, SETTINGS)
-    try:
+    with local_stack(tmp_path, SETTINGS) as (_, stack):
         stack.start("web", WEB_CONCURRENCY="1")
         stack.start("beat")
         for name in ("worker-a", "worker-b"):
             stack.start("worker", as_name=name, args=[f"--hostname={name}@%h"])
         yield stack
-    finally:
-        stack.close()
-        redis.close()
 
 
 def test_no_task_is_lost_when_a_worker_is_killed(stack: LocalStack) -> None:
-    def ready() -> bool:
-        try:
-            return requests.get(f"{stack.web_url}/readyz", timeout=5).status_code == 200
-        except requests.RequestException:
-            return False
-
-    wait_for(ready, timeout=30, what="web to be ready")
+    wait_ready(stack.web_url)
     ids = [send_text(stack.web_url, f"0.3 task {n}")["id"] for n in range(TASKS)]
     store = redis_store(stack.store_url)
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from shared import Settings, memory_store
 from shared.errors import StoreError
+from tests.support.strategies import json_values
 from tests.test_web_support import PlayingDispatcher, rpc, user_message
 from web import create_app
 from web.errors import BAD_REQUEST, ERROR_INFO
@@ -354,20 +355,7 @@ def test_health_endpoints(client: FlaskClient, dispatcher: PlayingDispatcher) ->
     assert client.get("/healthz").status_code == 200
 
 
-SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=20)
-)
-JSON = st.recursive(
-    SCALARS,
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
-    ),
-    max_leaves=20,
-)
+JSON = json_values(max_leaves=20, key_size=12)
 FIELDS = st.sampled_from(
     [
         "message",

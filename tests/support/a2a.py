@@ -48,3 +48,15 @@ def wait_state(
         return task if task["status"]["state"] in states else None
 
     return wait_for(reached, timeout=timeout, what=f"task {task_id} to reach {sorted(states)}")
+
+
+def readyz(url: str, timeout: float = 15) -> int:
+    """The front end's /readyz status code; 0 when it does not answer."""
+    try:
+        return requests.get(f"{url}/readyz", timeout=timeout).status_code
+    except requests.RequestException:
+        return 0
+
+
+def wait_ready(url: str, timeout: float = 30) -> None:
+    wait_for(lambda: readyz(url) == 200, timeout=timeout, what=f"{url}/readyz to answer 200")

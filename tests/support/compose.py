@@ -7,11 +7,14 @@ import os
 import re
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.support.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 COMPOSE_FILE = ROOT / "compose.yaml"
@@ -189,3 +192,17 @@ class LocalStack:
     def close(self) -> None:
         for name in list(self.processes):
             self.stop(name)
+
+
+@contextmanager
+def local_stack(
+    folder: Path, overrides: Mapping[str, str] | None = None, *, appendonly: bool = False
+) -> Iterator[tuple[RedisServer, LocalStack]]:
+    """A private Redis and a LocalStack on it, both torn down afterwards."""
+    redis = RedisServer(appendonly=appendonly).start()
+    stack = LocalStack(redis.url, folder, overrides)
+    try:
+        yield redis, stack
+    finally:
+        stack.close()
+        redis.close()
