@@ -11,10 +11,15 @@ gunicorn's own flags (`-b`, `--threads`, `GUNICORN_CMD_ARGS`) still win, and
 
 import multiprocessing
 import os
+import sys
 
+from shared.errors import ConfigError
 from shared.settings import Settings
 
-_settings = Settings.from_env()  # a bad TOOLNEXUS_* value stops start-up with one line
+try:
+    _settings = Settings.from_env()
+except ConfigError as error:
+    sys.exit(f"toolnexus: {error}")  # one line naming the variable, not a traceback
 
 bind = f"{_settings.host}:{_settings.port}"
 worker_class = "gthread"

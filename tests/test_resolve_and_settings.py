@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -161,3 +162,16 @@ def test_settings_are_read_from_the_process_environment() -> None:
         cwd=Path(__file__).parent.parent,
     )  # fmt: skip
     assert out.stdout.strip() == "from-env"
+
+
+def test_gunicorn_stops_with_one_line_on_a_bad_setting() -> None:
+    root = Path(__file__).parent.parent
+    result = subprocess.run(
+        [sys.executable, "-m", "gunicorn", "web:create_app()"],
+        env={**os.environ, "TOOLNEXUS_STALE_AFTER": "soon"},
+        capture_output=True, text=True, timeout=60, cwd=root,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert result.stderr.strip() == (
+        "toolnexus: TOOLNEXUS_STALE_AFTER='soon': could not convert string to float: 'soon'"
+    )
