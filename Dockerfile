@@ -29,4 +29,4 @@ RUN pip install --no-deps . \
 
 USER toolnexus
 EXPOSE 8080
-CMD ["gunicorn", "web:create_app()"]
+CMD ["gunicorn", "-c", "gunicorn.conf.py", "web:create_app()"]

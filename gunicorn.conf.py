@@ -13,13 +13,18 @@ import multiprocessing
 import os
 import sys
 
-from shared.errors import ConfigError
+from shared.errors import ToolnexusError
 from shared.settings import Settings
+from web import create_app
 
 try:
     _settings = Settings.from_env()
-except ConfigError as error:
-    sys.exit(f"toolnexus: {error}")  # one line naming the variable, not a traceback
+    # Build the app once here, in the master, and throw it away: a store,
+    # skills directory or hook that cannot be loaded then stops start-up with
+    # one line, instead of every worker failing to boot with a traceback.
+    create_app(_settings)
+except (ToolnexusError, ValueError) as error:
+    sys.exit(f"toolnexus: {error}")
 
 bind = f"{_settings.host}:{_settings.port}"
 worker_class = "gthread"

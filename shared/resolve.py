@@ -46,11 +46,13 @@ def resolve_store(spec: object = None, *, terminal_ttl: float | None = None) -> 
         return file_store(spec.removeprefix("file:"))
     if spec.startswith(_REDIS_SCHEMES):
         return redis_store(spec, terminal_ttl=terminal_ttl)
-    target = load_object(spec, "store")
+    target = load_object(spec, "TOOLNEXUS_STORE")
     if isinstance(target, type) or (callable(target) and not _is_store(target)):
         target = target()
     if not _is_store(target):
-        raise ConfigError(f"store {spec!r} has no get() and save(); it is not a task store")
+        raise ConfigError(
+            f"TOOLNEXUS_STORE: {spec!r} has no get() and save(); it is not a task store"
+        )
     return target
 
 

@@ -96,7 +96,8 @@ class Settings:
     queue: str = _env("QUEUE", _text, "toolnexus")
     task_ttl: float | None = _env("TASK_TTL", _optional_seconds, None)
     # the agent
-    run: str = _env("RUN", _reference, "examples.agents:echo")
+    # Set but empty: no function; workers then fail each task saying so.
+    run: str | None = _env("RUN", _optional_reference, "examples.agents:echo")
     on_task: str | None = _env("ON_TASK", _optional_reference, None)
     skills: str | None = _env("SKILLS", _optional_text, None)
     skill_names: tuple[str, ...] = _env("SKILL_NAMES", _names, ())

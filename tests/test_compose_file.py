@@ -57,7 +57,7 @@ def test_redis_persists_and_stays_private(services: dict[str, Any]) -> None:
 
 def test_web_serves_with_gunicorn_and_checks_readiness(services: dict[str, Any]) -> None:
     web = services["web"]
-    assert web["command"] == ["gunicorn", "web:create_app()"]
+    assert web["command"] == ["gunicorn", "-c", "gunicorn.conf.py", "web:create_app()"]
     assert (ROOT / "gunicorn.conf.py").is_file()
     assert any(port.endswith(":8080") for port in web["ports"])
     test = " ".join(web["healthcheck"]["test"])

@@ -77,7 +77,8 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
             text=True,
         )
         started.append(process)
-        served = Served(process, f"http://127.0.0.1:{port}/")
+        host = args[args.index("--host") + 1] if "--host" in args else "127.0.0.1"
+        served = Served(process, f"http://{host}:{port}/")
 
         def healthy() -> bool:
             assert process.poll() is None, process.communicate()[1]
@@ -200,12 +201,25 @@ def test_a_bad_option_stops_with_one_line_naming_the_variable(
     assert variable in lines[0]
 
 
+def test_host_and_skills_options_take_effect(serve: Callable[..., Served]) -> None:
+    served = serve("--host", "127.0.0.2", "--skills", str(ROOT / "examples" / "skills"))
+
+    card = requests.get(served.url + ".well-known/agent-card.json", timeout=5).json()
+    assert card["url"] == served.url
+    assert [skill["id"] for skill in card["skills"]] == ["hello-world"]
+    with pytest.raises(requests.ConnectionError):
+        requests.get(served.url.replace("127.0.0.2", "127.0.0.1") + "healthz", timeout=2)
+    assert served.stop(signal.SIGTERM)[0] == 0
+
+
 def test_options_override_their_variables_and_the_rest_come_from_the_environment() -> None:
     env = {"TOOLNEXUS_PORT": "9000", "TOOLNEXUS_STORE": "file:/x", "TOOLNEXUS_NAME": "named"}
+    options = ["--port", "9100", "--run", "examples.agents:fail", "--host", "0.0.0.0"]
 
-    settings = settings_from(parse_args(["--port", "9100", "--run", "examples.agents:fail"]), env)
+    settings = settings_from(parse_args([*options, "--skills", "/skills"]), env)
 
     assert (settings.port, settings.run) == (9100, "examples.agents:fail")
+    assert (settings.host, settings.skills) == ("0.0.0.0", "/skills")
     assert settings.store == "file:/x"
     assert settings.name == "named"
     assert settings_from(parse_args([]), {}).port == 8080

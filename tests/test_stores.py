@@ -388,7 +388,11 @@ def test_one_terminal_state_wins_among_processes(
             winner_of[task_id].append(state)
     for task_id, states in winner_of.items():
         assert len(states) == 1, (task_id, states)
-        assert state_of(store.get(task_id)) == states[0]
+        final = store.get(task_id)
+        assert state_of(final) == states[0]
+        for late in (*RACERS, WORKING):  # and it never changes afterwards
+            assert not transition(store, task_id, to(late, "late")).applied
+        assert store.get(task_id) == final
     assert {state_of(t) for t in store.all().values()} <= TERMINAL_STATES
 
 

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import pytest
 from flask.testing import FlaskClient
 
-from shared import Settings, memory_store
+from shared import ConfigError, Settings, memory_store
 from shared.task import FAILED
 from tests.support.polling import wait_for
 from tests.test_web_support import (
@@ -23,6 +23,10 @@ from tests.test_web_support import (
 from web import create_app
 
 HOOK_CALLS: list[tuple[str, str]] = []
+
+
+def raising_hook(task_id: str, state: str, task: dict[str, Any]) -> None:
+    raise RuntimeError("the hook broke")
 
 
 def record_hook(task_id: str, state: str, task: dict[str, Any]) -> None:
@@ -420,11 +424,15 @@ class TestOnTaskHook:
         calls = list(HOOK_CALLS)
         assert calls == [(task["id"], "canceled")]
 
-    def test_a_hook_that_cannot_be_imported_is_logged_not_raised(
+    def test_a_hook_that_cannot_be_imported_stops_start_up(self, store: Any) -> None:
+        with pytest.raises(ConfigError, match=r"^TOOLNEXUS_ON_TASK: cannot import module"):
+            make_client(store, PlayingDispatcher(store), on_task="no_such_module_xyz:hook")
+
+    def test_a_hook_that_raises_is_logged_not_raised(
         self, store: Any, caplog: pytest.LogCaptureFixture
     ) -> None:
         client = make_client(
-            store, PlayingDispatcher(store, auto=False), on_task="no_such_module_xyz:hook"
+            store, PlayingDispatcher(store, auto=False), on_task=f"{__name__}:raising_hook"
         )
         task = result_of(rpc(client, "SendMessage", {"message": user_message()}))
         assert result_of(rpc(client, "CancelTask", {"id": task["id"]}))["status"]["state"] == (

@@ -294,6 +294,21 @@ def test_no_loadable_function_fails_tasks_saying_so(store: RecordingStore) -> No
     assert status_text(task).startswith("no fulfilment function: TOOLNEXUS_RUN:")
 
 
+def test_no_configured_function_fails_tasks_instead_of_hanging(store: RecordingStore) -> None:
+    settings = Settings.from_env({"TOOLNEXUS_RUN": ""})
+    assert settings.run is None
+    task_id = submit(store, "anyone there?")
+
+    assert fulfil(store, task_id, load_agent(settings), SETTINGS) == "failed"
+
+    task = store.get(task_id)
+    assert task is not None
+    assert status_text(task) == (
+        "no fulfilment function configured: set TOOLNEXUS_RUN=package.module:function"
+    )
+    assert store.states(task_id) == ["submitted", "working", "failed"]
+
+
 def test_load_agent_loads_the_default_echo_and_the_hook() -> None:
     agent = load_agent(Settings(on_task="examples.agents:echo"))
 
@@ -322,7 +337,7 @@ def test_a_result_is_saved_once_the_store_comes_back() -> None:
 
         settings = Settings(heartbeat=0.1, stale_after=20)
         assert fulfil(store, task_id, Agent(run), settings) == "completed"
-        assert back.is_set()
+        assert back.wait(10)  # the outage really happened and ended
         task = store.get(task_id)
         assert task is not None and task["artifacts"][0]["parts"][0]["text"] == "survived: outage"
     finally:

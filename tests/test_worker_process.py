@@ -49,6 +49,7 @@ def celery(*args: str, env: dict[str, str], log: Path | None = None) -> subproce
         ("worker", "TOOLNEXUS_RUN", "examples.agents:no_such_agent"),
         ("beat", "TOOLNEXUS_STORE", "ftp://nowhere"),
         ("worker", "TOOLNEXUS_ON_TASK", "not a reference"),
+        ("worker", "TOOLNEXUS_STORE", "no_such_module_x:store"),
     ],
 )
 def test_a_bad_setting_stops_start_up_with_one_line(

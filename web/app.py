@@ -26,6 +26,7 @@ from web.errors import (
     BROKER_UNAVAILABLE,
     STORE_UNAVAILABLE,
     BodyTooLarge,
+    InvalidRequest,
     RequestError,
     describe,
     error_body,
@@ -137,9 +138,8 @@ def _readiness(store: TaskStore, dispatcher: Dispatcher) -> dict[str, str]:
 def _http_error(error: HTTPException) -> Response:
     status = error.code or 500
     if request.path == "/" and request.method == "POST":
-        code = -32600 if status < 500 else -32603
-        body = {"code": code, "message": error.description or error.name}
-        return _json({"jsonrpc": "2.0", "id": None, "error": body}, status)
+        cause = InvalidRequest(error.description or error.name) if status < 500 else error
+        return _json(error_body(describe(cause), None, typed_data=False), status)
     return _json({"error": {"code": status, "message": error.name}}, status)
 
 

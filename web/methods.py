@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
 
 from shared.dispatch import Dispatcher
 from shared.errors import InvalidTransition, TaskNotCancelable, TaskNotFound
@@ -30,25 +28,11 @@ from shared.task import (
     state_of,
     with_status,
 )
-from shared.transitions import transition
+from shared.transitions import OnTerminal, transition
 from web.errors import BROKER_UNAVAILABLE, InvalidParams, TaskError
 from web.params import SendParams, TaskQuery
 
 log = logging.getLogger(__name__)
-
-
-class TaskHook:
-    """The TOOLNEXUS_ON_TASK function, imported on first use; an import
-    failure is then logged by `transition` like any other hook error."""
-
-    def __init__(self, reference: str) -> None:
-        self._reference = reference
-        self._function: Callable[[str, str, Task], Any] | None = None
-
-    def __call__(self, task_id: str, state: str, task: Task) -> Any:
-        if self._function is None:
-            self._function = load_object(self._reference, "TOOLNEXUS_ON_TASK")
-        return self._function(task_id, state, task)
 
 
 class Tasks:
@@ -56,7 +40,11 @@ class Tasks:
         self.store = store
         self.dispatcher = dispatcher
         self._blocking_timeout = settings.blocking_timeout
-        self._hook = TaskHook(settings.on_task) if settings.on_task else None
+        # Imported now, so a bad TOOLNEXUS_ON_TASK stops start-up instead of
+        # surfacing as a logged error on every cancel.
+        self._hook: OnTerminal | None = (
+            load_object(settings.on_task, "TOOLNEXUS_ON_TASK") if settings.on_task else None
+        )
 
     def send(self, params: SendParams, *, blocking: bool) -> Task:
         if params.task_id is None:

@@ -26,13 +26,17 @@ def __getattr__(name: str) -> Any:
 
 def _entry_point() -> Any:
     from shared.errors import ConfigError
+    from shared.resolve import resolve_store
     from shared.settings import Settings
     from worker.agent import load_agent
     from worker.celery_app import create_celery
 
     try:
         settings = Settings.from_env()
-        load_agent(settings)  # a worker that cannot import its function must not start
+        # A worker that cannot import its function or its store must not start
+        # and then fail (and acknowledge) every task it takes.
+        load_agent(settings)
+        resolve_store(settings.store, terminal_ttl=settings.task_ttl)
     except ConfigError as error:
         print(f"toolnexus: {error}", file=sys.stderr)
         raise SystemExit(2) from None

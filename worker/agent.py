@@ -13,6 +13,8 @@ from shared.transitions import OnTerminal
 
 RunFunction = Callable[..., object]
 
+NO_FUNCTION = "no fulfilment function configured: set TOOLNEXUS_RUN=package.module:function"
+
 
 @dataclass(frozen=True)
 class Agent:
@@ -40,15 +42,21 @@ class Agent:
 
 def load_agent(settings: Settings) -> Agent:
     """Import TOOLNEXUS_RUN and TOOLNEXUS_ON_TASK; ConfigError names the bad one."""
+    if settings.run is None:
+        return Agent(run=None, on_task=_load_hook(settings), problem=NO_FUNCTION)
     run = load_object(settings.run, "TOOLNEXUS_RUN")
     if not callable(run):
         raise ConfigError(f"TOOLNEXUS_RUN: {settings.run!r} is not callable")
-    hook = None
-    if settings.on_task:
-        hook = load_object(settings.on_task, "TOOLNEXUS_ON_TASK")
-        if not callable(hook):
-            raise ConfigError(f"TOOLNEXUS_ON_TASK: {settings.on_task!r} is not callable")
-    return Agent(run=run, on_task=hook)
+    return Agent(run=run, on_task=_load_hook(settings))
+
+
+def _load_hook(settings: Settings) -> OnTerminal | None:
+    if not settings.on_task:
+        return None
+    hook = load_object(settings.on_task, "TOOLNEXUS_ON_TASK")
+    if not callable(hook):
+        raise ConfigError(f"TOOLNEXUS_ON_TASK: {settings.on_task!r} is not callable")
+    return hook  # type: ignore[no-any-return]
 
 
 def agent_or_problem(settings: Settings) -> Agent:

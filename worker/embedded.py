@@ -121,7 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ).start()
     print(
         f"{PROGRAM}: {settings.name} on http://{settings.host}:{server.port}/"
-        f" (store {settings.store}, run {settings.run}, {default_threads(settings)} worker threads)"
+        f" (store {settings.store}, run {settings.run or 'none'},"
+        f" {default_threads(settings)} worker threads)"
         " - Ctrl-C to stop",
         file=sys.stderr,
         flush=True,
