@@ -17,6 +17,7 @@ from tests.support.strategies import json_values
 from tests.test_web_support import PlayingDispatcher, rpc, user_message
 from web import create_app
 from web.errors import BAD_REQUEST, ERROR_INFO
+from web.rpc import METHODS
 
 
 @pytest.fixture
@@ -369,18 +370,7 @@ FIELDS = st.sampled_from(
         "includeArtifacts",
     ]
 )
-METHOD_NAMES = st.sampled_from(
-    [
-        "SendMessage",
-        "message/send",
-        "GetTask",
-        "tasks/get",
-        "CancelTask",
-        "tasks/cancel",
-        "ListTasks",
-        "nope",
-    ]
-)
+METHOD_NAMES = st.sampled_from([*sorted(METHODS), "nope"])
 
 
 @settings(
