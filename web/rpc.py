@@ -152,6 +152,15 @@ def _finite(text: str) -> float:
     return number
 
 
+def _plainly_storable(body: bytes) -> bool:
+    """True when the raw bytes already rule out what `_check_storable` looks
+    for, so the common small request skips the walk: every nesting level
+    needs a bracket, and a lone surrogate needs a `\\u` escape (or bytes
+    that are not ASCII)."""
+    brackets = body.count(b"[") + body.count(b"{")
+    return brackets <= MAX_DEPTH and body.isascii() and b"\\u" not in body
+
+
 def _check_storable(value: object) -> None:
     """Refuse what `json.loads` lets through but a task cannot hold: nesting
     deeper than MAX_DEPTH, and lone surrogates (from `\\ud800` escapes or
@@ -173,7 +182,8 @@ def _check_storable(value: object) -> None:
 def _parse(body: bytes) -> Mapping[str, Any]:
     try:
         envelope = json.loads(body, parse_constant=_reject_constant, parse_float=_finite)
-        _check_storable(envelope)
+        if not _plainly_storable(body):
+            _check_storable(envelope)
     except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
         raise ParseError(f"Invalid JSON payload: {str(error)[:100]}") from None
     if isinstance(envelope, list):
