@@ -152,3 +152,26 @@ def test_raw_toolnexus_round_trip_with_requests(server: tuple[str, Recorded]) ->
     )
     assert unauthenticated.status_code == 401
     assert unauthenticated.json()["error"]["code"] == -32000
+
+
+@pytest.fixture(scope="module")
+def celery_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The compose file's web (gunicorn) and worker (Celery) on a private Redis."""
+    from tests.support.a2a import wait_ready
+    from tests.support.compose import local_stack
+
+    folder = tmp_path_factory.mktemp("interop")
+    with local_stack(folder, {"TOOLNEXUS_API_TOKENS": TOKEN}) as (_, stack):
+        stack.start("web", WEB_CONCURRENCY="1")
+        stack.start("worker")
+        wait_ready(stack.web_url)
+        yield stack.web_url
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["a2a-1.0", "a2a-0.3-compat"])
+def test_official_sdk_client_against_gunicorn_and_a_celery_worker(
+    celery_stack: str, legacy: bool
+) -> None:
+    task, _ = asyncio.run(sdk_round_trip(celery_stack, legacy=legacy, text="real workers"))
+    assert [part.text for part in task.artifacts[0].parts] == ["ran: real workers"]
+    assert task.history[-1].role == Role.ROLE_AGENT
