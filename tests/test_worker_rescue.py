@@ -23,7 +23,7 @@ from tests.support.compose import ROOT, LocalStack
 from tests.support.polling import wait_for
 from web.dispatch import CeleryDispatcher
 from worker.celery_app import create_celery
-from worker.rescue import rescue_stuck_deliveries
+from worker.rescue import BROKER_MARKER, requeue_after_broker_loss, rescue_stuck_deliveries
 
 DYING_CONSUMER = """
 import os, signal, sys
@@ -93,6 +93,7 @@ def test_beat_rescues_the_task_and_a_live_worker_completes_it(
         {"TOOLNEXUS_HEARTBEAT": "0.2", "TOOLNEXUS_STALE_AFTER": "1", "TOOLNEXUS_REAP_EVERY": "0.5"},
     )
     broker_url = stack.environments["worker"]["TOOLNEXUS_BROKER_URL"]
+    redis.Redis.from_url(broker_url).set(BROKER_MARKER, "1")  # the broker lost nothing
     task_id = submit(stack.store_url, broker_url)
     strand_a_delivery(broker_url, "toolnexus")
     store = redis_store(stack.store_url)
@@ -108,5 +109,48 @@ def test_beat_rescues_the_task_and_a_live_worker_completes_it(
         assert (
             f"requeued 1 never-started task(s): ['{task_id}']" in stack.processes["beat"].output()
         )
+    finally:
+        stack.close()
+
+
+def test_submitted_tasks_are_resent_when_the_broker_lost_its_data(redis_url: str) -> None:
+    base = redis_url.rsplit("/", 1)[0]
+    broker_url, store_url = f"{base}/0", f"{base}/1"
+    settings = Settings(broker_url=broker_url, store=store_url)
+    app, store = create_celery(settings), redis_store(store_url)
+    waiting = {store.save(new_task(text_message("user", f"w{n}")))["id"] for n in range(3)}
+    store.save(with_status(new_task(text_message("user", "done")), COMPLETED))
+    store.save(with_status(new_task(text_message("user", "busy")), WORKING))
+    broker = redis.Redis.from_url(broker_url)
+
+    assert set(requeue_after_broker_loss(app, store, settings.queue)) == waiting
+    assert broker.llen(settings.queue) == 3
+    assert requeue_after_broker_loss(app, store, settings.queue) == []  # marker set: no loss
+    assert broker.llen(settings.queue) == 3
+
+    broker.flushdb()  # Redis restarted without persistence: queue and marker gone
+    assert set(requeue_after_broker_loss(app, store, settings.queue)) == waiting
+    assert broker.llen(settings.queue) == 3
+
+
+def test_beat_and_a_worker_finish_tasks_whose_messages_the_broker_lost(
+    redis_url: str, tmp_path: Path
+) -> None:
+    base = redis_url.rsplit("/", 1)[0]
+    stack = LocalStack(base, tmp_path, {"TOOLNEXUS_REAP_EVERY": "0.5"})
+    broker_url = stack.environments["worker"]["TOOLNEXUS_BROKER_URL"]
+    task_id = submit(stack.store_url, broker_url)
+    redis.Redis.from_url(broker_url).flushdb()  # the queued message is gone
+    store = redis_store(stack.store_url)
+    try:
+        stack.start("beat")
+        stack.start("worker")
+
+        def completed() -> bool:
+            task = store.get(task_id)
+            return task is not None and state_of(task) == COMPLETED
+
+        wait_for(completed, timeout=30, what="the lost task to be resent and completed")
+        assert "resent 1 submitted task(s)" in stack.processes["beat"].output()
     finally:
         stack.close()

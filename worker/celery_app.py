@@ -33,7 +33,7 @@ from shared.store import TaskStore
 from worker.agent import Agent, agent_or_problem
 from worker.fulfil import fulfil
 from worker.reaper import reap_stale
-from worker.rescue import rescue_stuck_deliveries
+from worker.rescue import requeue_after_broker_loss, rescue_stuck_deliveries
 
 # Beyond the hard time limit, so the broker never redelivers a running task.
 VISIBILITY_MARGIN = 60.0
@@ -146,6 +146,7 @@ def create_celery(settings: Settings, *, store: TaskStore | None = None) -> Cele
     @app.task(name=REAP_TASK, shared=False)  # type: ignore[untyped-decorator]
     def reap_task() -> list[str]:
         now, store = time.time(), runtime.store()
+        requeue_after_broker_loss(app, store, settings.queue)
         rescue_stuck_deliveries(app, store, now, settings.stale_after)
         return reap_stale(store, now, settings.stale_after, runtime.agent().on_task)
 

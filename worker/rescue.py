@@ -1,4 +1,9 @@
-"""Give back deliveries a dead worker received but never started.
+"""Give back work the broker lost or a dead worker was holding.
+
+Two cases, both checked by beat on every reap (the claim's compare-and-set
+makes any duplicate message harmless):
+
+1. A delivery a dead worker received but never started.
 
 With late acks a worker holds each message it runs until the run ends. If
 the worker dies in the instant between receiving a message and claiming its
@@ -13,6 +18,13 @@ front of its queue. If that worker was merely slow, the second copy finds
 the task claimed and does nothing: the claim is a compare-and-set.
 Brokers that return a dead consumer's messages themselves (RabbitMQ) need
 none of this; it runs only on the Redis transport.
+
+2. Queued messages the broker itself lost: a Redis without persistence (or
+one whose data was flushed) restarts empty, and every task whose message
+was waiting would stay `submitted` for ever. Beat keeps a marker key in the
+broker; when it is missing (the first run ever, or the broker lost its
+data) every `submitted` task is sent again, then the marker is set. This
+needs a store that can list its tasks; the scan happens only then.
 """
 
 from __future__ import annotations
@@ -24,10 +36,12 @@ from typing import Any
 from celery import Celery
 
 from shared.dispatch import FULFIL_TASK
-from shared.store import TaskStore
+from shared.store import ListableStore, TaskStore
 from shared.task import SUBMITTED, state_of
 
 log = logging.getLogger(__name__)
+
+BROKER_MARKER = "toolnexus:broker-marker"
 
 
 def rescue_stuck_deliveries(
@@ -66,3 +80,25 @@ def _fulfil_task_id(raw: Any) -> str | None:
     if headers.get("task") != FULFIL_TASK or not isinstance(headers.get("id"), str):
         return None
     return str(headers["id"])
+
+
+def requeue_after_broker_loss(app: Celery, store: TaskStore, queue: str) -> list[str]:
+    """If the broker has no marker, send every `submitted` task again; return their ids."""
+    with app.connection_for_write() as connection:
+        if connection.transport.driver_type != "redis":
+            return []
+        client = connection.default_channel.client
+        if client.exists(BROKER_MARKER):
+            return []
+        if not isinstance(store, ListableStore):
+            log.warning("rescue: the broker lost its data; this store cannot list tasks to resend")
+            client.set(BROKER_MARKER, "1")
+            return []
+        waiting = [i for i, task in store.all().items() if state_of(task) == SUBMITTED]
+        for task_id in waiting:
+            app.send_task(FULFIL_TASK, args=[task_id], task_id=task_id, queue=queue)
+        # Set only once everything is resent: a crash in between resends again.
+        client.set(BROKER_MARKER, "1")
+    if waiting:
+        log.warning("rescue: the broker had no marker; resent %d submitted task(s)", len(waiting))
+    return waiting
