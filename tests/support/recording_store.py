@@ -17,21 +17,28 @@ class RecordingStore:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self._lock = threading.Lock()
+        self._write_lock = threading.RLock()
         self._states: dict[str, list[str]] = {}
         self.heartbeats: dict[str, int] = {}
 
+    # Writes and their records happen under one lock that reads also take,
+    # so no reader can see a state that is not recorded yet.
+
     def get(self, task_id: str) -> Task | None:
-        return self.inner.get(task_id)  # type: ignore[no-any-return]
+        with self._write_lock:
+            return self.inner.get(task_id)  # type: ignore[no-any-return]
 
     def save(self, task: Task) -> Task:
-        saved = self.inner.save(task)
-        self._record(task)
+        with self._write_lock:
+            saved = self.inner.save(task)
+            self._record(task)
         return saved  # type: ignore[no-any-return]
 
     def compare_and_set(self, task: Task, expected_status: Mapping[str, Any]) -> bool:
-        written = bool(self.inner.compare_and_set(task, expected_status))
-        if written:
-            self._record(task)
+        with self._write_lock:
+            written = bool(self.inner.compare_and_set(task, expected_status))
+            if written:
+                self._record(task)
         return written
 
     def heartbeat(self, task_id: str) -> None:
