@@ -60,6 +60,23 @@ def submit(store_url: str, broker_url: str, *, state: str | None = None) -> str:
     return str(task["id"])
 
 
+def beat_and_worker_complete(stack: LocalStack, task_id: str) -> str:
+    """Start beat and a worker, wait for the task to complete; beat's log."""
+    store = redis_store(stack.store_url)
+    try:
+        stack.start("beat")
+        stack.start("worker")
+
+        def completed() -> bool:
+            task = store.get(task_id)
+            return task is not None and state_of(task) == COMPLETED
+
+        wait_for(completed, timeout=30, what=f"task {task_id} to be completed")
+        return stack.processes["beat"].output()
+    finally:
+        stack.close()
+
+
 def test_rescue_requeues_only_unclaimed_stale_deliveries(redis_url: str) -> None:
     base = redis_url.rsplit("/", 1)[0]
     broker_url, store_url = f"{base}/0", f"{base}/1"
@@ -96,21 +113,8 @@ def test_beat_rescues_the_task_and_a_live_worker_completes_it(
     redis.Redis.from_url(broker_url).set(BROKER_MARKER, "1")  # the broker lost nothing
     task_id = submit(stack.store_url, broker_url)
     strand_a_delivery(broker_url, "toolnexus")
-    store = redis_store(stack.store_url)
-    try:
-        stack.start("beat")
-        stack.start("worker")
-
-        def completed() -> bool:
-            task = store.get(task_id)
-            return task is not None and state_of(task) == COMPLETED
-
-        wait_for(completed, timeout=30, what="the stranded task to be rescued and completed")
-        assert (
-            f"requeued 1 never-started task(s): ['{task_id}']" in stack.processes["beat"].output()
-        )
-    finally:
-        stack.close()
+    beat_log = beat_and_worker_complete(stack, task_id)
+    assert f"requeued 1 never-started task(s): ['{task_id}']" in beat_log
 
 
 def test_submitted_tasks_are_resent_when_the_broker_lost_its_data(redis_url: str) -> None:
@@ -141,16 +145,5 @@ def test_beat_and_a_worker_finish_tasks_whose_messages_the_broker_lost(
     broker_url = stack.environments["worker"]["TOOLNEXUS_BROKER_URL"]
     task_id = submit(stack.store_url, broker_url)
     redis.Redis.from_url(broker_url).flushdb()  # the queued message is gone
-    store = redis_store(stack.store_url)
-    try:
-        stack.start("beat")
-        stack.start("worker")
-
-        def completed() -> bool:
-            task = store.get(task_id)
-            return task is not None and state_of(task) == COMPLETED
-
-        wait_for(completed, timeout=30, what="the lost task to be resent and completed")
-        assert "resent 1 submitted task(s)" in stack.processes["beat"].output()
-    finally:
-        stack.close()
+    beat_log = beat_and_worker_complete(stack, task_id)
+    assert "resent 1 submitted task(s)" in beat_log
