@@ -75,6 +75,14 @@ def builtin_spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("redis_url"))
 
 
+@pytest.fixture(params=["file", "redis"])
+def shared_spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store that several processes can share."""
+    if request.param == "file":
+        return f"file:{tmp_path / 'tasks'}"
+    return str(request.getfixturevalue("redis_url"))
+
+
 @pytest.fixture
 def builtin(builtin_spec: str) -> Any:
     return resolve_store(builtin_spec)
@@ -221,11 +229,8 @@ def test_redis_key_of_wrong_type_reads_none(redis_url: str) -> None:
     assert store.get("hashed") is None
 
 
-@pytest.mark.parametrize("kind", ["file", "redis"])
-def test_compare_and_set_refuses_over_corrupt_data(
-    kind: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    spec = f"file:{tmp_path}" if kind == "file" else str(request.getfixturevalue("redis_url"))
+def test_compare_and_set_refuses_over_corrupt_data(shared_spec: str) -> None:
+    spec = shared_spec
     store = resolve_store(spec)
     task = store.save(a_task())
     if isinstance(store, RedisStore):
@@ -294,11 +299,8 @@ def _get_in_child(spec: str, task_id: str, answer: Any) -> None:
     answer.put(resolve_store(spec).get(task_id))
 
 
-@pytest.mark.parametrize("kind", ["file", "redis"])
-def test_a_task_saved_by_one_process_is_read_by_another(
-    kind: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    spec = f"file:{tmp_path}" if kind == "file" else str(request.getfixturevalue("redis_url"))
+def test_a_task_saved_by_one_process_is_read_by_another(shared_spec: str) -> None:
+    spec = shared_spec
     context = multiprocessing.get_context("spawn")
     written = a_task("from a child")
     child = context.Process(target=_save_in_child, args=(spec, written))
@@ -359,11 +361,8 @@ def _race_in_process(spec: str, ids: list[str], state: str, start: Any, wins: An
     wins.put((state, won))
 
 
-@pytest.mark.parametrize("kind", ["file", "redis"])
-def test_one_terminal_state_wins_among_processes(
-    kind: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    spec = f"file:{tmp_path}" if kind == "file" else str(request.getfixturevalue("redis_url"))
+def test_one_terminal_state_wins_among_processes(shared_spec: str) -> None:
+    spec = shared_spec
     store = resolve_store(spec)
     ids = []
     for _ in range(TRIALS):
