@@ -6,6 +6,7 @@
 from shared.errors import (
     BrokerError,
     ConfigError,
+    ContextTaken,
     InvalidTaskId,
     InvalidTransition,
     StoreError,
@@ -18,13 +19,22 @@ from shared.memory_store import MemoryStore, memory_store
 from shared.redis_store import RedisStore, redis_store
 from shared.resolve import resolve_store
 from shared.settings import Settings
-from shared.store import AtomicStore, ListableStore, StaleIndex, TaskStore
+from shared.store import (
+    AtomicStore,
+    EventStore,
+    ListableStore,
+    StaleIndex,
+    TaskStore,
+    WaitingIndex,
+)
 from shared.transitions import Outcome, transition
 
 __all__ = [
     "AtomicStore",
     "BrokerError",
     "ConfigError",
+    "ContextTaken",
+    "EventStore",
     "FileStore",
     "InvalidTaskId",
     "InvalidTransition",
@@ -39,6 +49,7 @@ __all__ = [
     "TaskNotFound",
     "TaskStore",
     "ToolnexusError",
+    "WaitingIndex",
     "file_store",
     "memory_store",
     "redis_store",

@@ -17,7 +17,12 @@ class ConfigError(ToolnexusError):
 
 
 class StoreError(ToolnexusError):
-    """The task store could not be reached or refused to answer."""
+    """The task store could not be reached or refused to answer. `reason` is
+    the short cause an operator may see (`/readyz`): no addresses, no secrets."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class InvalidTaskId(ToolnexusError, ValueError):
@@ -38,3 +43,7 @@ class TaskNotCancelable(ToolnexusError):
 
 class InvalidTransition(ToolnexusError):
     """The state machine does not allow the requested change."""
+
+
+class ContextTaken(ToolnexusError):
+    """A new task named a context that another caller's tasks already use."""

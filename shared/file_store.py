@@ -1,139 +1,385 @@
 """A directory of `<id>.json` files: durable, greppable, shareable.
 
 Layout under the directory:
-  <id>.json        the task, pretty-printed JSON, replaced atomically
-  .working/<id>    one empty file per task in `working`; its mtime is the
-                   last heartbeat, so the reaper's query reads only these
-  .locks/<n>       64 lock files striped by id, for compare-and-set across
-                   processes (flock), without a lock file per task
+  <id>.json          {"seq": N, "task": {...}}: the task as of its event N,
+                     pretty-printed, replaced atomically
+  .log/<id>.jsonl    the task's events, one {"seq": n, "event": {...}} a line;
+                     a read folds the lines after N over the snapshot
+  .working/<id>      one empty file per task in `working`; its mtime is the
+                     last heartbeat, so the reaper's query reads only these
+  .waiting/<id>      likewise for `submitted` tasks: when each was queued
+  .messages/<hash>   the id of the task a message created (idempotent sends)
+  .contexts/<hash>   the owner of a context
+  .locks/<n>         64 lock files striped by id, for compare-and-append
+                     across processes (flock), without a lock file per task
+  .beat              touched by each run of the reaper
 
 Several processes on one host (or one shared volume with working flock)
-see each other's tasks and serialise their transitions on the stripe locks.
+see each other's tasks and serialise their writes on the stripe locks.
+No file is ever opened through a symbolic link: a planted link reads as a
+missing task (and is logged), and no write follows one out of the directory.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
+import logging
 import os
+import re
 import tempfile
+import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
 
-from shared.store import is_safe_id, require_safe_id, same_status
-from shared.task import WORKING, Task, state_of
+from shared.codec import decode, encode
+from shared.errors import ContextTaken, StoreError
+from shared.events import Event, fold, status_update
+from shared.store import Commit, Created, Record, digest, is_safe_id, require_safe_id
+from shared.task import SUBMITTED, WORKING, Task, state_of
+from shared.watching import Notifier, Waiter
+
+log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 _STRIPES = 64
+_POLL = 0.05  # how often watched logs are checked for growth, seconds
+_SEQ = re.compile(rb'\{"seq":(\d+),')
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class FileStore:
     def __init__(self, directory: str | os.PathLike[str], clock: Clock = time.time) -> None:
         self.directory = Path(directory)
         self._clock = clock
+        self._log = self.directory / ".log"
         self._working = self.directory / ".working"
+        self._waiting = self.directory / ".waiting"
+        self._messages = self.directory / ".messages"
+        self._contexts = self.directory / ".contexts"
         self._locks = self.directory / ".locks"
-        for folder in (self.directory, self._working, self._locks):
+        folders = (self._log, self._working, self._waiting, self._messages, self._contexts)
+        for folder in (self.directory, *folders, self._locks):
             folder.mkdir(parents=True, exist_ok=True)
+            if folder.is_symlink():
+                raise StoreError(f"task store: {folder} is a symbolic link; refusing to use it")
+        self._notifier = Notifier()
+        self._poller: threading.Thread | None = None
+        self._poller_lock = threading.Lock()
+
+    # --- the contract ------------------------------------------------------
 
     def get(self, task_id: str) -> Task | None:
-        if not is_safe_id(task_id):
-            return None
-        return _read(self.directory / f"{task_id}.json")
+        record = self.read(task_id)
+        return record.task if record is not None else None
 
     def save(self, task: Task) -> Task:
         task_id = require_safe_id(task.get("id"))
-        data = _encode(task)
+        event = status_update(task, state_of(task) or SUBMITTED)
         with self._locked(task_id):
-            self._write(task_id, data, state_of(task))
+            current = self._read(task_id)
+            seq = (current.seq if current is not None else self._last_seq(task_id)) + 1
+            self._append(task_id, seq, [event])
+            self._write_snapshot(task_id, seq, task)
+            self._indexed(task_id, state_of(task))
         return task
 
-    def compare_and_set(self, task: Task, expected_status: Mapping[str, Any]) -> bool:
+    # --- EventStore ----------------------------------------------------------
+
+    def create(self, task: Task, message_key: str | None = None) -> Created:
         task_id = require_safe_id(task.get("id"))
-        data = _encode(task)
+        record_path = self._messages / message_key if message_key else None
+        with self._locked(message_key or task_id):
+            if record_path is not None and (earlier := _read_text(record_path)):
+                found = self.get(earlier) if is_safe_id(earlier) else None
+                if found is not None:
+                    return Created(found, False)
+            self._claim_context(task["contextId"], task.get("owner", ""))
+            if record_path is not None:
+                # The record first: a crash before the task is written leaves a
+                # record of nothing, which a retry overwrites; never two tasks.
+                _write_atomically(record_path, task_id.encode())
+            with self._locked(task_id):
+                self._append(task_id, 1, [status_update(task, SUBMITTED)])
+                self._write_snapshot(task_id, 1, task)
+                self._indexed(task_id, SUBMITTED)
+        return Created(task, True)
+
+    def read(self, task_id: str) -> Record | None:
+        if not is_safe_id(task_id):
+            return None
+        return self._read(task_id)
+
+    def commit(self, commit: Commit) -> bool:
+        task_id = require_safe_id(commit.task.get("id"))
         with self._locked(task_id):
-            if not same_status(self.get(task_id), expected_status):
+            current = self._read(task_id)
+            if current is None or current.seq != commit.expected:
                 return False
-            self._write(task_id, data, state_of(task))
+            seq = commit.expected + len(commit.events)
+            self._append(task_id, commit.expected + 1, commit.events)
+            if commit.snapshot:
+                self._write_snapshot(task_id, seq, commit.task)
+            self._indexed(task_id, state_of(commit.task))
             return True
+
+    def events(self, task_id: str, after: int) -> list[tuple[int, Event]]:
+        if not is_safe_id(task_id):
+            return []
+        return [(seq, decode(line)["event"]) for seq, line in self._logged(task_id, after)]
+
+    @contextmanager
+    def watch(self, task_id: str) -> Iterator[Waiter]:
+        self._ensure_polling()
+        with self._notifier.watch(task_id) as waiter:
+            yield waiter
+
+    # --- listing and the time indexes ---------------------------------------
 
     def all(self) -> dict[str, Task]:
         tasks = {}
         for path in self.directory.glob("*.json"):
-            task = _read(path)
-            if task is not None and is_safe_id(path.stem):
+            task = self.get(path.stem) if is_safe_id(path.stem) else None
+            if task is not None:
                 tasks[path.stem] = task
         return tasks
 
     def heartbeat(self, task_id: str) -> None:
-        if not is_safe_id(task_id):
-            return
-        now = self._clock()
-        # The task may have left `working`; a heartbeat must not bring it back.
-        with suppress(FileNotFoundError):
-            os.utime(self._working / task_id, (now, now))
+        if is_safe_id(task_id):
+            _touch_existing(self._working / task_id, self._clock())
 
     def stale(self, cutoff: float) -> list[str]:
-        with os.scandir(self._working) as entries:
-            return [
-                entry.name for entry in entries if is_safe_id(entry.name) and _mtime(entry) < cutoff
-            ]
+        return _older(self._working, cutoff)
 
-    def _write(self, task_id: str, data: bytes, state: str) -> None:
-        fd, temp = tempfile.mkstemp(dir=self.directory, prefix=f".{task_id}.", suffix=".tmp")
+    def waiting(self, cutoff: float) -> list[str]:
+        return _older(self._waiting, cutoff)
+
+    def resent(self, task_id: str) -> None:
+        if is_safe_id(task_id):
+            _touch_existing(self._waiting / task_id, self._clock())
+
+    def record_beat(self) -> None:
+        _write_atomically(self.directory / ".beat", repr(self._clock()).encode())
+
+    def last_beat(self) -> float | None:
+        text = _read_text(self.directory / ".beat")
         try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(data)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temp, self.directory / f"{task_id}.json")
-        except BaseException:
-            _unlink(Path(temp))
-            raise
-        marker = self._working / task_id
-        if state == WORKING:
-            marker.touch()
-            now = self._clock()
-            os.utime(marker, (now, now))
-        else:
-            _unlink(marker)
+            return float(text) if text else None
+        except ValueError:
+            return None
+
+    def ping(self) -> None:
+        """Raise StoreError unless the directory is there and writable."""
+        probe = self.directory / f".ping.{os.getpid()}.{threading.get_ident()}"
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o600)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as error:
+            raise StoreError(
+                f"task store unavailable: {self.directory}: {error.strerror}"
+            ) from None
+
+    # --- reading and writing under the stripe lock --------------------------
+
+    def _read(self, task_id: str) -> Record | None:
+        raw = _read_bytes(self.directory / f"{task_id}.json")
+        if raw is None:
+            return None
+        try:
+            stored = decode(raw)
+            base, task = stored["seq"], stored["task"]
+        except (ValueError, TypeError, KeyError):
+            return None  # unreadable reads as missing: a corrupt file must not take a request down
+        if not isinstance(base, int) or not isinstance(task, dict):
+            return None
+        tail = self._logged(task_id, base)
+        events = [decode(line)["event"] for _, line in tail]
+        seq = tail[-1][0] if tail else base
+        return Record(fold(task, events), seq, len(tail))  # type: ignore[arg-type]
+
+    def _logged(self, task_id: str, after: int) -> list[tuple[int, bytes]]:
+        """The log lines numbered above `after`, oldest first; read from the
+        end of the file, so a read costs the tail, not the whole log."""
+        raw = _read_bytes(self._log / f"{task_id}.jsonl")
+        if not raw:
+            return []
+        lines: list[tuple[int, bytes]] = []
+        for line in reversed(raw.splitlines()):
+            match = _SEQ.match(line)
+            if match is None:
+                continue  # a line cut short by a crash
+            seq = int(match.group(1))
+            if seq <= after:
+                break
+            lines.append((seq, line))
+        lines.reverse()
+        return lines
+
+    def _last_seq(self, task_id: str) -> int:
+        tail = self._logged(task_id, 0)
+        return tail[-1][0] if tail else 0
+
+    def _append(self, task_id: str, first: int, events: Sequence[Event]) -> None:
+        lines = b"".join(
+            f'{{"seq":{first + n},"event":{encode(event)}}}\n'.encode()
+            for n, event in enumerate(events)
+        )
+        path = self._log / f"{task_id}.jsonl"
+        fd = _open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            os.write(fd, lines)
+        finally:
+            os.close(fd)
+
+    def _write_snapshot(self, task_id: str, seq: int, task: Task) -> None:
+        data = json.dumps({"seq": seq, "task": task}, indent=2, ensure_ascii=False)
+        _write_atomically(self.directory / f"{task_id}.json", data.encode() + b"\n", fsync=True)
+
+    def _indexed(self, task_id: str, state: str) -> None:
+        now = self._clock()
+        for folder, member in ((self._working, WORKING), (self._waiting, SUBMITTED)):
+            marker = folder / task_id
+            if state == member:
+                _touch(marker, now)
+            else:
+                marker.unlink(missing_ok=True)
+        self._notifier.notify(task_id)
+
+    def _claim_context(self, context_id: str, owner: str) -> None:
+        path = self._contexts / digest(context_id)
+        if _create_exclusively(path, owner.encode()):
+            return
+        if (_read_text(path) or "") != owner:
+            raise ContextTaken(f"context {context_id} belongs to another caller")
 
     @contextmanager
-    def _locked(self, task_id: str) -> Iterator[None]:
-        stripe = zlib.crc32(task_id.encode()) % _STRIPES
-        fd = os.open(self._locks / str(stripe), os.O_RDWR | os.O_CREAT, 0o644)
+    def _locked(self, name: str) -> Iterator[None]:
+        stripe = zlib.crc32(name.encode()) % _STRIPES
+        fd = _open(self._locks / str(stripe), os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)  # closing the descriptor releases the flock
 
+    # --- telling waiters in this process about other processes' writes ------
 
-def _encode(task: Task) -> bytes:
-    return json.dumps(task, indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
+    def _ensure_polling(self) -> None:
+        with self._poller_lock:
+            if self._poller is None or not self._poller.is_alive():
+                self._poller = threading.Thread(
+                    target=self._poll, name="toolnexus-file-events", daemon=True
+                )
+                self._poller.start()
+
+    def _poll(self) -> None:
+        sizes: dict[str, int] = {}
+        while True:
+            watched = self._notifier.watched()
+            for task_id in watched:
+                try:
+                    size = os.stat(self._log / f"{task_id}.jsonl", follow_symlinks=False).st_size
+                except OSError:
+                    size = -1
+                if sizes.get(task_id) != size:
+                    sizes[task_id] = size
+                    self._notifier.notify(task_id)
+            for task_id in set(sizes) - set(watched):
+                del sizes[task_id]
+            time.sleep(_POLL)
 
 
-def _read(path: Path) -> Task | None:
+def _open(path: Path, flags: int) -> int:
     try:
-        task = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None  # unreadable reads as missing: a corrupt file must not take a request down
-    return task if isinstance(task, dict) else None
+        return os.open(path, flags | _NOFOLLOW, 0o644)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            log.warning("task store: refusing to follow the symbolic link %s", path)
+            raise StoreError(f"task store: {path.name} is a symbolic link") from None
+        raise
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            log.warning("task store: ignoring the symbolic link %s", path)
+        return None
+    try:
+        with os.fdopen(fd, "rb") as file:
+            return file.read()
+    except OSError:
+        return None
+
+
+def _read_text(path: Path) -> str | None:
+    raw = _read_bytes(path)
+    try:
+        return raw.decode() if raw is not None else None
+    except UnicodeDecodeError:
+        return None
+
+
+def _write_atomically(path: Path, data: bytes, *, fsync: bool = False) -> None:
+    """A temporary file renamed over `path`: readers see the old or the new
+    content, never a part; the rename replaces a link, never follows it."""
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            if fsync:
+                file.flush()
+                os.fsync(file.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def _create_exclusively(path: Path, data: bytes) -> bool:
+    """Write `path` with `data` unless it exists; True if this call made it.
+    (A hard link of a finished temporary file: never visible half-written.)"""
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        os.link(temp, path, follow_symlinks=False)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        Path(temp).unlink(missing_ok=True)
+
+
+def _touch(path: Path, when: float) -> None:
+    os.close(_open(path, os.O_WRONLY | os.O_CREAT))
+    os.utime(path, (when, when), follow_symlinks=False)
+
+
+def _touch_existing(path: Path, when: float) -> None:
+    # The task may have left the index; touching must not bring it back.
+    with suppress(FileNotFoundError):
+        os.utime(path, (when, when), follow_symlinks=False)
+
+
+def _older(folder: Path, cutoff: float) -> list[str]:
+    with os.scandir(folder) as entries:
+        return [
+            entry.name for entry in entries if is_safe_id(entry.name) and _mtime(entry) < cutoff
+        ]
 
 
 def _mtime(entry: os.DirEntry[str]) -> float:
     try:
-        return entry.stat().st_mtime
+        return entry.stat(follow_symlinks=False).st_mtime
     except FileNotFoundError:
-        return float("inf")  # removed while listing: it left `working`
-
-
-def _unlink(path: Path) -> None:
-    path.unlink(missing_ok=True)
+        return float("inf")  # removed while listing: it left the index
 
 
 def file_store(directory: str | os.PathLike[str], clock: Clock = time.time) -> FileStore:

@@ -1,60 +1,149 @@
-"""The default store: JSON text in a dict behind a lock, private to one process.
+"""The default store: JSON text in dicts behind one lock, private to one process.
 
-Tasks are kept serialised: what comes back is always a fresh copy, a task
-that other stores could not save fails here too, and encoding is cheaper
-than deep-copying the dict twice.
+Each task is a snapshot (JSON text), the events appended since it (the
+tail) and its event log; every write is one step under the lock, and a read
+decodes the snapshot and folds the tail, so what comes back is always a
+fresh copy. Waiters in this process are woken after each commit.
 """
 
 from __future__ import annotations
 
-import json
+import heapq
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
-from shared.store import is_safe_id, require_safe_id
-from shared.task import WORKING, Task, state_of
+from shared.codec import decode, encode
+from shared.errors import ContextTaken
+from shared.events import Event, fold, status_update
+from shared.store import LOG_LIMIT, Commit, Created, Record, is_safe_id, require_safe_id
+from shared.task import SUBMITTED, WORKING, Task, is_terminal, state_of
+from shared.watching import Notifier, Waiter
 
 Clock = Callable[[], float]
 
 
+@dataclass
+class _Entry:
+    snapshot: str
+    base: int
+    seq: int
+    tail: list[str] = field(default_factory=list)
+    log: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=LOG_LIMIT))
+    message_key: str | None = None
+    expires: float | None = None
+
+
 class MemoryStore:
-    def __init__(self, clock: Clock = time.time) -> None:
+    def __init__(self, clock: Clock = time.time, terminal_ttl: float | None = None) -> None:
         self._clock = clock
+        self._ttl = terminal_ttl
         self._lock = threading.Lock()
-        self._tasks: dict[str, str] = {}
-        self._stamps: dict[str, tuple[str, object]] = {}  # id -> (state, timestamp), for CAS
+        self._entries: dict[str, _Entry] = {}
+        self._messages: dict[str, str] = {}  # message key -> task id
+        self._contexts: dict[str, str] = {}  # context id -> owner
         self._heartbeats: dict[str, float] = {}
+        self._waiting: dict[str, float] = {}
+        self._expiries: list[tuple[float, str]] = []  # a heap of (when, task id)
+        self._beat: float | None = None
+        self._notifier = Notifier()
+
+    # --- the contract ------------------------------------------------------
 
     def get(self, task_id: str) -> Task | None:
-        if not is_safe_id(task_id):
-            return None
-        with self._lock:
-            text = self._tasks.get(task_id)
-        return json.loads(text) if text is not None else None
+        record = self.read(task_id)
+        return record.task if record is not None else None
 
     def save(self, task: Task) -> Task:
         task_id = require_safe_id(task.get("id"))
-        text = json.dumps(task)
+        event = encode(status_update(task, state_of(task) or SUBMITTED))
+        snapshot = encode(task)
         with self._lock:
-            self._put(task_id, task, text)
+            entry = self._entries.get(task_id)
+            if entry is None:
+                entry = self._entries[task_id] = _Entry(snapshot, 0, 0)
+            entry.seq += 1
+            entry.snapshot, entry.base, entry.tail = snapshot, entry.seq, []
+            entry.log.append((entry.seq, event))
+            self._indexed(task_id, entry, state_of(task))
+        self._notifier.notify(task_id)
         return task
 
-    def compare_and_set(self, task: Task, expected_status: Mapping[str, Any]) -> bool:
+    # --- EventStore ----------------------------------------------------------
+
+    def create(self, task: Task, message_key: str | None = None) -> Created:
         task_id = require_safe_id(task.get("id"))
-        text = json.dumps(task)
-        expected = (expected_status.get("state"), expected_status.get("timestamp"))
+        snapshot, event = encode(task), encode(status_update(task, SUBMITTED))
+        context, owner = task["contextId"], task.get("owner", "")
         with self._lock:
-            if self._stamps.get(task_id) != expected:
+            self._expire()
+            if message_key is not None and (earlier := self._messages.get(message_key)):
+                entry = self._entries.get(earlier)
+                if entry is not None:
+                    return Created(self._folded(entry), False)
+            if self._contexts.setdefault(context, owner) != owner:
+                raise ContextTaken(f"context {context} belongs to another caller")
+            entry = _Entry(snapshot, 1, 1, message_key=message_key)
+            entry.log.append((1, event))
+            self._entries[task_id] = entry
+            if message_key is not None:
+                self._messages[message_key] = task_id
+            self._indexed(task_id, entry, SUBMITTED)
+        self._notifier.notify(task_id)
+        return Created(task, True)
+
+    def read(self, task_id: str) -> Record | None:
+        if not is_safe_id(task_id):
+            return None
+        with self._lock:
+            entry = self._entries.get(task_id)
+            if entry is None or self._expired(entry):
+                return None
+            snapshot, tail, seq = entry.snapshot, list(entry.tail), entry.seq
+        task = fold(decode(snapshot), [decode(event) for event in tail])
+        return Record(task, seq, len(tail))
+
+    def commit(self, commit: Commit) -> bool:
+        task_id = require_safe_id(commit.task.get("id"))
+        events = [encode(event) for event in commit.events]
+        snapshot = encode(commit.task) if commit.snapshot else None
+        with self._lock:
+            entry = self._entries.get(task_id)
+            if entry is None or entry.seq != commit.expected or self._expired(entry):
                 return False
-            self._put(task_id, task, text)
-            return True
+            for event in events:
+                entry.seq += 1
+                entry.log.append((entry.seq, event))
+            if snapshot is not None:
+                entry.snapshot, entry.base, entry.tail = snapshot, entry.seq, []
+            else:
+                entry.tail.extend(events)
+            self._indexed(task_id, entry, state_of(commit.task))
+        self._notifier.notify(task_id)
+        return True
+
+    def events(self, task_id: str, after: int) -> list[tuple[int, Event]]:
+        with self._lock:
+            entry = self._entries.get(task_id) if is_safe_id(task_id) else None
+            logged = [item for item in entry.log if item[0] > after] if entry else []
+        return [(seq, decode(event)) for seq, event in logged]
+
+    @contextmanager
+    def watch(self, task_id: str) -> Iterator[Waiter]:
+        with self._notifier.watch(task_id) as waiter:
+            yield waiter
+
+    # --- listing and the time indexes ---------------------------------------
 
     def all(self) -> dict[str, Task]:
         with self._lock:
-            texts = dict(self._tasks)
-        return {task_id: json.loads(text) for task_id, text in texts.items()}
+            self._expire()
+            ids = list(self._entries)
+        tasks = {task_id: self.get(task_id) for task_id in ids}
+        return {task_id: task for task_id, task in tasks.items() if task is not None}
 
     def heartbeat(self, task_id: str) -> None:
         with self._lock:
@@ -65,15 +154,60 @@ class MemoryStore:
         with self._lock:
             return [i for i, beat in self._heartbeats.items() if beat < cutoff]
 
-    def _put(self, task_id: str, task: Task, text: str) -> None:
-        state = state_of(task)
-        self._tasks[task_id] = text
-        self._stamps[task_id] = (state, task["status"].get("timestamp") if state else None)
-        if state == WORKING:
-            self._heartbeats[task_id] = self._clock()
-        else:
-            self._heartbeats.pop(task_id, None)
+    def waiting(self, cutoff: float) -> list[str]:
+        with self._lock:
+            return [i for i, sent in self._waiting.items() if sent < cutoff]
+
+    def resent(self, task_id: str) -> None:
+        with self._lock:
+            if task_id in self._waiting:
+                self._waiting[task_id] = self._clock()
+
+    def record_beat(self) -> None:
+        self._beat = self._clock()
+
+    def last_beat(self) -> float | None:
+        return self._beat
+
+    def context_owner(self, context_id: str) -> str | None:
+        with self._lock:
+            return self._contexts.get(context_id)
+
+    # --- under the lock ------------------------------------------------------
+
+    def _indexed(self, task_id: str, entry: _Entry, state: str) -> None:
+        now = self._clock()
+        _place(self._heartbeats, task_id, now, state == WORKING)
+        _place(self._waiting, task_id, now, state == SUBMITTED)
+        if self._ttl and is_terminal(state):
+            entry.expires = now + self._ttl
+            heapq.heappush(self._expiries, (entry.expires, task_id))
+
+    def _expired(self, entry: _Entry) -> bool:
+        return entry.expires is not None and entry.expires <= self._clock()
+
+    def _expire(self) -> None:
+        """Forget finished tasks past their time to live, with their message keys."""
+        now = self._clock()
+        while self._expiries and self._expiries[0][0] <= now:
+            _, task_id = heapq.heappop(self._expiries)
+            entry = self._entries.get(task_id)
+            if entry is not None and self._expired(entry):
+                del self._entries[task_id]
+                if entry.message_key is not None:
+                    self._messages.pop(entry.message_key, None)
+
+    def _folded(self, entry: _Entry) -> Task:
+        task: Task = fold(decode(entry.snapshot), [decode(event) for event in entry.tail])
+        return task
 
 
-def memory_store(clock: Clock = time.time) -> MemoryStore:
-    return MemoryStore(clock)
+def _place(index: dict[str, float], task_id: str, now: float, member: bool) -> None:
+    if member:
+        index[task_id] = now
+    else:
+        index.pop(task_id, None)
+
+
+def memory_store(clock: Clock = time.time, terminal_ttl: float | None = None) -> MemoryStore:
+    return MemoryStore(clock, terminal_ttl)

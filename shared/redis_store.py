@@ -1,19 +1,25 @@
-"""Redis: one JSON string per task, plus a sorted set of `working` tasks
-scored by last heartbeat, so finding stale tasks is one range query.
+"""Redis: each task a hash, a tail and an event stream, plus time indexes.
 
-Keys (prefix defaults to "toolnexus:"):
-  <prefix>task:<id>   the task as JSON; optionally expiring once terminal
-  <prefix>working     ZSET id -> heartbeat (seconds since the epoch)
+Keys (prefix defaults to "toolnexus:"; the layout is in `shared.redis_scripts`):
+  <prefix>task:<id>    hash: doc (JSON snapshot), seq, base, state, mkey
+  <prefix>tail:<id>    the events since the snapshot, one JSON per line
+  <prefix>log:<id>     stream: the task's events, entry ids 0-<seq>
+  <prefix>msg:<hash>   the task a message created (idempotent sends)
+  <prefix>ctx:<hash>   the owner of a context
+  <prefix>working      ZSET id -> last heartbeat (the reaper's query)
+  <prefix>waiting      ZSET id -> when it was (re)sent to the queue
+  <prefix>beat         when the reaper last ran
+  channel <prefix>events: the id of every task that got an event
 
-Compare-and-set runs as one Lua script, so the check, the write and the
-index update are a single atomic step on the server.
+Every write is one Lua script, so the check, the write, the event and the
+index updates are a single atomic step; finished tasks, their logs and
+their message keys expire together when a TTL is set.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -21,35 +27,17 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from shared.errors import StoreError
-from shared.store import is_safe_id, require_safe_id
-from shared.task import WORKING, Task, is_terminal, state_of
+from shared.codec import decode, encode
+from shared.errors import ContextTaken, StoreError
+from shared.events import Event, fold, status_update
+from shared.redis_listener import Listener
+from shared.redis_scripts import COMMIT, CREATE
+from shared.store import LOG_LIMIT, Commit, Created, Record, digest, is_safe_id, require_safe_id
+from shared.task import SUBMITTED, Task, is_terminal, state_of
+from shared.text import truncated
+from shared.watching import Waiter
 
 Clock = Callable[[], float]
-
-# KEYS: task key, working index. ARGV: expected state, expected timestamp,
-# new JSON, new state, now, ttl seconds (0 = keep), task id.
-_COMPARE_AND_SET = """
-local raw = redis.call('GET', KEYS[1])
-if not raw then return 0 end
-local ok, task = pcall(cjson.decode, raw)
-if not ok or type(task) ~= 'table' or type(task.status) ~= 'table' then return 0 end
-if task.status.state ~= ARGV[1] then return 0 end
-local stamp = task.status.timestamp
-if type(stamp) ~= 'string' then stamp = '' end
-if stamp ~= ARGV[2] then return 0 end
-if tonumber(ARGV[6]) > 0 then
-  redis.call('SET', KEYS[1], ARGV[3], 'EX', ARGV[6])
-else
-  redis.call('SET', KEYS[1], ARGV[3])
-end
-if ARGV[4] == 'working' then
-  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[7])
-else
-  redis.call('ZREM', KEYS[2], ARGV[7])
-end
-return 1
-"""
 
 
 class RedisStore:
@@ -63,103 +51,233 @@ class RedisStore:
     ) -> None:
         self.client = client
         self._prefix = prefix
-        self._index = f"{prefix}working"
+        self._working = f"{prefix}working"
+        self._waiting = f"{prefix}waiting"
+        self._channel = f"{prefix}events"
+        self._beat = f"{prefix}beat"
         self._ttl = int(terminal_ttl) if terminal_ttl else 0
         self._clock = clock
-        self._cas = client.register_script(_COMPARE_AND_SET)
+        self._create = client.register_script(CREATE)
+        self._commit = client.register_script(COMMIT)
+        self._listener = Listener(client, self._channel)
+
+    # --- the contract ------------------------------------------------------
 
     def get(self, task_id: str) -> Task | None:
+        record = self.read(task_id)
+        return record.task if record is not None else None
+
+    def save(self, task: Task) -> Task:
+        require_safe_id(task.get("id"))
+        event = status_update(task, state_of(task) or SUBMITTED)
+        self._write(task, [event], expected=None, snapshot=True)
+        return task
+
+    # --- EventStore ----------------------------------------------------------
+
+    def create(self, task: Task, message_key: str | None = None) -> Created:
+        task_id = require_safe_id(task.get("id"))
+        owner = task.get("owner", "")
+        keys = [
+            self._key("task", task_id),
+            self._key("tail", task_id),
+            self._key("log", task_id),
+            self._key("msg", message_key or "none"),
+            self._key("ctx", digest(task["contextId"])),
+            self._waiting,
+        ]
+        args = [
+            encode(task),
+            encode(status_update(task, SUBMITTED)),
+            task_id,
+            repr(self._clock()),
+            owner,
+            "1" if message_key else "0",
+            self._prefix,
+            self._channel,
+            LOG_LIMIT,
+        ]
+        with self._reachable():
+            outcome, found = cast(list[bytes], self._create(keys=keys, args=args))
+        if outcome == b"context":
+            raise ContextTaken(f"context {task['contextId']} belongs to another caller")
+        if outcome == b"existing":
+            earlier = self.get(found.decode())
+            if earlier is not None:
+                return Created(earlier, False)
+            return self.create(task, message_key)  # it expired meanwhile
+        return Created(task, True)
+
+    def read(self, task_id: str) -> Record | None:
         if not is_safe_id(task_id):
             return None
         with self._reachable():
-            try:
-                raw = self.client.get(self._key(task_id))
-            except redis.ResponseError:
-                return None  # a key of the wrong type is unreadable data
-        return _decode(raw)
-
-    def save(self, task: Task) -> Task:
-        task_id = require_safe_id(task.get("id"))
-        state = state_of(task)
-        with self._reachable():
             pipe = self.client.pipeline(transaction=True)
-            pipe.set(self._key(task_id), json.dumps(task), ex=self._ttl_for(state))
-            if state == WORKING:
-                pipe.zadd(self._index, {task_id: self._clock()})
-            else:
-                pipe.zrem(self._index, task_id)
-            pipe.execute()
-        return task
+            pipe.hmget(self._key("task", task_id), "doc", "seq")
+            pipe.get(self._key("tail", task_id))
+            try:
+                (doc, seq), tail = pipe.execute()
+            except redis.ResponseError as error:
+                if _wrong_type(error):
+                    return None  # a key of the wrong type is unreadable data
+                raise
+        if doc is None or seq is None:
+            return None
+        try:
+            events = [decode(line) for line in cast(bytes, tail or b"").splitlines()]
+            task = decode(doc)
+        except ValueError:
+            return None
+        if not isinstance(task, dict):
+            return None
+        return Record(fold(cast(Task, task), events), int(seq), len(events))
 
-    def compare_and_set(self, task: Task, expected_status: Mapping[str, Any]) -> bool:
-        task_id = require_safe_id(task.get("id"))
-        state = state_of(task)
-        stamp = expected_status.get("timestamp")
-        args = [
-            expected_status.get("state") or "",
-            stamp if isinstance(stamp, str) else "",
-            json.dumps(task),
-            state,
-            repr(self._clock()),
-            self._ttl_for(state) or 0,
-            task_id,
-        ]
+    def commit(self, commit: Commit) -> bool:
+        return self._write(
+            commit.task, commit.events, expected=commit.expected, snapshot=commit.snapshot
+        )
+
+    def events(self, task_id: str, after: int) -> list[tuple[int, Event]]:
+        if not is_safe_id(task_id):
+            return []
         with self._reachable():
-            return bool(self._cas(keys=[self._key(task_id), self._index], args=args))
+            entries = self.client.xrange(self._key("log", task_id), f"(0-{after}", "+")
+        logged: list[tuple[int, Event]] = []
+        for entry_id, fields in cast(list[tuple[bytes, dict[bytes, bytes]]], entries):
+            logged.append((int(entry_id.split(b"-")[1]), decode(fields[b"e"])))
+        return logged
+
+    @contextmanager
+    def watch(self, task_id: str) -> Iterator[Waiter]:
+        self._listener.ensure_listening()
+        with self._listener.notifier.watch(task_id) as waiter:
+            yield waiter
+
+    # --- listing and the time indexes ---------------------------------------
 
     def all(self) -> dict[str, Task]:
-        start = len(self._prefix) + len("task:")
-        tasks: dict[str, Task] = {}
+        start = len(self._key("task", ""))  # the ids follow "<prefix>task:"
         with self._reachable():
             keys = [
-                cast(bytes, key) for key in self.client.scan_iter(match=self._key("*"), count=1000)
+                cast(bytes, key)
+                for key in self.client.scan_iter(match=self._key("task", "*"), count=1000)
             ]
-            for chunk in range(0, len(keys), 500):
-                batch = keys[chunk : chunk + 500]
-                for key, raw in zip(batch, self.client.mget(batch), strict=True):
-                    task = _decode(raw)
-                    if task is not None:
-                        tasks[key.decode()[start:]] = task
+        tasks: dict[str, Task] = {}
+        for key in keys:
+            task = self.get(key.decode()[start:])
+            if task is not None:
+                tasks[key.decode()[start:]] = task
         return tasks
 
     def heartbeat(self, task_id: str) -> None:
         with self._reachable():
             # XX: refresh only; a task that left `working` must stay out.
-            self.client.zadd(self._index, {task_id: self._clock()}, xx=True)
+            self.client.zadd(self._working, {task_id: self._clock()}, xx=True)
 
     def stale(self, cutoff: float) -> list[str]:
+        return self._older(self._working, cutoff)
+
+    def waiting(self, cutoff: float) -> list[str]:
+        return self._older(self._waiting, cutoff)
+
+    def resent(self, task_id: str) -> None:
         with self._reachable():
-            ids = self.client.zrangebyscore(self._index, "-inf", f"({cutoff!r}")
-        return [i.decode() for i in cast(list[bytes], ids)]
+            self.client.zadd(self._waiting, {task_id: self._clock()}, xx=True)
+
+    def record_beat(self) -> None:
+        with self._reachable():
+            self.client.set(self._beat, repr(self._clock()))
+
+    def last_beat(self) -> float | None:
+        with self._reachable():
+            value = self.client.get(self._beat)
+        return float(cast(bytes, value)) if value is not None else None
 
     def ping(self) -> None:
         with self._reachable():
             self.client.ping()
 
-    def _key(self, task_id: str) -> str:
-        return f"{self._prefix}task:{task_id}"
+    # --- internals -----------------------------------------------------------
 
-    def _ttl_for(self, state: str) -> int | None:
-        return self._ttl if self._ttl and is_terminal(state) else None
+    def _write(self, task: Task, events: Any, *, expected: int | None, snapshot: bool) -> bool:
+        task_id = require_safe_id(task.get("id"))
+        state = state_of(task)
+        keys = [
+            self._key("task", task_id),
+            self._key("tail", task_id),
+            self._key("log", task_id),
+            self._working,
+            self._waiting,
+        ]
+        args = [
+            "" if expected is None else expected,
+            encode(task) if snapshot else "",
+            state,
+            repr(self._clock()),
+            self._ttl if self._ttl and is_terminal(state) else 0,
+            task_id,
+            self._channel,
+            LOG_LIMIT,
+            *(encode(event) for event in events),
+        ]
+        with self._reachable():
+            try:
+                return bool(self._commit(keys=keys, args=args))
+            except redis.ResponseError as error:
+                if _wrong_type(error):
+                    return False  # unreadable data, so not the task the caller read
+                raise
+
+    def _older(self, index: str, cutoff: float) -> list[str]:
+        with self._reachable():
+            ids = self.client.zrangebyscore(index, "-inf", f"({cutoff!r}")
+        return [i.decode() for i in cast(list[bytes], ids)]
+
+    def _key(self, kind: str, name: str) -> str:
+        return f"{self._prefix}{kind}:{name}"
 
     @contextmanager
     def _reachable(self) -> Iterator[None]:
+        """Any failure of Redis itself (down, wrong password, out of memory, a
+        read-only replica) is one StoreError that names the cause."""
         try:
             yield
-        except (redis.ConnectionError, redis.TimeoutError) as error:
+        except redis.RedisError as error:
             where = self.client.connection_pool.connection_kwargs
             host = where.get("path") or f"{where.get('host')}:{where.get('port')}"
-            raise StoreError(f"task store unavailable: Redis at {host}: {error}") from error
+            detail = truncated(str(error) or type(error).__name__, 200)
+            raise StoreError(
+                f"task store unavailable: Redis at {host}: {detail}", _reason(error)
+            ) from error
 
 
-def _decode(raw: object) -> Task | None:
-    if not isinstance(raw, bytes | str):
-        return None
-    try:
-        task = json.loads(raw)
-    except ValueError:
-        return None
-    return task if isinstance(task, dict) else None
+# What Redis said, as an operator reads it; the first marker found wins.
+_REASONS = (
+    ("WRONGPASS", "Redis refused the password"),
+    ("NOAUTH", "Redis requires a password"),
+    ("NOPERM", "the Redis user lacks a permission"),
+    ("DENIED", "Redis refuses remote clients (protected mode)"),
+    ("OOM", "Redis is out of memory"),
+    ("READONLY", "Redis is a read-only replica"),
+    ("LOADING", "Redis is loading its data"),
+    ("MISCONF", "Redis cannot persist its data"),
+)
+
+
+def _reason(error: redis.RedisError) -> str:
+    text = str(error)
+    for marker, reason in _REASONS:
+        if marker in text:
+            return reason
+    if isinstance(error, redis.TimeoutError):
+        return "Redis did not answer in time"
+    if isinstance(error, redis.ConnectionError):
+        return "cannot connect to Redis"
+    return "Redis refused the command"
+
+
+def _wrong_type(error: redis.ResponseError) -> bool:
+    return "WRONGTYPE" in str(error)
 
 
 def redis_store(

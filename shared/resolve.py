@@ -35,10 +35,10 @@ def resolve_store(spec: object = None, *, terminal_ttl: float | None = None) -> 
     factory, i.e. a class or function rather than a store); any non-string
     object -> returned as is. Any other string raises ValueError.
 
-    `terminal_ttl` (seconds) lets the Redis store expire finished tasks.
+    `terminal_ttl` (seconds) lets the store expire finished tasks.
     """
     if spec is None or spec == "memory":
-        return memory_store()
+        return memory_store(terminal_ttl=terminal_ttl)
     if not isinstance(spec, str):
         return spec
     check_store_spec(spec)

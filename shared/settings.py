@@ -54,6 +54,32 @@ def _names(value: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in value.split(",") if item.strip())
 
 
+def _media_types(value: str) -> tuple[str, ...]:
+    types = _names(value)
+    for media_type in types:
+        kind, slash, subtype = media_type.partition("/")
+        if not (slash and kind and subtype):
+            raise ValueError(f"{media_type!r} is not a media type like text/plain or image/*")
+    if not types:
+        raise ValueError("name at least one media type, e.g. text/plain or */*")
+    return types
+
+
+def _card_compat(value: str) -> str | None:
+    if value not in ("", "0.3"):
+        raise ValueError("use 0.3 (or leave it empty)")
+    return value or None
+
+
+def _flag(value: str) -> bool:
+    lowered = value.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("use true or false")
+
+
 def _store(value: str) -> str:
     check_store_spec(value)
     return value
@@ -116,10 +142,25 @@ class Settings:
     provider_organization: str | None = _env("PROVIDER_ORGANIZATION", _optional_text, None)
     provider_url: str | None = _env("PROVIDER_URL", _optional_text, None)
     card: Mapping[str, Any] | None = _env("CARD", _json_object, None)
+    # media types the agent reads and writes (the card's default modes); a
+    # message with a part of another type is refused (-32005)
+    input_modes: tuple[str, ...] = _env(
+        "INPUT_MODES", _media_types, ("text/plain", "application/json")
+    )
+    output_modes: tuple[str, ...] = _env(
+        "OUTPUT_MODES", _media_types, ("text/plain", "application/json")
+    )
+    # "0.3": the card at /.well-known/agent-card.json also carries the 0.3 fields
+    card_compat: str | None = _env("CARD_COMPAT", _card_compat, None)
     # the HTTP edge
     api_tokens: tuple[str, ...] = _env("API_TOKENS", _names, ())
     max_body: int = _env("MAX_BODY", _count, 1024 * 1024)
     blocking_timeout: float = _env("BLOCKING_TIMEOUT", _seconds, 30.0)
+    # a message id a caller already sent names the same message (a retry);
+    # false for peers that reuse message ids for different messages
+    idempotent_sends: bool = _env("IDEMPOTENT_SENDS", _flag, True)
+    # seconds between SSE keepalive comments on an idle stream
+    keepalive: float = _env("KEEPALIVE", _seconds, 15.0)
     host: str = _env("HOST", _text, "127.0.0.1")
     port: int = _env("PORT", _count, 8080)
     log_level: str = _env("LOG_LEVEL", _text, "INFO")

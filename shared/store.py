@@ -2,23 +2,33 @@
 
 A store is anything with `get` and `save`; nothing has to subclass
 anything, so a user's Postgres or S3 store is two methods on any object.
-The optional capabilities below are used when present (`hasattr`), and the
-service still answers GetTask from a store that has none of them.
+The optional capabilities below are used when present (`isinstance` on a
+runtime-checkable Protocol), and the service still answers GetTask from a
+store that has none of them. Every built-in store has all of them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from shared.errors import InvalidTaskId
-from shared.task import Task
+from shared.events import Event
+from shared.task import Task, TaskStatus
+from shared.text import shown
 
 # One safe file name: starts with a letter or digit (so never "." or ".."),
 # no separators, no NUL, bounded. Every built-in store applies it, so a
 # hostile id behaves the same whichever store is configured.
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+# Events kept per task for replay (a resuming stream); older ones may be
+# trimmed. Snapshots come far more often, so a read never needs a trimmed one.
+LOG_LIMIT = 10_000
 
 
 def is_safe_id(task_id: object) -> bool:
@@ -27,15 +37,19 @@ def is_safe_id(task_id: object) -> bool:
 
 def require_safe_id(task_id: object) -> str:
     if not is_safe_id(task_id):
-        shown = repr(task_id)
-        if len(shown) > 60:
-            shown = shown[:57] + "..."
         raise InvalidTaskId(
-            f"invalid task id {shown}: use 1-128 letters, digits, '.', '_' or '-',"
+            f"invalid task id {shown(task_id)}: use 1-128 letters, digits, '.', '_' or '-',"
             " starting with a letter or digit"
         )
     assert isinstance(task_id, str)
     return task_id
+
+
+def digest(*parts: str) -> str:
+    """A fixed-length, file-name-safe key for client-chosen strings (message
+    and context ids), so no client value ever becomes a key or a path."""
+    joined = "\x1f".join(parts).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(joined).hexdigest()
 
 
 @runtime_checkable
@@ -52,6 +66,70 @@ class TaskStore(Protocol):
     def save(self, task: Task) -> Task: ...
 
 
+class Record(NamedTuple):
+    """A task as read from an event store: `seq` is the number of its last
+    event (what a commit compares), `tail` how many events were appended
+    since the store last wrote the whole task (when to compact)."""
+
+    task: Task
+    seq: int
+    tail: int
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One atomic change: append `events` (numbered `expected + 1` on) if the
+    task's last event is still `expected`. `task` is the task with the events
+    applied; the store writes it whole only when `snapshot` is set, so a
+    chunk of progress costs an append, not a rewrite of a growing task."""
+
+    task: Task
+    events: Sequence[Event]
+    expected: int
+    snapshot: bool
+
+
+class Created(NamedTuple):
+    """What `create` did: `created` is False when the message key was already
+    taken, and `task` is then the task that message created."""
+
+    task: Task
+    created: bool
+
+
+@runtime_checkable
+class EventStore(Protocol):
+    """Optional: tasks as an ordered, replayable log of events.
+
+    - `create(task, message_key)`: save a new `submitted` task (its first
+      event is its status) unless `message_key` already names a task, which
+      is then returned instead; the key is recorded in the same atomic step
+      and expires with the task. A task whose `contextId` is already used by
+      another owner raises `ContextTaken`.
+    - `read(id)`: the task with its sequence numbers (`Record`).
+    - `commit(commit)`: compare-and-append; True when written.
+    - `events(id, after)`: the logged events numbered above `after`, in order.
+    - `watch(id)`: a context manager whose `wait(timeout)` returns once the
+      task may have new events (or the timeout passes), in any process.
+    """
+
+    def create(self, task: Task, message_key: str | None = None) -> Created: ...
+
+    def read(self, task_id: str) -> Record | None: ...
+
+    def commit(self, commit: Commit) -> bool: ...
+
+    def events(self, task_id: str, after: int) -> list[tuple[int, Event]]: ...
+
+    def watch(self, task_id: str) -> AbstractContextManager[Watch]: ...
+
+
+class Watch(Protocol):
+    def wait(self, timeout: float) -> bool:
+        """Block until the watched task may have changed (True) or `timeout`
+        seconds pass (False); spurious wake-ups are allowed."""
+
+
 @runtime_checkable
 class ListableStore(Protocol):
     """Optional: every task, for ListTasks, tests and admin views."""
@@ -61,16 +139,14 @@ class ListableStore(Protocol):
 
 @runtime_checkable
 class AtomicStore(Protocol):
-    """Optional: compare-and-set on the current status.
+    """Optional, for stores without an event log: compare-and-set on the
+    current status. Saves `task` only if the stored task with the same id
+    still has `expected_status` (its state *and* timestamp, so an A-B-A
+    change is noticed), and says whether it did. Without it (and without
+    `EventStore`) `shared.transitions` falls back to get-check-save, which is
+    only as safe as the store's own last-writer-wins."""
 
-    Saves `task` only if the stored task with the same id still has
-    `expected_status` (its state *and* timestamp, so an A-B-A change is
-    noticed), and says whether it did. Every built-in store has it; without
-    it `shared.transitions` falls back to get-check-save, which is only as
-    safe as the store's own last-writer-wins.
-    """
-
-    def compare_and_set(self, task: Task, expected_status: Mapping[str, Any]) -> bool: ...
+    def compare_and_set(self, task: Task, expected_status: TaskStatus) -> bool: ...
 
 
 @runtime_checkable
@@ -89,13 +165,27 @@ class StaleIndex(Protocol):
     def stale(self, cutoff: float) -> list[str]: ...
 
 
-def same_status(stored: Mapping[str, Any] | None, expected: Mapping[str, Any]) -> bool:
-    """The compare half of compare-and-set, shared by the Python stores."""
-    if not isinstance(stored, Mapping):
-        return False
-    status = stored.get("status")
-    return (
-        isinstance(status, Mapping)
-        and status.get("state") == expected.get("state")
-        and status.get("timestamp") == expected.get("timestamp")
-    )
+@runtime_checkable
+class WaitingIndex(Protocol):
+    """Optional: a time index of `submitted` tasks, so that work whose queue
+    message was lost is found and sent again.
+
+    A task enters the index, scored with the store's clock, whenever it is
+    saved in `submitted`, and leaves it in any other state. `waiting(cutoff)`
+    is a range query: the ids sent before `cutoff`; `resent(id)` re-scores a
+    task still in the index with the current time (it never re-adds one).
+    """
+
+    def waiting(self, cutoff: float) -> list[str]: ...
+
+    def resent(self, task_id: str) -> None: ...
+
+
+@runtime_checkable
+class BeatRecord(Protocol):
+    """Optional: where the reaper leaves the time of its last run, so every
+    front end can tell whether it still runs (`/readyz`)."""
+
+    def record_beat(self) -> None: ...
+
+    def last_beat(self) -> float | None: ...

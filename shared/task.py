@@ -2,7 +2,8 @@
 
 A stored task is a plain JSON-able dict in A2A 0.3 shape (lowercase states,
 `kind`-tagged parts). Dialects translate at the web edge; the store only
-ever holds this one form.
+ever holds this one form. The TypedDicts below name that form; they are
+dicts at run time, so a task read back from JSON needs no conversion.
 """
 
 from __future__ import annotations
@@ -10,32 +11,120 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Final
+from enum import StrEnum
+from typing import Any, Final, Literal, NotRequired, TypedDict
 
-Task = dict[str, Any]
-Message = dict[str, Any]
 
-SUBMITTED: Final = "submitted"
-WORKING: Final = "working"
-INPUT_REQUIRED: Final = "input-required"
-COMPLETED: Final = "completed"
-FAILED: Final = "failed"
-CANCELED: Final = "canceled"
-REJECTED: Final = "rejected"
+class TaskState(StrEnum):
+    """A2A task states, spelled as stored (and as A2A 0.3 sends them)."""
 
-STATES: Final = frozenset(
-    {SUBMITTED, WORKING, INPUT_REQUIRED, COMPLETED, FAILED, CANCELED, REJECTED}
-)
+    SUBMITTED = "submitted"
+    WORKING = "working"
+    INPUT_REQUIRED = "input-required"
+    AUTH_REQUIRED = "auth-required"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELED = "canceled"
+    REJECTED = "rejected"
+
+
+SUBMITTED: Final = TaskState.SUBMITTED
+WORKING: Final = TaskState.WORKING
+INPUT_REQUIRED: Final = TaskState.INPUT_REQUIRED
+AUTH_REQUIRED: Final = TaskState.AUTH_REQUIRED
+COMPLETED: Final = TaskState.COMPLETED
+FAILED: Final = TaskState.FAILED
+CANCELED: Final = TaskState.CANCELED
+REJECTED: Final = TaskState.REJECTED
+
+STATES: Final = frozenset(state.value for state in TaskState)
 TERMINAL_STATES: Final = frozenset({COMPLETED, FAILED, CANCELED, REJECTED})
+# The task stopped for the peer: a follow-up message continues it.
+INTERRUPTED_STATES: Final = frozenset({INPUT_REQUIRED, AUTH_REQUIRED})
+
+
+class FileContent(TypedDict, total=False):
+    """A file part's content: `bytes` (base64) or `uri`, with optional name and type."""
+
+    bytes: str
+    uri: str
+    name: str
+    mimeType: str
+
+
+class TextPart(TypedDict):
+    kind: Literal["text"]
+    text: str
+    metadata: NotRequired[dict[str, Any]]
+
+
+class FilePart(TypedDict):
+    kind: Literal["file"]
+    file: FileContent
+    metadata: NotRequired[dict[str, Any]]
+
+
+class DataPart(TypedDict):
+    kind: Literal["data"]
+    data: Any  # any JSON value (A2A 1.0); 0.3 peers see objects
+    metadata: NotRequired[dict[str, Any]]
+
+
+Part = TextPart | FilePart | DataPart
+
+
+class Message(TypedDict):
+    kind: Literal["message"]
+    role: Literal["user", "agent"]
+    messageId: str
+    parts: list[Part]
+    taskId: NotRequired[str]
+    contextId: NotRequired[str]
+    metadata: NotRequired[dict[str, Any]]
+    extensions: NotRequired[list[str]]
+    referenceTaskIds: NotRequired[list[str]]
+
+
+class Artifact(TypedDict):
+    artifactId: str
+    parts: list[Part]
+    name: NotRequired[str]
+    description: NotRequired[str]
+    metadata: NotRequired[dict[str, Any]]
+    extensions: NotRequired[list[str]]
+
+
+class TaskStatus(TypedDict):
+    state: TaskState | str
+    timestamp: NotRequired[str]
+    message: NotRequired[Message]
+
+
+class Task(TypedDict):
+    kind: Literal["task"]
+    id: str
+    contextId: str
+    status: TaskStatus
+    history: NotRequired[list[Message]]
+    artifacts: NotRequired[list[Artifact]]
+    metadata: NotRequired[dict[str, Any]]
+    # Who created the task (web.auth's principal). Kept with the task so
+    # any store holds it, and never shown to a peer (web.dialects drops it).
+    owner: NotRequired[str]
+
 
 # Which state may follow which. Terminal states have no successors: that is
 # the whole "a terminal task never changes again" guarantee, enforced by
 # `shared.transitions.transition` together with the stores' compare-and-set.
+# working -> working is progress (a status message, an artifact or a chunk).
 _NEXT: Final[Mapping[str, frozenset[str]]] = {
     SUBMITTED: frozenset({WORKING, FAILED, CANCELED, REJECTED}),
-    WORKING: frozenset({WORKING, INPUT_REQUIRED, COMPLETED, FAILED, CANCELED}),
-    # A follow-up message puts an input-required task back in the queue.
+    WORKING: frozenset(
+        {WORKING, INPUT_REQUIRED, AUTH_REQUIRED, COMPLETED, FAILED, CANCELED, REJECTED}
+    ),
+    # A follow-up message puts an interrupted task back in the queue.
     INPUT_REQUIRED: frozenset({SUBMITTED, FAILED, CANCELED}),
+    AUTH_REQUIRED: frozenset({SUBMITTED, FAILED, CANCELED}),
     COMPLETED: frozenset(),
     FAILED: frozenset(),
     CANCELED: frozenset(),
@@ -52,9 +141,9 @@ def is_terminal(state: str) -> bool:
     return state in TERMINAL_STATES
 
 
-def state_of(task: Mapping[str, Any]) -> str:
+def state_of(task: Mapping[str, Any] | None) -> str:
     """The task's state, or "" for a task without a readable status."""
-    status = task.get("status")
+    status = task.get("status") if isinstance(task, Mapping) else None
     if isinstance(status, Mapping):
         state = status.get("state")
         if isinstance(state, str):
@@ -71,35 +160,32 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
-def text_message(role: str, text: str, **extra: Any) -> Message:
+def text_part(text: str) -> TextPart:
+    return {"kind": "text", "text": text}
+
+
+def text_message(role: Literal["user", "agent"], text: str, **extra: Any) -> Message:
     """A message with one text part; `extra` adds e.g. taskId, contextId."""
-    return {
+    message: Message = {
         "kind": "message",
         "role": role,
         "messageId": new_id(),
-        "parts": [{"kind": "text", "text": text}],
-        **extra,
+        "parts": [text_part(text)],
     }
+    message.update(extra)  # type: ignore[typeddict-item]
+    return message
 
 
 def agent_message(text: str, **extra: Any) -> Message:
     return text_message("agent", text, **extra)
 
 
-def text_artifact(text: str, name: str = "result") -> dict[str, Any]:
-    return {
-        "artifactId": new_id(),
-        "name": name,
-        "parts": [{"kind": "text", "text": text}],
-    }
-
-
-def new_task(message: Message, context_id: str | None = None) -> Task:
+def new_task(message: Message, context_id: str | None = None, owner: str | None = None) -> Task:
     """A fresh `submitted` task whose history starts with `message`."""
     task_id = new_id()
     context = context_id or new_id()
-    first = {**message, "taskId": task_id, "contextId": context}
-    return {
+    first: Message = {**message, "taskId": task_id, "contextId": context}
+    task: Task = {
         "kind": "task",
         "id": task_id,
         "contextId": context,
@@ -107,6 +193,9 @@ def new_task(message: Message, context_id: str | None = None) -> Task:
         "history": [first],
         "metadata": {},
     }
+    if owner is not None:
+        task["owner"] = owner
+    return task
 
 
 def with_status(
@@ -116,25 +205,27 @@ def with_status(
     message: Message | None = None,
     timestamp: str | None = None,
 ) -> Task:
-    """A copy of `task` in `state`; `message` goes into `status.message`.
-
-    Only failed and input-required tasks carry a status message; entering
-    another state drops any earlier one, so the stored shape stays exact.
-    """
+    """A copy of `task` in `state`, with `message` as `status.message`."""
     if state not in STATES:
         raise ValueError(f"unknown task state {state!r}")
-    status: dict[str, Any] = {"state": state, "timestamp": timestamp or now_iso()}
+    status: TaskStatus = {"state": state, "timestamp": timestamp or now_iso()}
     if message is not None:
         status["message"] = message
     return {**task, "status": status}
 
 
-def latest_user_text(task: Mapping[str, Any]) -> str:
-    """The text of the newest user message in the history ("" if none)."""
+def latest_user_message(task: Mapping[str, Any]) -> Message | None:
+    """The newest user message in the history, if any."""
     for message in reversed(task.get("history") or []):
         if isinstance(message, Mapping) and message.get("role") == "user":
-            return message_text(message)
-    return ""
+            return message  # type: ignore[return-value]
+    return None
+
+
+def latest_user_text(task: Mapping[str, Any]) -> str:
+    """The text of the newest user message in the history ("" if none)."""
+    message = latest_user_message(task)
+    return message_text(message) if message is not None else ""
 
 
 def message_text(message: Mapping[str, Any]) -> str:

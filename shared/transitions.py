@@ -1,10 +1,10 @@
 """Every change to a saved task goes through `transition`.
 
-It reads the task, lets the caller compute the next version, checks the
-state machine, and writes with the store's compare-and-set, retrying when
-another writer got there first. A terminal state therefore never changes:
-the state machine gives it no successor, and compare-and-set refuses to
-write over a status the caller did not see.
+It reads the task, lets the caller compute the events of the change, checks
+the state machine, and appends them with the store's compare-and-append,
+retrying when another writer got there first. A terminal state therefore
+never changes: the state machine gives it no successor, and the store
+refuses to append after an event the caller did not see.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.errors import StoreError
-from shared.store import AtomicStore, TaskStore
+from shared.events import Change, fold
+from shared.store import AtomicStore, Commit, EventStore, Record, TaskStore
 from shared.task import Task, can_transition, is_terminal, state_of
 
 log = logging.getLogger(__name__)
@@ -24,6 +25,9 @@ log = logging.getLogger(__name__)
 # Contention on one task is a handful of writers (worker, reaper, cancel);
 # running out of attempts means something is badly wrong, not busy.
 _ATTEMPTS = 50
+# A store writes the whole task once this many events have been appended
+# since it last did; in between a change costs only its events.
+SNAPSHOT_EVERY = 32
 
 OnTerminal = Callable[[str, str, Task], Any]
 
@@ -31,59 +35,94 @@ OnTerminal = Callable[[str, str, Task], Any]
 @dataclass(frozen=True)
 class Outcome:
     """What a transition did: `applied` says whether this caller's change was
-    written; `task` is the task as it now stands (None: no such task)."""
+    written; `record` is the task as it now stands (None: no such task)."""
 
     applied: bool
-    task: Task | None
+    record: Record | None
+
+    @property
+    def task(self) -> Task | None:
+        return self.record.task if self.record is not None else None
 
 
 def transition(
     store: TaskStore,
     task_id: str,
-    change: Callable[[Task], Task],
+    change: Change,
     *,
     from_states: Collection[str] | None = None,
-    current: Task | None = None,
+    current: Record | None = None,
     on_terminal: OnTerminal | None = None,
 ) -> Outcome:
     """Apply `change` to the stored task if the state machine allows it.
 
-    `change` receives a private copy of the current task and returns the
-    next version (use `shared.task.with_status`). The change is refused,
-    without error, when the task is unknown, when the new state may not
-    follow the current one, or when `from_states` is given and the task is
-    in none of them: the worker claims only `submitted` tasks (so a duplicate
-    delivery never runs one twice) and the reaper fails only `working` ones.
+    `change` receives the current task (it must not modify it) and returns
+    the events to append (see `shared.events`). The change is refused,
+    without error, when the task is unknown, when it returns no events, when
+    a new state may not follow the one before it, or when `from_states` is
+    given and the task is in none of them: the worker claims only
+    `submitted` tasks (so a duplicate delivery never runs one twice) and the
+    reaper fails only `working` ones.
 
-    `current` is the version the caller believes is stored; on a store with
-    compare-and-set it saves the first read, and a stale guess only costs a
-    retry. `on_terminal(id,
-    state, task)` runs once, in the one caller whose write made the task
-    terminal; its errors are logged.
+    `current` is the version the caller believes is stored (the record of
+    its last transition); on an event store it saves the first read, and a
+    stale guess only costs a retry. `on_terminal(id, state, task)` runs once,
+    in the one caller whose write made the task terminal; its errors are logged.
     """
-    cas = store.compare_and_set if isinstance(store, AtomicStore) else None
+    events_store = store if isinstance(store, EventStore) else None
+    # Without a compare the guess would be written over, so such a store is always read.
+    comparing = events_store is not None or isinstance(store, AtomicStore)
     for _ in range(_ATTEMPTS):
-        # Without compare-and-set a wrong guess would be written over, so
-        # such a store is always read first.
-        stored = current if current is not None and cas is not None else store.get(task_id)
+        record = current if current is not None and comparing else read_record(store, task_id)
         current = None
-        if stored is None:
+        if record is None:
             return Outcome(False, None)
-        if from_states is not None and state_of(stored) not in from_states:
-            return Outcome(False, stored)
-        proposed = change(copy.deepcopy(stored))
-        if not can_transition(state_of(stored), state_of(proposed)):
-            return Outcome(False, stored)
-        if cas is None:
-            saved = store.save(proposed)
-        elif cas(proposed, stored["status"]):
-            saved = proposed
+        task = record.task
+        if from_states is not None and state_of(task) not in from_states:
+            return Outcome(False, record)
+        events = change(task)
+        if not events or not _allowed(state_of(task), events):
+            return Outcome(False, record)
+        proposed = fold(task, events)
+        if events_store is not None:
+            tail = record.tail + len(events)
+            snapshot = tail >= SNAPSHOT_EVERY
+            commit = Commit(proposed, events, record.seq, snapshot)
+            if not events_store.commit(commit):
+                continue
+            saved = Record(proposed, record.seq + len(events), 0 if snapshot else tail)
+        elif isinstance(store, AtomicStore):
+            if not store.compare_and_set(proposed, task["status"]):
+                continue
+            saved = Record(proposed, 0, 0)
         else:
-            continue
-        if on_terminal is not None and is_terminal(state_of(saved)):
-            _notify(on_terminal, saved)
+            saved = Record(store.save(proposed), 0, 0)
+        if on_terminal is not None and is_terminal(state_of(proposed)):
+            _notify(on_terminal, proposed)
         return Outcome(True, saved)
     raise StoreError(f"task {task_id}: gave up after {_ATTEMPTS} conflicting writes")
+
+
+def read_record(store: TaskStore, task_id: str) -> Record | None:
+    """The task with its event numbers (zeros for a store without an event log)."""
+    if isinstance(store, EventStore):
+        return store.read(task_id)
+    task = store.get(task_id)
+    return Record(task, 0, 0) if task is not None else None
+
+
+def _allowed(state: str, events: Collection[Any]) -> bool:
+    """Nothing follows a terminal state, and each status change in `events`
+    may follow the state before it."""
+    if is_terminal(state):
+        return False
+    for event in events:
+        if event["kind"] == "status-update":
+            new = event["status"]["state"]
+            if not can_transition(state, new):
+                return False
+            state = new
+    return True
 
 
 def _notify(on_terminal: OnTerminal, task: Task) -> None:

@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from shared.file_store import file_store
-from shared.task import new_task, state_of, text_message, with_status
+from shared.task import new_id, new_task, state_of, text_message, with_status
 from tests.support.polling import wait_for
 from tests.support.redis_server import free_port
 from worker.embedded import main, parse_args, settings_from
@@ -45,7 +45,13 @@ class Served:
 
     def send(self, text: str, **extra: Any) -> dict[str, Any]:
         parts = [{"kind": "text", "text": text}]
-        message = {"kind": "message", "role": "user", "messageId": "m-1", "parts": parts, **extra}
+        message = {
+            "kind": "message",
+            "role": "user",
+            "messageId": new_id(),
+            "parts": parts,
+            **extra,
+        }
         return self.rpc("SendMessage", {"message": message})
 
     def wait_state(self, task_id: str, state: str) -> dict[str, Any]:
@@ -205,7 +211,7 @@ def test_host_and_skills_options_take_effect(serve: Callable[..., Served]) -> No
     served = serve("--host", "127.0.0.2", "--skills", str(ROOT / "examples" / "skills"))
 
     card = requests.get(served.url + ".well-known/agent-card.json", timeout=5).json()
-    assert card["url"] == served.url
+    assert card["supportedInterfaces"][0]["url"] == served.url
     assert [skill["id"] for skill in card["skills"]] == ["hello-world"]
     with pytest.raises(requests.ConnectionError):
         requests.get(served.url.replace("127.0.0.2", "127.0.0.1") + "healthz", timeout=2)

@@ -25,6 +25,7 @@ import os
 import sys
 import threading
 import urllib.parse
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -39,8 +40,10 @@ from hypothesis import strategies as st
 from werkzeug.serving import make_server
 
 from shared import Settings
+from shared.events import to_state
 from shared.file_store import FileStore
-from shared.task import COMPLETED, STATES, WORKING, is_terminal, state_of, with_status
+from shared.store import is_safe_id
+from shared.task import COMPLETED, STATES, WORKING, is_terminal, state_of
 from shared.transitions import transition
 from tests.support.redis_server import free_port
 from tests.support.strategies import json_values
@@ -84,8 +87,9 @@ VERSION = st.sampled_from(VERSIONS) | st.text(
     st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=12
 )
 CONTENT_TYPES = [
-    None,
+    "",  # none at all
     "application/json",
+    "application/a2a+json",
     "application/json; charset=utf-8",
     "application/json; charset=latin-1",
     "text/plain",
@@ -204,7 +208,9 @@ class Target:
 def _post_client(
     client: FlaskClient, body: bytes, headers: dict[str, str]
 ) -> tuple[int, str, bytes]:
-    sent = dict(headers)
+    sent = {"Content-Type": "application/json", **headers}
+    if not sent["Content-Type"]:
+        del sent["Content-Type"]  # "" stands for a request without one
     query = {}
     if "?A2A-Version" in sent:
         query["A2A-Version"] = sent.pop("?A2A-Version")
@@ -306,9 +312,9 @@ def check_store_whole(target: Target) -> None:
     for task_id in target.dispatcher.enqueued:
         assert task_id in tasks, f"task {task_id} was handed out but never saved"
         # What a worker does first and last: both must still be possible.
-        worked = transition(target.store, task_id, lambda task: with_status(task, WORKING))
+        worked = transition(target.store, task_id, to_state(WORKING))
         assert worked.applied or is_terminal(state_of(tasks[task_id])), task_id
-        done = transition(target.store, task_id, lambda task: with_status(task, COMPLETED))
+        done = transition(target.store, task_id, to_state(COMPLETED))
         assert done.task is not None and is_terminal(state_of(done.task)), task_id
 
 
@@ -347,7 +353,7 @@ def user_message(text: str = "hi", **extra: Any) -> dict[str, Any]:
     return {
         "kind": "message",
         "role": "user",
-        "messageId": "m-1",
+        "messageId": f"m-{uuid.uuid4()}",
         "parts": [{"kind": "text", "text": text}],
         **extra,
     }
@@ -474,7 +480,10 @@ PARTS = st.sampled_from(
         {"raw": "aGk=", "filename": "f"},
     ]
 )
-METHOD = st.sampled_from(sorted(METHODS))
+# A valid streaming request answers with a stream as long as its task (none
+# runs here): tests/test_web_streaming.py covers those methods.
+STREAMING = {"SendStreamingMessage", "message/stream", "SubscribeToTask", "tasks/resubscribe"}
+METHOD = st.sampled_from(sorted(set(METHODS) - STREAMING))
 
 
 def check_result_task(target: Target, reply: dict[str, Any]) -> None:
@@ -542,7 +551,9 @@ def test_wrong_types_in_every_field(
         assert code_of(reply) not in (-32700, -32603), (envelope, reply)
         if "result" in reply:
             check_result_task(target, reply)
-        if not is_valid_id(envelope.get("id", DELETE)):
+        if "id" not in envelope:  # a notification: errors as for a request, else -32600
+            assert code_of(reply) in (-32600, -32601, -32602, -32009), reply
+        elif not is_valid_id(envelope["id"]):
             assert code_of(reply) == -32600, reply
 
 
@@ -585,7 +596,8 @@ def test_huge_strings(
         assert status == 200 and reply["id"] == id_of(envelope), reply
         assert code_of(reply) != -32603, reply
         if where == "taskId" and huge:
-            assert code_of(reply) == -32001, reply  # no such task: nothing was created
+            # No such task (or no possible one): nothing was created.
+            assert code_of(reply) == (-32001 if is_safe_id(huge) else -32602), reply
         if where in ("text", "version key"):
             assert "result" in reply, reply
 
@@ -643,7 +655,9 @@ def test_deep_nesting(
         assert code_of(reply) == -32700 and reply["id"] is None, reply
         return
     assert code_of(reply) not in (-32700, -32603), reply
-    if site in ("data part", "metadata"):
+    if site == "metadata" and shape != "{":
+        assert code_of(reply) == -32602, reply  # metadata is an object, never a list
+    elif site in ("data part", "metadata"):
         assert reply["id"] == 7 and "result" in reply, reply
         check_result_task(target, reply)
     elif site == "task id":
@@ -718,10 +732,11 @@ def test_invalid_utf8(target: Target, junk: bytes, where: str, version: str | No
     version=st.sampled_from([None, "0.3", "1.0", "zz"]),
 )
 def test_content_types(
-    target: Target, content_type: str | None, kind: str, value: Any, version: str | None
+    target: Target, content_type: str, kind: str, value: Any, version: str | None
 ) -> None:
-    """The content type does not change the answer: the body is read as
-    JSON whatever the header says, and form or multipart bodies are errors."""
+    """A JSON content type (any charset, any +json) reads the body as JSON;
+    anything else (or none) is -32005 before the body is looked at, so no
+    web page can drive the agent with a form or text/plain."""
     envelope: Any = {
         "send": request(
             "SendMessage", {"message": user_message(), "configuration": {"blocking": False}}
@@ -739,10 +754,13 @@ def test_content_types(
     _, baseline = target.reply(
         body, {**headers, "Content-Type": "application/json"}, request_id=ANY_ID
     )
-    if content_type is not None:
-        headers["Content-Type"] = content_type
+    headers["Content-Type"] = content_type
     status, reply = target.reply(body, headers, request_id=ANY_ID)
     assert status == 200
+    mimetype = content_type.split(";")[0].strip()
+    if mimetype != "application/json" and not mimetype.endswith("+json"):
+        assert code_of(reply) == -32005 and reply["id"] is None, reply
+        return
     assert code_of(reply) == code_of(baseline) and reply["id"] == baseline["id"], (reply, baseline)
     if kind in ("form", "multipart", "empty"):
         assert code_of(reply) == -32700, reply
@@ -833,11 +851,12 @@ def test_regression_chunked_body_over_the_limit_is_413(tmp_path: Path) -> None:
     target = make_target(tmp_path / "store", "chunked limit")
     envelope = encode(request("SendMessage", {"message": user_message("x")}))
     at_limit = envelope + b" " * (MAX_BODY - len(envelope))
+    as_json = {"Content-Type": "application/json"}
     with serving(target.app) as address:
-        status, _, data = http_post(address, at_limit, {}, chunked=True)
+        status, _, data = http_post(address, at_limit, as_json, chunked=True)
         assert status == 200 and "result" in json.loads(data), data[:200]
         for body in (at_limit + b" ", at_limit * 10):
-            status, _, data = http_post(address, body, {}, chunked=True)
+            status, _, data = http_post(address, body, as_json, chunked=True)
             reply = valid_response(data, None)
             assert status == 413 and code_of(reply) == -32600, reply
             assert "too large" in reply["error"]["message"]
@@ -872,8 +891,9 @@ def http_post(
             headers = dict(headers)
             path = "/?A2A-Version=" + urllib.parse.quote(headers.pop("?A2A-Version"))
         connection.putrequest("POST", path, skip_accept_encoding=True)
-        for name, value in headers.items():
-            connection.putheader(name, value)
+        for name, value in {"Content-Type": "application/json", **headers}.items():
+            if value:  # "" stands for a header not sent at all
+                connection.putheader(name, value)
         if chunked:
             connection.putheader("Transfer-Encoding", "chunked")
             connection.endheaders()
@@ -933,17 +953,19 @@ def test_over_real_http(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> Non
         )
         def storm(
             body: bytes,
-            content_type: str | None,
+            content_type: str,
             version: str | None,
             in_query: bool,
             chunked: bool,
         ) -> None:
             headers = dialect_headers(version, in_query=in_query)
-            if content_type is not None:
-                headers["Content-Type"] = content_type
+            headers["Content-Type"] = content_type
             target.post = chunks if chunked else plain
-            status, _ = target.reply(body, headers, request_id=ANY_ID)
+            status, reply = target.reply(body, headers, request_id=ANY_ID)
             assert status == (413 if len(body) > MAX_BODY else 200)
+            mimetype = content_type.split(";")[0].strip()
+            if status == 200 and mimetype != "application/json" and not mimetype.endswith("+json"):
+                assert code_of(reply) == -32005, reply
 
         storm()
         finish(target)
@@ -1103,7 +1125,8 @@ def test_hostile_task_ids_touch_nothing_outside_the_file_store(sandbox: Sandbox)
                             # "" is protobuf's "not set": a new task, in the store.
                             created.append(reply["result"].get("task", reply["result"])["id"])
                             continue
-                        expected = -32602 if task_id == "" else -32001
+                        # An id no task could have is a bad parameter; any other is unknown.
+                        expected = -32001 if is_safe_id(task_id) else -32602
                         assert code_of(reply) == expected, (task_id[:40], method, version, reply)
                         if version == "1.0":
                             info = reply["error"]["data"][0]
@@ -1127,13 +1150,24 @@ def test_hostile_task_ids_touch_nothing_outside_the_file_store(sandbox: Sandbox)
         }
 
     assert outside(after) == outside(before)
-    # Inside the store only the new tasks of the "" continuations, and their lock stripes.
+    # Inside the store only the new tasks of the "" continuations (each with its
+    # event log, message record, context and waiting marker) and lock stripes.
     changed = {path for path in before.keys() | after.keys() if before.get(path) != after.get(path)}
     expected_changes = {f"{store_prefix}/{task_id}.json" for task_id in created}
+    expected_changes |= {f"{store_prefix}/.log/{task_id}.jsonl" for task_id in created}
+    expected_changes |= {f"{store_prefix}/.waiting/{task_id}" for task_id in created}
+    records = {
+        path
+        for path in changed
+        if path.startswith((f"{store_prefix}/.messages/", f"{store_prefix}/.contexts/"))
+    }
+    assert len(records) == 2 * len(created)  # one message record and one context each
     lock_files = {path for path in changed if path.startswith(f"{store_prefix}/.locks/")}
-    assert changed - lock_files - expected_changes <= {store_prefix, f"{store_prefix}/.locks"}, (
-        changed
-    )
+    folders = {
+        f"{store_prefix}/{name}"
+        for name in (".locks", ".log", ".waiting", ".messages", ".contexts")
+    }
+    assert changed - lock_files - expected_changes - records <= {store_prefix, *folders}, changed
     assert target.dispatcher.enqueued == created and len(created) == 6
 
     store_dir = os.path.realpath(sandbox.store_dir)

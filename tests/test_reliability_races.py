@@ -23,6 +23,7 @@ from shared import Settings, TaskNotCancelable, resolve_store
 from shared.memory_store import memory_store
 from shared.redis_store import redis_store
 from shared.task import CANCELED, COMPLETED, FAILED, new_task, text_message
+from shared.wiring import load_hook
 from web.methods import Tasks
 from worker.agent import Agent
 from worker.fulfil import fulfil
@@ -84,7 +85,7 @@ def assert_final(store: Any, task_id: str, winner: str, snapshot: dict[str, Any]
     assert snapshot["status"]["state"] == winner
     web = Tasks(Settings(), store, Inert())
     with pytest.raises(TaskNotCancelable):
-        web.cancel(task_id)
+        web.cancel(task_id, "")
     assert reap_stale(store, 1e12, 1.0) == []
     assert store.get(task_id) == snapshot
 
@@ -137,12 +138,12 @@ def race(name: str, store: Any, settings: Settings, trial: Trial, other: str) ->
 def cancel_trial(
     store: Any, settings: Settings, worker_delay: float, delay: float
 ) -> tuple[str, bool, list[str]]:
-    web = Tasks(settings, store, Inert())
+    web = Tasks(settings, store, Inert(), load_hook(settings))
     task = store.save(new_task(text_message("user", "race")))
     worker, finished = start_finishing(store, task["id"], settings, worker_delay)
     time.sleep(delay)
     try:
-        canceled = web.cancel(task["id"])["status"]["state"] == CANCELED
+        canceled = web.cancel(task["id"], "")["status"]["state"] == CANCELED
     except TaskNotCancelable:
         canceled = False
     worker.join()

@@ -10,7 +10,7 @@ import copy
 import json
 import multiprocessing
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,10 +19,11 @@ import pytest
 import redis
 
 from shared import InvalidTaskId, StoreError, transition
+from shared.events import Change, to_state
 from shared.file_store import FileStore
 from shared.redis_store import RedisStore, redis_store
 from shared.resolve import resolve_store
-from shared.store import AtomicStore, StaleIndex
+from shared.store import EventStore, StaleIndex
 from shared.task import (
     CANCELED,
     COMPLETED,
@@ -34,6 +35,7 @@ from shared.task import (
     text_message,
     with_status,
 )
+from shared.transitions import read_record
 
 HOSTILE_IDS = ["../x", "../../etc/passwd", "a/b", "", "\x00", "a\x00b", ".", "..", "x" * 10_000]
 HOSTILE_IDS += ["é", "x" * 129]
@@ -92,9 +94,8 @@ def a_task(text: str = "hello") -> dict[str, Any]:
     return new_task(text_message("user", text))
 
 
-def to(state: str, text: str = "") -> Callable[[dict[str, Any]], dict[str, Any]]:
-    message = text_message("agent", text) if text else None
-    return lambda task: with_status(task, state, message=message)
+def to(state: str, text: str = "") -> Change:
+    return to_state(state, text_message("agent", text) if text else None)
 
 
 # --- the two methods -------------------------------------------------------
@@ -157,11 +158,12 @@ def test_transition_only_from_the_given_states(store: Any) -> None:
 
 def test_transition_with_a_stale_guess_of_the_current_task(store: Any) -> None:
     task = store.save(a_task())
-    moved = transition(store, task["id"], to(WORKING)).task
-    assert moved is not None
+    guess = read_record(store, task["id"])
+    moved = transition(store, task["id"], to(WORKING)).record
+    assert guess is not None and moved is not None
     # The caller still holds the submitted version: the write must not go
     # through on that guess where the store can compare, and the re-read decides.
-    outcome = transition(store, task["id"], to(CANCELED), current=task)
+    outcome = transition(store, task["id"], to(CANCELED), current=guess)
     assert outcome.applied
     assert state_of(store.get(task["id"])) == CANCELED
     late = transition(store, task["id"], to(COMPLETED), current=moved)
@@ -229,7 +231,7 @@ def test_redis_key_of_wrong_type_reads_none(redis_url: str) -> None:
     assert store.get("hashed") is None
 
 
-def test_compare_and_set_refuses_over_corrupt_data(shared_spec: str) -> None:
+def test_a_change_is_refused_over_corrupt_data(shared_spec: str) -> None:
     spec = shared_spec
     store = resolve_store(spec)
     task = store.save(a_task())
@@ -238,7 +240,6 @@ def test_compare_and_set_refuses_over_corrupt_data(shared_spec: str) -> None:
     else:
         assert isinstance(store, FileStore)
         (store.directory / f"{task['id']}.json").write_bytes(b"garbage")
-    assert not store.compare_and_set(with_status(task, WORKING), task["status"])
     assert not transition(store, task["id"], to(WORKING)).applied
     assert store.get(task["id"]) is None
 
@@ -247,8 +248,8 @@ def test_file_store_writes_readable_json_and_no_temporaries(tmp_path: Path) -> N
     store = resolve_store(f"file:{tmp_path}")
     task = store.save(a_task("grep me"))
     text = (tmp_path / f"{task['id']}.json").read_text()
-    assert '\n  "status": {' in text and "grep me" in text
-    assert json.loads(text) == task
+    assert '\n    "status": {' in text and "grep me" in text
+    assert json.loads(text) == {"seq": 1, "task": task}
     assert not list(tmp_path.glob(".*.tmp"))
 
 
@@ -341,7 +342,7 @@ def _race_in_threads(store: Any, task_id: str) -> list[str]:
 
 
 def test_one_terminal_state_wins_among_threads(builtin: Any) -> None:
-    assert isinstance(builtin, AtomicStore)
+    assert isinstance(builtin, EventStore)
     for _ in range(TRIALS):
         task = builtin.save(a_task())
         transition(builtin, task["id"], to(WORKING))

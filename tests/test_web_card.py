@@ -28,25 +28,67 @@ def card_for(settings: Settings, path: str = CARD_PATHS[0], **app_args: Any) -> 
     return card
 
 
-@pytest.mark.parametrize("path", CARD_PATHS)
-def test_card_defaults(path: str) -> None:
-    card = card_for(Settings(), path)
+V10_ONLY = {"protocolVersion", "url", "preferredTransport", "security"}
+
+
+def test_card_defaults_are_a_1_0_card() -> None:
+    card = card_for(Settings())
     assert card["name"] == "toolnexus-agent"
     assert card["description"] == ""
     assert card["version"] == "0.1.0"
-    assert card["protocolVersion"] == "0.3.0"
-    assert card["url"] == "http://agent.test:8080/"
-    assert card["capabilities"] == {"streaming": False, "pushNotifications": False}
-    assert card["defaultInputModes"] == ["text"]
-    assert card["defaultOutputModes"] == ["text"]
-    assert card["preferredTransport"] == "JSONRPC"
+    assert card["capabilities"] == {"streaming": True, "pushNotifications": False}
+    assert card["defaultInputModes"] == ["text/plain", "application/json"]
+    assert card["defaultOutputModes"] == ["text/plain", "application/json"]
     assert card["supportedInterfaces"] == [
         {"url": "http://agent.test:8080/", "protocolBinding": "JSONRPC", "protocolVersion": v}
         for v in ("1.0", "0.3")
     ]
     assert card["skills"] == []
+    assert not V10_ONLY & card.keys()  # the 1.0 schema forbids the 0.3 fields
     assert "provider" not in card
     assert "securitySchemes" not in card
+
+
+@pytest.mark.parametrize(
+    ("path", "headers", "settings"),
+    [
+        (CARD_PATHS[0], {"A2A-Version": "0.3"}, Settings()),
+        (CARD_PATHS[1], {}, Settings()),
+        (CARD_PATHS[0], {}, Settings(card_compat="0.3")),
+    ],
+)
+def test_0_3_readers_get_the_0_3_fields_too(
+    path: str, headers: dict[str, str], settings: Settings
+) -> None:
+    store = memory_store()
+    app = create_app(settings, store=store, dispatcher=PlayingDispatcher(store))
+    response = app.test_client().get(path, base_url="http://agent.test:8080", headers=headers)
+    card = response.get_json()
+    assert card["protocolVersion"] == "0.3.0"
+    assert card["url"] == "http://agent.test:8080/"
+    assert card["preferredTransport"] == "JSONRPC"
+    assert card["supportedInterfaces"][1]["protocolVersion"] == "0.3"
+    # and the official SDK still reads it as the same card
+    parsed = parse_agent_card(card)
+    assert parsed.name == "toolnexus-agent"
+    assert parsed.capabilities.streaming
+
+
+def test_the_card_can_be_cached_and_revalidated() -> None:
+    store = memory_store()
+    client = create_app(Settings(), store=store, dispatcher=PlayingDispatcher(store)).test_client()
+    first = client.get(CARD_PATHS[0])
+    assert "max-age=" in first.headers["Cache-Control"]
+    assert first.headers["Last-Modified"]
+    tag = first.headers["ETag"]
+    again = client.get(CARD_PATHS[0], headers={"If-None-Match": tag})
+    assert (again.status_code, again.data) == (304, b"")
+    assert again.headers["ETag"] == tag
+    other = client.get(CARD_PATHS[0], headers={"If-None-Match": '"stale"'})
+    assert other.status_code == 200 and other.get_json()["name"] == "toolnexus-agent"
+    legacy = client.get(CARD_PATHS[0], headers={"A2A-Version": "0.3"})
+    assert legacy.headers["ETag"] != tag  # a different document, a different tag
+    assert "A2A-Version" in first.headers["Vary"]
 
 
 def test_card_fields_are_configurable() -> None:
@@ -64,7 +106,6 @@ def test_card_fields_are_configurable() -> None:
         "Forecasts.",
         "2.1.0",
     )
-    assert card["url"] == "https://agents.example.com/weather/"
     assert card["supportedInterfaces"][0]["url"] == "https://agents.example.com/weather/"
     assert card["provider"] == {"organization": "Example Org", "url": "https://example.com"}
     assert card["defaultOutputModes"] == ["text", "application/json"]

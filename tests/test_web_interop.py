@@ -156,7 +156,7 @@ def test_raw_toolnexus_round_trip_with_requests(server: tuple[str, Recorded]) ->
 
 @pytest.fixture(scope="module")
 def celery_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The compose file's web (gunicorn) and worker (Celery) on a private Redis."""
+    """The compose file's web (gunicorn), worker (Celery) and beat on a private Redis."""
     from tests.support.a2a import wait_ready
     from tests.support.compose import local_stack
 
@@ -164,6 +164,7 @@ def celery_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with local_stack(folder, {"TOOLNEXUS_API_TOKENS": TOKEN}) as (_, stack):
         stack.start("web", WEB_CONCURRENCY="1")
         stack.start("worker")
+        stack.start("beat")  # the web tier is ready once the reaper runs
         wait_ready(stack.web_url)
         yield stack.web_url
 

@@ -3,13 +3,13 @@ historyLength, continue, cancel, and the on_task hook."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
 
 from shared import ConfigError, Settings, memory_store
-from shared.task import FAILED
+from shared.task import FAILED, new_id
 from tests.support.polling import wait_for
 from tests.test_web_support import (
     ASK,
@@ -151,11 +151,9 @@ class TestA2A03:
 
 
 class TestA2A10:
-    MESSAGE: ClassVar[dict[str, Any]] = {
-        "role": "ROLE_USER",
-        "messageId": "m-1",
-        "parts": [{"text": "hello"}],
-    }
+    @property
+    def MESSAGE(self) -> dict[str, Any]:
+        return {"role": "ROLE_USER", "messageId": f"m-{new_id()}", "parts": [{"text": "hello"}]}
 
     def test_send_blocks_and_returns_task_wrapper_in_1_0_shapes(
         self, auto_client: FlaskClient, store: Any
@@ -199,7 +197,10 @@ class TestA2A10:
         reply = client.post("/?A2A-Version=1.0", json=body).get_json()
         assert reply["error"]["data"][0]["reason"] == "TASK_NOT_FOUND"
 
-    def test_file_and_data_parts_translate_both_ways(self, client: FlaskClient, store: Any) -> None:
+    def test_file_and_data_parts_translate_both_ways(
+        self, store: Any, manual: PlayingDispatcher
+    ) -> None:
+        client = make_client(store, manual, input_modes=("*/*",))
         parts = [
             {"url": "https://x.test/a.pdf", "mediaType": "application/pdf", "filename": "a.pdf"},
             {"raw": "aGk=", "mediaType": "text/plain"},
@@ -259,12 +260,21 @@ def test_history_length_on_send(auto_client: FlaskClient) -> None:
         ("tasks/cancel", None),
     ],
 )
-@pytest.mark.parametrize("task_id", ["no-such-task", "../etc/passwd", "a/b", "x" * 300])
-def test_unknown_task_is_32001(
+def test_unknown_task_is_32001(client: FlaskClient, method: str, version: str | None) -> None:
+    reply = rpc(client, method, {"id": "no-such-task"}, version=version)
+    assert reply["error"]["code"] == -32001
+
+
+@pytest.mark.parametrize(
+    ("method", "version"), [("GetTask", None), ("GetTask", "1.0"), ("tasks/cancel", None)]
+)
+@pytest.mark.parametrize("task_id", ["../etc/passwd", "a/b", "x" * 300])
+def test_an_id_that_names_no_possible_task_is_32602(
     client: FlaskClient, method: str, version: str | None, task_id: str
 ) -> None:
-    reply = rpc(client, method, {"id": task_id}, version=version)
-    assert reply["error"]["code"] == -32001
+    error = rpc(client, method, {"id": task_id}, version=version)["error"]
+    assert error["code"] == -32602
+    assert len(error["message"]) < 200  # the id is quoted, cut short
 
 
 class TestCancel:

@@ -20,6 +20,7 @@ from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
 from shared.errors import BrokerError
+from shared.events import Event, artifact_update, status_update, to_state
 from shared.store import TaskStore
 from shared.task import (
     COMPLETED,
@@ -28,8 +29,7 @@ from shared.task import (
     Task,
     agent_message,
     latest_user_text,
-    text_artifact,
-    with_status,
+    new_id,
 )
 from shared.transitions import transition
 from tests.support.redis_server import free_port
@@ -40,24 +40,27 @@ QUESTION = "What is your name?"
 
 def complete(store: TaskStore, task_id: str, text: str | None = None) -> Task | None:
     """submitted -> working -> completed, as the echo agent would."""
-    transition(store, task_id, lambda task: with_status(task, WORKING))
+    transition(store, task_id, to_state(WORKING))
 
-    def finish(task: Task) -> Task:
+    def finish(task: Task) -> list[Event]:
         answer = text if text is not None else f"ran: {latest_user_text(task)}"
-        reply = agent_message(answer, taskId=task["id"], contextId=task["contextId"])
-        done = {**task, "artifacts": [text_artifact(answer)], "history": [*task["history"], reply]}
-        return with_status(done, COMPLETED)
+        artifact = {"artifactId": new_id(), "name": "result", "parts": [_text(answer)]}
+        return [
+            artifact_update(task, artifact),  # type: ignore[arg-type]
+            status_update(task, COMPLETED, agent_message(answer)),
+        ]
 
     return transition(store, task_id, finish).task
 
 
 def ask_back(store: TaskStore, task_id: str) -> Task | None:
     """submitted -> working -> input-required with the question in status.message."""
-    transition(store, task_id, lambda task: with_status(task, WORKING))
-    question = agent_message(QUESTION, taskId=task_id)
-    return transition(
-        store, task_id, lambda task: with_status(task, INPUT_REQUIRED, message=question)
-    ).task
+    transition(store, task_id, to_state(WORKING))
+    return transition(store, task_id, to_state(INPUT_REQUIRED, agent_message(QUESTION))).task
+
+
+def _text(text: str) -> dict[str, str]:
+    return {"kind": "text", "text": text}
 
 
 class PlayingDispatcher:
@@ -91,9 +94,10 @@ class PlayingDispatcher:
 
 
 def user_message(text: str = "hello", **extra: Any) -> dict[str, Any]:
-    """A 0.3-shaped user message."""
+    """A 0.3-shaped user message with a message id of its own."""
     parts = [{"kind": "text", "text": text}]
-    return {"kind": "message", "role": "user", "messageId": "m-1", "parts": parts, **extra}
+    message = {"kind": "message", "role": "user", "messageId": f"m-{new_id()}", "parts": parts}
+    return {**message, **extra}
 
 
 def rpc(
@@ -109,7 +113,7 @@ def rpc(
     body: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
     if params is not None:
         body["params"] = params
-    sent = dict(headers or {})
+    sent = {"Content-Type": "application/json", **(headers or {})}
     if version is not None:
         sent["A2A-Version"] = version
     response = client.post("/", data=json.dumps(body), headers=sent)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from examples import agents
+from shared.events import message_added, status_update, to_state
 from shared.memory_store import memory_store
 from shared.settings import Settings
 from shared.task import (
@@ -59,7 +60,7 @@ def test_echo_completes_with_an_artifact_and_the_reply_in_history(store: Recordi
     assert reply["parts"] == [{"kind": "text", "text": "ran: hello"}]
     assert reply["taskId"] == task_id
     assert reply["contextId"] == task["contextId"]
-    assert "message" not in task["status"]
+    assert task["status"]["message"] == reply  # the closing words, also in the history
 
 
 def test_a_plain_string_result_completes(store: RecordingStore) -> None:
@@ -131,9 +132,7 @@ def test_pending_asks_for_input_and_a_continuation_completes(store: RecordingSto
     # what the front end does with a follow-up message carrying taskId
     answer = text_message("user", "Ada", taskId=task_id)
     resumed = transition(
-        store,
-        task_id,
-        lambda t: {**with_status(t, "submitted"), "history": [*t["history"], answer]},
+        store, task_id, lambda t: [message_added(t, answer), status_update(t, "submitted")]
     )
     assert resumed.applied
     assert fulfil(store, task_id, agent, SETTINGS) == "completed"
@@ -149,7 +148,7 @@ def test_pending_asks_for_input_and_a_continuation_completes(store: RecordingSto
         "working",
         "completed",
     ]
-    assert "message" not in task["status"]
+    assert status_text(task) == "Hello, Ada!"
 
 
 def test_a_function_declaring_task_receives_the_stored_task(store: RecordingStore) -> None:
@@ -223,7 +222,7 @@ def test_a_cancel_during_the_run_is_not_overwritten(store: RecordingStore) -> No
     runner = threading.Thread(target=fulfil, args=(store, task_id, agent, SETTINGS))
     runner.start()
     started.wait(10)
-    assert transition(store, task_id, lambda t: with_status(t, CANCELED)).applied
+    assert transition(store, task_id, to_state(CANCELED)).applied
     release.set()
     runner.join(10)
 

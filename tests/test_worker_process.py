@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
+from shared.events import to_state
 from shared.redis_store import RedisStore, redis_store
 from shared.settings import Settings
-from shared.task import Task, new_task, state_of, text_message, with_status
+from shared.task import Task, new_task, state_of, text_message
 from shared.transitions import transition
 from tests.support.polling import wait_for
 from web.dispatch import CeleryDispatcher
@@ -159,7 +160,7 @@ def test_cancel_terminates_a_running_task_and_nothing_overwrites_it(fleet: Fleet
     fleet.wait(task_id, "working")
 
     # what the front end's CancelTask does: the stored state first, then revoke
-    canceled = transition(fleet.store, task_id, lambda t: with_status(t, "canceled"))
+    canceled = transition(fleet.store, task_id, to_state("canceled"))
     assert canceled.applied
     fleet.dispatcher.revoke(task_id)  # terminate=True: the pool process running it is killed
 

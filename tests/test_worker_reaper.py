@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from shared.events import to_state
 from shared.file_store import file_store
 from shared.memory_store import memory_store
 from shared.redis_store import redis_store
@@ -22,8 +23,8 @@ from shared.task import (
 )
 from shared.transitions import transition
 from tests.support.polling import wait_for
-from worker.fulfil import completed
 from worker.reaper import ReaperThread, reap_stale
+from worker.results import final_change
 
 
 class Clock:
@@ -111,7 +112,7 @@ def test_a_task_that_left_working_after_the_listing_is_left_alone(
     task_id = save_in(store, "working")
     clock.now += 100
     listed = store.stale(clock.now - 60)
-    transition(store, task_id, lambda t: with_status(t, "input-required"))
+    transition(store, task_id, to_state("input-required"))
 
     class Frozen:
         def __getattr__(self, name: str) -> Any:
@@ -135,7 +136,7 @@ def race_reaper_against_worker(store: Any, task_id: str, now: float) -> dict[str
 
     def finish() -> None:
         start.wait()
-        outcome = transition(store, task_id, completed("done"), from_states={"working"})
+        outcome = transition(store, task_id, final_change("done"), from_states={"working"})
         won["worker"] = outcome.applied
 
     threads = [threading.Thread(target=reap), threading.Thread(target=finish)]
@@ -173,7 +174,9 @@ def test_the_reaper_thread_reaps_on_its_interval() -> None:
     store = memory_store(clock)
     task_id = save_in(store, "working")
     clock.now += 100
-    reaper = ReaperThread(store, every=0.05, stale_after=60, clock=clock).start()
+    reaper = ReaperThread(
+        store, lambda task_id: None, every=0.05, stale_after=60, clock=clock
+    ).start()
     try:
         wait_for(lambda: state_of(store.get(task_id) or {}) == "failed", what="the reaper")
     finally:

@@ -1,45 +1,56 @@
 """The Flask app factory: `gunicorn 'web:create_app()'`.
 
-Routes: `POST /` (JSON-RPC, see `web.rpc`), the agent card, `/healthz`
-and `/readyz`. Every reply is JSON, errors included: no HTML error page
-and no stack trace ever reaches a peer.
+Routes: `POST /` (JSON-RPC, see `web.rpc`; the streaming methods answer
+with Server-Sent Events), the agent card, `/healthz`, `/readyz` and `GET /`
+(where to find the card and how to send a message). Every reply is JSON
+(or an event stream), errors included: no HTML error page and no stack
+trace ever reaches a peer.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
+from email.utils import formatdate
 from typing import Any
 
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from shared.codec import encode
 from shared.dispatch import Dispatcher
-from shared.resolve import resolve_store
+from shared.errors import StoreError
 from shared.settings import Settings
-from shared.store import TaskStore
-from web.auth import require_token
-from web.card import build_card
+from shared.store import BeatRecord, EventStore, TaskStore
+from shared.wiring import load_hook, open_store
+from web.auth import Authenticator, parse_tokens
+from web.card import MAX_AGE, build_card, entity_tag, wanted_version, with_v03_fields
+from web.dialects import V03
 from web.dispatch import CeleryDispatcher
 from web.errors import (
     BROKER_UNAVAILABLE,
     STORE_UNAVAILABLE,
     BodyTooLarge,
+    ContentTypeNotSupported,
     InvalidRequest,
     RequestError,
     describe,
     error_body,
 )
 from web.methods import Tasks
-from web.rpc import handle
+from web.rpc import handle, typed_errors, wire_version
 from web.skills import load_skills
+from web.streaming import Stream
 
 log = logging.getLogger(__name__)
 
 VERSION_HEADER = "A2A-Version"
-CARD_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
+CARD_PATH = "/.well-known/agent-card.json"
+LEGACY_CARD_PATH = "/.well-known/agent.json"
 _READINESS_PROBE_ID = "readyz-probe"
+# The reaper runs every reap_every seconds; this many missed runs means it stopped.
+MISSED_BEATS = 3
 
 
 def create_app(
@@ -54,11 +65,13 @@ def create_app(
     `dispatcher` to Celery on TOOLNEXUS_BROKER_URL; `card` overrides
     top-level agent-card fields, after those of TOOLNEXUS_CARD."""
     settings = settings if settings is not None else Settings.from_env()
-    spec = settings.store if store is None else store
-    store = resolve_store(spec, terminal_ttl=settings.task_ttl)
+    task_store = open_store(settings, store)
     dispatcher = dispatcher if dispatcher is not None else CeleryDispatcher(settings)
     skills = load_skills(settings.skills, settings.skill_names) if settings.skills else []
-    tasks = Tasks(settings, store, dispatcher)
+    authenticator = Authenticator(parse_tokens(settings.api_tokens))
+    tasks = Tasks(settings, task_store, dispatcher, load_hook(settings))
+    card_overrides = {**(settings.card or {}), **(card or {})}
+    started = formatdate(time.time(), usegmt=True)
 
     app = Flask(__name__)
     # One byte over: Werkzeug cuts a chunked body at this length without a
@@ -70,25 +83,69 @@ def create_app(
     def rpc() -> Response:
         version = request.headers.get(VERSION_HEADER) or request.args.get(VERSION_HEADER)
         try:
-            require_token(request.headers.get("Authorization"), settings.api_tokens)
+            owner = authenticator.principal(request.headers.get("Authorization"))
             body = _body(settings.max_body)
+            _require_json(request.mimetype)
         except RequestError as error:
-            wire = describe(error)
-            typed = (version or "").strip().startswith("1.")
-            reply = _json(error_body(wire, None, typed_data=typed), wire.http_status)
-            if wire.http_status == 401:
-                reply.headers["WWW-Authenticate"] = 'Bearer realm="toolnexus"'
-            return reply
-        payload, status = handle(body, version, tasks)
+            return _refused(error, version)
+        answer = handle(body, version, tasks, owner, request.headers.get("Last-Event-ID"))
+        if isinstance(answer, Stream):
+            return _event_stream(answer)
+        payload, status = answer
         return _json(payload, status)
 
-    card_overrides = {**(settings.card or {}), **(card or {})}
-
     def agent_card() -> Response:
-        return _json(build_card(settings, skills, request.host_url, card_overrides), 200)
+        try:
+            requested = wire_version(request.headers.get(VERSION_HEADER))
+        except RequestError as error:
+            return _refused(error, None)
+        version = wanted_version(requested, request.path == LEGACY_CARD_PATH, settings.card_compat)
+        url = settings.url or request.host_url
+        security = authenticator.card_schemes()
+        document = build_card(
+            settings,
+            skills,
+            url,
+            streaming=isinstance(task_store, EventStore),
+            security=security,
+            overrides=card_overrides,
+        )
+        if version == V03:
+            document = with_v03_fields(document, security)
+        tag = entity_tag(document)
+        fresh = request.if_none_match.contains(tag)
+        response = Response(status=304) if fresh else _json(document, 200)
+        response.set_etag(tag)
+        response.headers["Last-Modified"] = started
+        response.headers["Cache-Control"] = f"public, max-age={MAX_AGE}"
+        response.headers["Vary"] = "A2A-Version"
+        return response
 
-    for path in CARD_PATHS:
+    for path in (CARD_PATH, LEGACY_CARD_PATH):
         app.add_url_rule(path, view_func=agent_card, endpoint=path, methods=["GET"])
+
+    @app.get("/")
+    def index() -> Response:
+        return _json(
+            {
+                "name": settings.name,
+                "agentCard": CARD_PATH,
+                "send": "POST / with a JSON-RPC 2.0 request, Content-Type: application/json",
+                "example": {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "SendMessage",
+                    "params": {
+                        "message": {
+                            "role": "user",
+                            "messageId": "any-unique-id",
+                            "parts": [{"kind": "text", "text": "hello"}],
+                        }
+                    },
+                },
+            },
+            200,
+        )
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -96,14 +153,24 @@ def create_app(
 
     @app.get("/readyz")
     def readyz() -> Response:
-        problems = _readiness(store, dispatcher)
+        problems = _readiness(task_store, dispatcher, settings)
         if problems:
             return _json({"status": "unavailable", **problems}, 503)
-        return _json({"status": "ready", "store": "ok", "broker": "ok"}, 200)
+        return _json({"status": "ready", "store": "ok", "broker": "ok", "reaper": "ok"}, 200)
 
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected_error)
     return app
+
+
+def _require_json(mimetype: str) -> None:
+    """JSON-RPC bodies are JSON. Refusing anything else also keeps browsers
+    out: a page can send text/plain or a form without asking, not JSON."""
+    if mimetype != "application/json" and not mimetype.endswith("+json"):
+        shown = mimetype or "none"
+        raise ContentTypeNotSupported(
+            f"Content-Type {shown!r} is not supported: send application/json"
+        )
 
 
 def _body(limit: int) -> bytes:
@@ -116,7 +183,32 @@ def _body(limit: int) -> bytes:
     return body
 
 
-def _readiness(store: TaskStore, dispatcher: Dispatcher) -> dict[str, str]:
+def _refused(error: RequestError, version: str | None) -> Response:
+    wire = describe(error)
+    reply = _json(error_body(wire, None, typed_data=typed_errors(version)), wire.http_status)
+    if wire.http_status == 401:
+        reply.headers["WWW-Authenticate"] = 'Bearer realm="toolnexus"'
+    return reply
+
+
+def _event_stream(stream: Stream) -> Response:
+    def lines() -> Iterator[bytes]:
+        yield b": stream open\n\n"  # headers go out now, not with the first event
+        for item in stream.items:
+            if item is None:
+                yield b": keepalive\n\n"
+                continue
+            seq, payload = item
+            head = f"id: {seq}\n" if seq else ""
+            yield f"{head}data: {encode(payload)}\n\n".encode()
+
+    response = Response(lines(), mimetype="text/event-stream")
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Accel-Buffering"] = "no"  # nginx: pass events through at once
+    return response
+
+
+def _readiness(store: TaskStore, dispatcher: Dispatcher, settings: Settings) -> dict[str, str]:
     problems: dict[str, str] = {}
     try:
         ping = getattr(store, "ping", None)
@@ -124,6 +216,20 @@ def _readiness(store: TaskStore, dispatcher: Dispatcher) -> dict[str, str]:
             ping()
         else:
             store.get(_READINESS_PROBE_ID)
+        if isinstance(store, BeatRecord):
+            last = store.last_beat()
+            allowed = MISSED_BEATS * settings.reap_every
+            if last is None:
+                problems["reaper"] = "the reaper has not run yet: is beat running?"
+            elif time.time() - last > allowed:
+                problems["reaper"] = (
+                    f"the reaper last ran {time.time() - last:.0f} s ago: is beat running?"
+                )
+    except StoreError as error:
+        log.warning("readyz: store fault: %s", error)
+        problems["store"] = (
+            f"{STORE_UNAVAILABLE}: {error.reason}" if error.reason else STORE_UNAVAILABLE
+        )
     except Exception as error:
         log.warning("readyz: store fault: %s", error)
         problems["store"] = STORE_UNAVAILABLE
@@ -151,5 +257,4 @@ def _unexpected_error(error: Exception) -> Response:
 
 
 def _json(payload: Mapping[str, Any], status: int) -> Response:
-    text = json.dumps(payload, separators=(",", ":"))
-    return Response(text, status=status, mimetype="application/json")
+    return Response(encode(payload), status=status, mimetype="application/json")

@@ -1,57 +1,118 @@
-"""The agent card served at `/.well-known/agent-card.json` (and `agent.json`).
+"""The agent card served at `/.well-known/agent-card.json`.
 
-One document for both protocol generations: the A2A 0.3 fields (`url`,
-`protocolVersion`, `preferredTransport`, `security`) that 0.3 clients read,
-plus `supportedInterfaces` listing the one JSON-RPC endpoint under 1.0 and
-0.3, from which 1.0 clients pick their version.
+Two generations read the same path with different schemas: A2A 1.0 forbids
+the top-level `url`, `protocolVersion` and `preferredTransport` that A2A
+0.3 requires. Like the official SDK, the service builds the 1.0 card and
+can lay the 0.3 fields over it (the 1.0 reader ignores nothing it knows,
+the 0.3 reader finds its own). Which one a request gets:
+
+- `A2A-Version: 0.3` (header or query), or the 0.2-era path
+  `/.well-known/agent.json`: the card with the 0.3 fields;
+- `A2A-Version: 1.0`: the 1.0 card;
+- no version: the 1.0 card, or the one with 0.3 fields when
+  TOOLNEXUS_CARD_COMPAT=0.3 (for deployments whose clients predate 1.0).
+
+`supportedInterfaces` lists the one JSON-RPC endpoint under 1.0 and 0.3,
+from which clients of either generation pick theirs.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
+from shared.codec import encode
 from shared.settings import Settings
-from web.auth import card_security
+from web.dialects import V03, V10
 from web.skills import Skill
 
-PROTOCOL_VERSION = "0.3.0"
-TRANSPORT = "JSONRPC"
-INTERFACE_VERSIONS = ("1.0", "0.3")
+TRANSPORT: Final = "JSONRPC"
+PROTOCOL_V03: Final = "0.3.0"
+INTERFACE_VERSIONS: Final = (V10, V03)
+# How long a client or cache may keep the card before asking again.
+MAX_AGE: Final = 300
 
 
 def build_card(
     settings: Settings,
     skills: Sequence[Skill],
-    request_base_url: str,
+    url: str,
+    *,
+    streaming: bool,
+    security: Mapping[str, Any] | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The card for a request that came in on `request_base_url`; the
-    configured TOOLNEXUS_URL wins, since behind a proxy the request's own
-    URL is not the one peers should use. `overrides` replace top-level fields."""
-    url = (settings.url or request_base_url).rstrip("/") + "/"
+    """The 1.0 card for the endpoint at `url`. `security` maps scheme names to
+    `{"type": "http", "scheme": "bearer", ...}` (the OpenAPI form both
+    generations derive theirs from); `overrides` replace top-level fields."""
+    url = url.rstrip("/") + "/"
     card: dict[str, Any] = {
-        "protocolVersion": PROTOCOL_VERSION,
         "name": settings.name,
         "description": settings.description,
         "version": settings.version,
-        "url": url,
-        "preferredTransport": TRANSPORT,
         "supportedInterfaces": [
             {"url": url, "protocolBinding": TRANSPORT, "protocolVersion": version}
             for version in INTERFACE_VERSIONS
         ],
-        "capabilities": {"streaming": False, "pushNotifications": False},
-        "defaultInputModes": ["text"],
-        "defaultOutputModes": ["text"],
+        "capabilities": {"streaming": streaming, "pushNotifications": False},
+        "defaultInputModes": list(settings.input_modes),
+        "defaultOutputModes": list(settings.output_modes),
         "skills": [skill.card_entry() for skill in skills],
-        **card_security(settings.api_tokens),
     }
     if settings.provider_organization or settings.provider_url:
         card["provider"] = {
             "organization": settings.provider_organization or "",
             "url": settings.provider_url or "",
         }
+    if security:
+        card["securitySchemes"] = {
+            name: {"httpAuthSecurityScheme": _http_scheme(scheme)}
+            for name, scheme in security.items()
+        }
+        card["securityRequirements"] = [{"schemes": {name: {"list": []}}} for name in security]
     if overrides:
         card.update(overrides)
     return card
+
+
+def with_v03_fields(card: Mapping[str, Any], security: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`card` plus what an A2A 0.3 client reads: the endpoint and transport at
+    the top level, and the OpenAPI form of the security schemes."""
+    interfaces = card.get("supportedInterfaces") or [{}]
+    legacy = next((i for i in interfaces if i.get("protocolVersion") == V03), interfaces[0])
+    merged = {
+        **card,
+        "protocolVersion": PROTOCOL_V03,
+        "url": legacy.get("url", ""),
+        "preferredTransport": legacy.get("protocolBinding", TRANSPORT),
+    }
+    if security:
+        merged["securitySchemes"] = {
+            name: {**card.get("securitySchemes", {}).get(name, {}), **scheme}
+            for name, scheme in security.items()
+        }
+        merged["security"] = [{name: []} for name in security]
+    return merged
+
+
+def wanted_version(requested: str | None, legacy_path: bool, compat: str | None) -> str:
+    """Which card a request gets (see the module docstring)."""
+    if requested in (V03, V10):
+        return requested
+    if legacy_path:
+        return V03
+    return compat or V10
+
+
+def entity_tag(card: Mapping[str, Any]) -> str:
+    """A strong validator of the card's content (unquoted, as werkzeug keeps it)."""
+    return hashlib.sha256(encode(card).encode()).hexdigest()[:32]
+
+
+def _http_scheme(scheme: Mapping[str, Any]) -> dict[str, Any]:
+    shaped = {"scheme": scheme.get("scheme", "bearer")}
+    for name in ("bearerFormat", "description"):
+        if name in scheme:
+            shaped[name] = scheme[name]
+    return shaped

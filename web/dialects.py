@@ -1,18 +1,21 @@
-"""Translation between the stored (A2A 0.3) shape and A2A 1.0 wire shapes.
+"""Translation between the stored (A2A 0.3) shape and the wire shapes.
 
 The store only ever holds the 0.3-like shape of `shared.task`; this module
 is the one place that knows 1.0 names: `TASK_STATE_*` states, `ROLE_*`
-roles and parts without a `kind` tag (`text`, `url`/`raw`, `data`).
+roles, parts without a `kind` tag (`text`, `url`/`raw`, `data`) and stream
+responses wrapped by kind (`statusUpdate`, `artifactUpdate`, ...).
 Inbound parts and roles are accepted in either form, so a 1.0 message sent
 without a version header (or a 0.3 one with `A2A-Version: 1.0`) still works.
+Fields the service keeps for itself (a task's `owner`) never leave here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
 
-from shared.task import STATES, Message, Task
+from shared.events import Event
+from shared.task import STATES, Part, Task
 
 V03: Final = "0.3"
 V10: Final = "1.0"
@@ -27,6 +30,14 @@ _FILE_KEYS: Final = (
     ("mimeType", "mediaType"),
     ("name", "filename"),
 )
+_PRIVATE: Final = frozenset({"owner"})
+# 1.0 stream responses: which wrapper each stored event kind goes in.
+_STREAM_KEYS: Final = {
+    "task": "task",
+    "message": "message",
+    "status-update": "statusUpdate",
+    "artifact-update": "artifactUpdate",
+}
 
 
 def state_v10(state: object) -> str:
@@ -53,26 +64,26 @@ def stored_role(role: object) -> str | None:
     return role if role in _ROLES_V10 else None
 
 
-def stored_part(part: Mapping[str, Any]) -> dict[str, Any] | None:
+def stored_part(part: Mapping[str, Any]) -> Part | None:
     """A part in 0.3 (`kind`-tagged) or 1.0 form -> the stored 0.3 form,
     or None when it carries no content this server can keep."""
-    extra = {"metadata": part["metadata"]} if isinstance(part.get("metadata"), dict) else {}
+    extra = {"metadata": part["metadata"]} if "metadata" in part else {}
     kind = part.get("kind")
+    stored: dict[str, Any] | None = None
     if kind == "text" or (kind is None and "text" in part):
-        return {"kind": "text", "text": part.get("text"), **extra}
-    if kind == "data" or (kind is None and "data" in part):
-        return {"kind": "data", "data": part.get("data"), **extra}
-    if kind == "file" and isinstance(part.get("file"), dict):
-        return {"kind": "file", "file": part["file"], **extra}
-    if kind is None and ("url" in part or "raw" in part):
+        stored = {"kind": "text", "text": part.get("text"), **extra}
+    elif kind == "data" or (kind is None and "data" in part):
+        stored = {"kind": "data", "data": part.get("data"), **extra}
+    elif kind == "file" and "file" in part:
+        stored = {"kind": "file", "file": part["file"], **extra}
+    elif kind is None and ("url" in part or "raw" in part):
         file = {old: part[new] for old, new in _FILE_KEYS if part.get(new) is not None}
-        return {"kind": "file", "file": file, **extra}
-    return None
+        stored = {"kind": "file", "file": file, **extra}
+    # Checked field by field by `web.params` before anything is stored.
+    return cast(Part | None, stored)
 
 
-def part_v10(part: object) -> dict[str, Any]:
-    if not isinstance(part, Mapping):
-        return {}
+def part_v10(part: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     kind = part.get("kind")
     if kind == "text":
@@ -87,51 +98,70 @@ def part_v10(part: object) -> dict[str, Any]:
     return out
 
 
-def message_v10(message: object) -> dict[str, Any]:
-    if not isinstance(message, Mapping):
-        return {}
+def part_v03(part: Mapping[str, Any]) -> Mapping[str, Any]:
+    """0.3 data parts hold objects; any other JSON value is wrapped, marked as
+    the official SDK marks it, so a 0.3 peer can still parse the part."""
+    if part.get("kind") != "data" or isinstance(part.get("data"), Mapping):
+        return part
+    metadata = {**(part.get("metadata") or {}), "data_part_compat": True}
+    return {"kind": "data", "data": {"value": part.get("data")}, "metadata": metadata}
+
+
+def message_for(version: str, message: Mapping[str, Any]) -> dict[str, Any]:
+    parts = [part for part in message.get("parts") or [] if isinstance(part, Mapping)]
+    if version == V03:
+        return {**message, "parts": [part_v03(part) for part in parts]}
     out = {key: value for key, value in message.items() if key not in ("kind", "role", "parts")}
     out["role"] = _ROLES_V10.get(str(message.get("role")), "ROLE_UNSPECIFIED")
-    out["parts"] = [part_v10(part) for part in _items(message.get("parts"))]
+    out["parts"] = [part_v10(part) for part in parts]
     return out
 
 
-def artifact_v10(artifact: object) -> dict[str, Any]:
-    if not isinstance(artifact, Mapping):
-        return {}
-    out = {key: value for key, value in artifact.items() if key != "parts"}
-    out["parts"] = [part_v10(part) for part in _items(artifact.get("parts"))]
-    return out
+def artifact_for(version: str, artifact: Mapping[str, Any]) -> dict[str, Any]:
+    parts = [part for part in artifact.get("parts") or [] if isinstance(part, Mapping)]
+    shaped = part_v10 if version == V10 else part_v03
+    return {**artifact, "parts": [shaped(part) for part in parts]}
 
 
-def task_v10(task: Task) -> dict[str, Any]:
-    """A stored task in A2A 1.0 shape (no `kind`, 1.0 states, roles and parts)."""
-    out = {key: value for key, value in task.items() if key not in ("kind", "status")}
-    raw_status = task.get("status")
-    status: Mapping[str, Any] = raw_status if isinstance(raw_status, Mapping) else {}
-    wire_status: dict[str, Any] = {"state": state_v10(status.get("state"))}
+def status_for(version: str, status: Mapping[str, Any]) -> dict[str, Any]:
+    state = status.get("state")
+    out: dict[str, Any] = {"state": state_v10(state) if version == V10 else state}
     if "message" in status:
-        wire_status["message"] = message_v10(status["message"])
+        out["message"] = message_for(version, status["message"])
     if "timestamp" in status:
-        wire_status["timestamp"] = status["timestamp"]
-    out["status"] = wire_status
-    if "history" in task:
-        out["history"] = [message_v10(message) for message in _items(task["history"])]
-    if "artifacts" in task:
-        out["artifacts"] = [artifact_v10(artifact) for artifact in _items(task["artifacts"])]
+        out["timestamp"] = status["timestamp"]
     return out
 
 
 def task_for(version: str, task: Task) -> dict[str, Any]:
-    """The stored task as `version` shows it; 0.3 is the stored shape itself."""
-    return task_v10(task) if version == V10 else task
+    """A stored task as `version` shows it (0.3 keeps `kind` and its states)."""
+    skipped = _PRIVATE | {"kind"} if version == V10 else _PRIVATE
+    out = {key: value for key, value in task.items() if key not in skipped}
+    status = task.get("status")
+    out["status"] = status_for(version, status if isinstance(status, Mapping) else {})
+    if "history" in task:
+        out["history"] = [message_for(version, message) for message in _items(task["history"])]
+    if "artifacts" in task:
+        out["artifacts"] = [artifact_for(version, item) for item in _items(task["artifacts"])]
+    return out
 
 
-def stored_message_fields(message: Mapping[str, Any]) -> Message:
-    """The optional fields of an inbound message that the store keeps as they are."""
-    keep = ("contextId", "taskId", "metadata", "extensions", "referenceTaskIds")
-    return {key: message[key] for key in keep if key in message}
+def event_for(version: str, event: Event) -> dict[str, Any]:
+    """A stored event as a stream response: 1.0 wraps it by kind (and has no
+    `kind` or `final`); 0.3 sends it as it is stored."""
+    kind = event["kind"]
+    if kind == "message":
+        shaped = message_for(version, event)
+    elif kind == "status-update":
+        shaped = {**event, "status": status_for(version, event["status"])}  # type: ignore[typeddict-item]
+    else:
+        artifact = artifact_for(version, event["artifact"])  # type: ignore[typeddict-item]
+        shaped = {**event, "artifact": artifact}
+    if version == V03:
+        return shaped
+    body = {key: value for key, value in shaped.items() if key not in ("kind", "final")}
+    return {_STREAM_KEYS[kind]: body}
 
 
 def _items(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
+    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []

@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from shared.errors import (
     BrokerError,
+    ContextTaken,
     InvalidTaskId,
     InvalidTransition,
     StoreError,
@@ -68,6 +69,19 @@ class UnsupportedOperation(RequestError):
     """Understood, but this server does not do it (e.g. ListTasks on a store without `all`)."""
 
 
+class ContentTypeNotSupported(RequestError):
+    """A body that is not JSON by its Content-Type, or message parts whose media
+    types the agent does not accept."""
+
+
+class PushNotSupported(RequestError):
+    """A push-notification config method: this server sends no push notifications."""
+
+
+class ExtendedCardNotConfigured(RequestError):
+    """GetExtendedAgentCard: there is no extended card."""
+
+
 class VersionNotSupported(RequestError):
     """An `A2A-Version` header naming a version this server does not speak."""
 
@@ -109,10 +123,14 @@ _TABLE: Final[tuple[tuple[type[Exception], int, str, int], ...]] = (
     (MethodNotFound, -32601, "METHOD_NOT_FOUND", 200),
     (InvalidParams, -32602, "INVALID_PARAMS", 200),
     (InvalidTaskId, -32602, "INVALID_PARAMS", 200),
+    (ContextTaken, -32602, "INVALID_PARAMS", 200),
     (TaskNotFound, -32001, "TASK_NOT_FOUND", 200),
     (TaskNotCancelable, -32002, "TASK_NOT_CANCELABLE", 200),
+    (PushNotSupported, -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED", 200),
     (UnsupportedOperation, -32004, "UNSUPPORTED_OPERATION", 200),
     (InvalidTransition, -32004, "UNSUPPORTED_OPERATION", 200),
+    (ContentTypeNotSupported, -32005, "CONTENT_TYPE_NOT_SUPPORTED", 200),
+    (ExtendedCardNotConfigured, -32007, "EXTENDED_AGENT_CARD_NOT_CONFIGURED", 200),
     (VersionNotSupported, -32009, "VERSION_NOT_SUPPORTED", 200),
     (Unauthorized, -32000, "UNAUTHENTICATED", 401),
 )

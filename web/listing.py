@@ -32,14 +32,18 @@ class Page:
     total_size: int
 
 
-def list_tasks(store: TaskStore, query: ListQuery) -> Page:
+def list_tasks(store: TaskStore, query: ListQuery, owner: str) -> Page:
     if not isinstance(store, ListableStore):
         raise UnsupportedOperation(
             "ListTasks needs a task store that can list its tasks (memory, file or Redis)"
         )
     after = _instant(query.updated_after, "statusTimestampAfter") if query.updated_after else None
     cursor = _decode(query.page_token) if query.page_token else None
-    matching = [task for task in store.all().values() if _matches(task, query, after)]
+    matching = [
+        task
+        for task in store.all().values()
+        if task.get("owner", "") == owner and _matches(task, query, after)
+    ]
     matching.sort(key=_position, reverse=True)
     remaining = [task for task in matching if cursor is None or _position(task) < cursor]
     page = remaining[: query.page_size]
@@ -64,7 +68,7 @@ def _matches(task: Task, query: ListQuery, after: datetime | None) -> bool:
 
 def _shape(task: Task, query: ListQuery) -> Task:
     if not query.include_artifacts:
-        task = {key: value for key, value in task.items() if key != "artifacts"}
+        task.pop("artifacts", None)
     return with_history(task, query.history_length)
 
 

@@ -1,66 +1,127 @@
 """What the JSON-RPC methods do, on stored-shape tasks; no wire format here.
 
-Creating a task is `new_task` + `save`; every later change (continue,
-cancel, failing a task that could not be queued) is a
-`shared.transitions.transition`, so it obeys the one state machine and
+Creating a task is the store's `create` (idempotent by messageId); every
+later change (continue, cancel, failing a task that could not be queued) is
+a `shared.transitions.transition`, so it obeys the one state machine and
 never overwrites a terminal state a worker wrote first.
+
+Every task belongs to the caller that created it (`owner`; "" when the
+service runs without auth). Another caller is told the task does not exist.
+Once a task is saved, any error on the way out names it (`TaskError`), so
+the peer can ask GetTask instead of sending again.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 from shared.dispatch import Dispatcher
-from shared.errors import InvalidTransition, TaskNotCancelable, TaskNotFound
-from shared.loading import load_object
+from shared.errors import (
+    ContextTaken,
+    InvalidTransition,
+    StoreError,
+    TaskNotCancelable,
+    TaskNotFound,
+)
+from shared.events import Event, message_added, status_update, to_state
+from shared.following import follow
 from shared.settings import Settings
-from shared.store import TaskStore
+from shared.store import EventStore, TaskStore, digest
 from shared.task import (
     CANCELED,
     FAILED,
-    INPUT_REQUIRED,
+    INTERRUPTED_STATES,
     SUBMITTED,
+    Message,
     Task,
     agent_message,
     is_terminal,
     new_task,
     state_of,
-    with_status,
 )
+from shared.text import shown
 from shared.transitions import OnTerminal, transition
-from web.errors import BROKER_UNAVAILABLE, InvalidParams, TaskError
+from web.errors import BROKER_UNAVAILABLE, ContentTypeNotSupported, InvalidParams, TaskError
+from web.media import accepts
 from web.params import SendParams, TaskQuery
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Sent:
+    """What a send produced: the task as it stands, the number of its last
+    event (where a stream of it starts), and the agent's direct reply if it
+    answered with a message instead of a task result."""
+
+    task: Task
+    seq: int
+    reply: Message | None = None
+
+
+def message_key(owner: str, message_id: str) -> str:
+    """The store key of a caller's message id: one task per (caller, messageId)."""
+    return digest("message", owner, message_id)
+
+
+def owned(task: Task | None, task_id: str, owner: str) -> Task:
+    """`task` if `owner` created it; otherwise it does not exist for them."""
+    if task is None or task.get("owner", "") != owner:
+        raise TaskNotFound(f"task {task_id} not found")
+    return task
+
+
 class Tasks:
-    def __init__(self, settings: Settings, store: TaskStore, dispatcher: Dispatcher) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: TaskStore,
+        dispatcher: Dispatcher,
+        hook: OnTerminal | None = None,
+    ) -> None:
         self.store = store
         self.dispatcher = dispatcher
-        self._blocking_timeout = settings.blocking_timeout
-        # Imported now, so a bad TOOLNEXUS_ON_TASK stops start-up instead of
-        # surfacing as a logged error on every cancel.
-        self._hook: OnTerminal | None = (
-            load_object(settings.on_task, "TOOLNEXUS_ON_TASK") if settings.on_task else None
-        )
+        self.blocking_timeout = settings.blocking_timeout
+        self.keepalive = settings.keepalive
+        self.input_modes = settings.input_modes
+        self.idempotent = settings.idempotent_sends
+        self._hook = hook
 
-    def send(self, params: SendParams, *, blocking: bool) -> Task:
+    def send(self, params: SendParams, owner: str, *, blocking: bool) -> Sent:
+        sent = self.accept(params, owner)
+        if not blocking:
+            return sent
+        try:
+            return self._settle(sent, time.monotonic() + self.blocking_timeout)
+        except StoreError as error:
+            raise TaskError(error, sent.task["id"]) from error
+
+    def accept(self, params: SendParams, owner: str) -> Sent:
+        """Save the message as a new task or a follow-up and queue it; a
+        message already accepted (same caller, same messageId) is not
+        accepted again: its task is returned as it stands."""
+        for index, media_type in enumerate(params.media_types):
+            if not accepts(self.input_modes, media_type):
+                raise ContentTypeNotSupported(
+                    f"message.parts[{index}] is {shown(media_type)}; this agent accepts"
+                    f" {', '.join(self.input_modes)}"
+                )
         if params.task_id is None:
-            task = self.store.save(new_task(params.message, params.context_id))
+            sent, fresh = self._create(params, owner)
         else:
-            task = self._resume(params)
-        self._enqueue(task)
-        return with_history(self._settle(task) if blocking else task, params.history_length)
+            sent, fresh = self._resume(params, owner)
+        if fresh:
+            self._enqueue(sent.task)
+        return sent
 
-    def get(self, query: TaskQuery) -> Task:
-        return with_history(self._load(query.task_id), query.history_length)
+    def get(self, query: TaskQuery, owner: str) -> Task:
+        return owned(self.store.get(query.task_id), query.task_id, owner)
 
-    def cancel(self, task_id: str) -> Task:
-        outcome = transition(
-            self.store, task_id, lambda task: with_status(task, CANCELED), on_terminal=self._hook
-        )
+    def cancel(self, task_id: str, owner: str) -> Task:
+        owned(self.store.get(task_id), task_id, owner)
+        outcome = transition(self.store, task_id, to_state(CANCELED), on_terminal=self._hook)
         if outcome.task is None:
             raise TaskNotFound(f"task {task_id} not found")
         if not outcome.applied:
@@ -73,39 +134,61 @@ class Tasks:
             log.warning("could not revoke task %s", task_id, exc_info=True)
         return outcome.task
 
-    def _load(self, task_id: str) -> Task:
+    def _create(self, params: SendParams, owner: str) -> tuple[Sent, bool]:
+        task = new_task(params.message, params.context_id, owner or None)
+        if not isinstance(self.store, EventStore):
+            return Sent(self.store.save(task), 0), True
+        key = message_key(owner, params.message["messageId"]) if self.idempotent else None
+        try:
+            created = self.store.create(task, key)
+        except ContextTaken as error:
+            raise InvalidParams(str(error), field="message.contextId") from None
+        if created.created:
+            return Sent(created.task, 1), True
+        return self._as_it_stands(created.task["id"]), False
+
+    def _resume(self, params: SendParams, owner: str) -> tuple[Sent, bool]:
+        assert params.task_id is not None
+        task_id = params.task_id
+        message_id = params.message["messageId"]
+        task = owned(self.store.get(task_id), task_id, owner)
+        if params.context_id and params.context_id != task.get("contextId"):
+            raise InvalidParams(
+                f"message.contextId does not match task {task_id}'s context",
+                field="message.contextId",
+            )
+
+        def resume(current: Task) -> list[Event]:
+            if self.idempotent and _has_message(current, message_id):
+                return []  # this very message was applied already
+            return [
+                message_added(current, params.message),
+                status_update(current, SUBMITTED),
+            ]
+
+        outcome = transition(self.store, task_id, resume, from_states=INTERRUPTED_STATES)
+        if outcome.record is None:
+            raise TaskNotFound(f"task {task_id} not found")
+        if outcome.applied:
+            return Sent(outcome.record.task, outcome.record.seq), True
+        if self.idempotent and _has_message(outcome.record.task, message_id):
+            return self._as_it_stands(task_id), False
+        raise InvalidTransition(
+            f"task {task_id} is {state_of(outcome.record.task)}:"
+            " only a task waiting for input accepts a follow-up message"
+        )
+
+    def _as_it_stands(self, task_id: str) -> Sent:
+        """An earlier message's task, followed from the event after its creation
+        (a blocking send then waits for it, and sees a direct reply too)."""
+        if isinstance(self.store, EventStore):
+            record = self.store.read(task_id)
+            if record is not None:
+                return Sent(record.task, 1)
         task = self.store.get(task_id)
         if task is None:
             raise TaskNotFound(f"task {task_id} not found")
-        return task
-
-    def _resume(self, params: SendParams) -> Task:
-        assert params.task_id is not None
-        task_id = params.task_id
-
-        def resume(task: Task) -> Task:
-            if params.context_id and params.context_id != task.get("contextId"):
-                raise InvalidParams(
-                    f"message.contextId does not match task {task_id}'s context",
-                    field="message.contextId",
-                )
-            history = list(task.get("history") or [])
-            # Keep the agent's question in the conversation before the answer.
-            prompt = task.get("status", {}).get("message")
-            if isinstance(prompt, dict) and prompt not in history:
-                history.append(prompt)
-            reply = {**params.message, "taskId": task_id, "contextId": task.get("contextId")}
-            return with_status({**task, "history": [*history, reply]}, SUBMITTED)
-
-        outcome = transition(self.store, task_id, resume)
-        if outcome.task is None:
-            raise TaskNotFound(f"task {task_id} not found")
-        if not outcome.applied:
-            raise InvalidTransition(
-                f"task {task_id} is {state_of(outcome.task)}:"
-                " only an input-required task accepts a follow-up message"
-            )
-        return outcome.task
+        return Sent(task, 0)
 
     def _enqueue(self, task: Task) -> None:
         """Queue fulfilment; if that fails the task is failed with the reason,
@@ -114,28 +197,52 @@ class Tasks:
             self.dispatcher.enqueue(task["id"])
         except Exception as error:
             reason = f"{BROKER_UNAVAILABLE}: the task could not be queued ({error})"
-            failed = agent_message(reason, taskId=task["id"], contextId=task.get("contextId"))
-            transition(
-                self.store,
-                task["id"],
-                lambda current: with_status(current, FAILED, message=failed),
-                on_terminal=self._hook,
-            )
+            failed = agent_message(reason)
+            try:
+                transition(self.store, task["id"], to_state(FAILED, failed), on_terminal=self._hook)
+            except StoreError:
+                # Both down: the task stays `submitted`, and beat resends it from
+                # the store's waiting index once the broker is back.
+                log.warning("task %s: could not be queued nor failed", task["id"])
             raise TaskError(error, task["id"]) from error
 
-    def _settle(self, task: Task) -> Task:
-        """Poll until the task is terminal or waits for input, or until the
-        blocking bound passes; then return it as it stands."""
-        deadline = time.monotonic() + self._blocking_timeout
-        interval = 0.005
-        while True:
-            current = self.store.get(task["id"]) or task
-            state = state_of(current)
-            remaining = deadline - time.monotonic()
-            if is_terminal(state) or state == INPUT_REQUIRED or remaining <= 0:
-                return current
-            time.sleep(min(interval, remaining))
-            interval = min(interval * 2, 0.1)
+    def _settle(self, sent: Sent, deadline: float) -> Sent:
+        """Wait until the task is terminal or waits for the peer, or until
+        `deadline`; then return it as it stands (and a direct reply, if any)."""
+        task_id = sent.task["id"]
+        if not isinstance(self.store, EventStore):
+            return Sent(_poll_until_settled(self.store, sent.task, deadline), 0)
+        reply: Message | None = None
+        seq = sent.seq
+        quiet = deadline - time.monotonic() + 1  # no idle ticks: nobody to keep alive
+        for item in follow(self.store, task_id, sent.seq, deadline=deadline, idle=quiet):
+            if item is None:
+                continue
+            seq, event = item
+            if event["kind"] == "message" and event.get("role") == "agent":
+                reply = event
+        record = self.store.read(task_id)
+        if record is None:
+            raise TaskNotFound(f"task {task_id} not found")
+        done = is_terminal(state_of(record.task))
+        return Sent(record.task, max(seq, record.seq), reply if done else None)
+
+
+def _has_message(task: Task, message_id: str) -> bool:
+    return any(message.get("messageId") == message_id for message in task.get("history") or [])
+
+
+def _poll_until_settled(store: TaskStore, task: Task, deadline: float) -> Task:
+    """For a store without an event log: read until settled, backing off."""
+    interval = 0.005
+    while True:
+        current = store.get(task["id"]) or task
+        state = state_of(current)
+        remaining = deadline - time.monotonic()
+        if is_terminal(state) or state in INTERRUPTED_STATES or remaining <= 0:
+            return current
+        time.sleep(min(interval, remaining))
+        interval = min(interval * 2, 0.1)
 
 
 def with_history(task: Task, history_length: int | None) -> Task:
@@ -143,6 +250,5 @@ def with_history(task: Task, history_length: int | None) -> Task:
     if history_length is None or "history" not in task:
         return task
     if history_length == 0:
-        return {key: value for key, value in task.items() if key != "history"}
-    history = task["history"]
-    return {**task, "history": history[-history_length:] if isinstance(history, list) else []}
+        return {key: value for key, value in task.items() if key != "history"}  # type: ignore[return-value]
+    return {**task, "history": task["history"][-history_length:]}

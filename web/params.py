@@ -1,22 +1,35 @@
 """Check each method's params and turn them into typed values.
 
 Anything missing or of the wrong type raises `InvalidParams` naming the
-field, so the peer gets -32602 with a message that says what to fix.
-Inbound messages come out in the stored shape (see `web.dialects`).
+field, so the peer gets -32602 with a message that says what to fix. Every
+field of a message that is stored is checked against the A2A shapes first,
+so no client can store what another client's SDK cannot parse. Inbound
+messages come out in the stored shape (see `web.dialects`).
+
+Names are read in either spelling ProtoJSON allows (`historyLength` or
+`history_length`); values under `metadata` and `data` are the peer's own
+and are never renamed.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
-from shared.task import Message
-from web.dialects import stored_message_fields, stored_part, stored_role, stored_state
+from shared.store import is_safe_id
+from shared.task import Message, Part
+from shared.text import shown
+from web.dialects import stored_part, stored_role, stored_state
 from web.errors import InvalidParams
+from web.media import part_media_type
 
 MAX_PAGE_SIZE: Final = 100
 DEFAULT_PAGE_SIZE: Final = 50
+MAX_ID_LENGTH: Final = 1024  # messageId, contextId: a client's own ids, bounded
+_OPAQUE: Final = frozenset({"metadata", "data"})
 
 
 @dataclass(frozen=True)
@@ -26,6 +39,7 @@ class SendParams:
     context_id: str | None
     blocking: bool | None  # None: the dialect's default
     history_length: int | None
+    media_types: tuple[str, ...] = ()  # of each part, as the peer declared it
 
 
 @dataclass(frozen=True)
@@ -45,33 +59,71 @@ class ListQuery:
     include_artifacts: bool
 
 
+def camel_case(value: Any) -> Any:
+    """Params with every snake_case name in lowerCamelCase (ProtoJSON's other
+    spelling), leaving the peer's own `metadata` and `data` values alone."""
+    if isinstance(value, list):
+        return [camel_case(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    renamed: dict[str, Any] = {}
+    for key, item in value.items():
+        name = _camel(key) if "_" in key else key
+        renamed.setdefault(name, item if name in _OPAQUE else camel_case(item))
+    return renamed
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word[:1].upper() + word[1:] for word in rest)
+
+
 def send_params(params: object) -> SendParams:
     body = _object(params, "params")
     message = _object(body.get("message"), "message")
-    configuration = _object(body.get("configuration", {}), "configuration")
-    stored = {
+    configuration = _object(body.get("configuration") or {}, "configuration")
+    stored: Message = {
         "kind": "message",
         "role": _role(message.get("role")),
-        "messageId": _text(message.get("messageId"), "message.messageId"),
+        "messageId": _text(message.get("messageId"), "message.messageId", MAX_ID_LENGTH),
         "parts": _parts(message.get("parts")),
-        **stored_message_fields(message),
     }
+    if message.get("kind") not in (None, "message"):
+        raise InvalidParams("message.kind must be 'message'", field="message.kind")
+    task_id = _optional_task_id(message.get("taskId"), "message.taskId")
+    context_id = _optional_text(message.get("contextId"), "message.contextId", MAX_ID_LENGTH)
+    if "metadata" in message:
+        stored["metadata"] = dict(_object(message["metadata"], "message.metadata"))
+    if "extensions" in message:
+        stored["extensions"] = _strings(message["extensions"], "message.extensions")
+    if "referenceTaskIds" in message:
+        stored["referenceTaskIds"] = _strings(
+            message["referenceTaskIds"], "message.referenceTaskIds"
+        )
+    if "metadata" in body:
+        _object(body["metadata"], "metadata")
     return SendParams(
         message=stored,
-        task_id=_optional_text(message.get("taskId"), "message.taskId"),
-        context_id=_optional_text(message.get("contextId"), "message.contextId"),
+        task_id=task_id,
+        context_id=context_id,
         blocking=_blocking(configuration),
         history_length=_history_length(configuration, "configuration.historyLength"),
+        media_types=tuple(part_media_type(part) for part in message["parts"]),
     )
 
 
 def task_query(params: object) -> TaskQuery:
     body = _object(params, "params")
-    return TaskQuery(_text(body.get("id"), "id"), _history_length(body, "historyLength"))
+    return TaskQuery(task_id(body), _history_length(body, "historyLength"))
 
 
 def task_id(params: object) -> str:
-    return _text(_object(params, "params").get("id"), "id")
+    """The task `id` of GetTask, CancelTask and SubscribeToTask."""
+    value = _object(params, "params").get("id")
+    checked = _optional_task_id(value, "id")
+    if checked is None:
+        raise InvalidParams("id must be a non-empty string", field="id")
+    return checked
 
 
 def list_query(params: object) -> ListQuery:
@@ -80,37 +132,40 @@ def list_query(params: object) -> ListQuery:
     if body.get("status") not in (None, "", "TASK_STATE_UNSPECIFIED"):
         state = stored_state(body["status"])
         if state is None:
-            raise InvalidParams(f"unknown task state {body['status']!r}", field="status")
+            raise InvalidParams(f"unknown task state {shown(body['status'])}", field="status")
     page_size = _optional_int(body.get("pageSize"), "pageSize")
     if page_size is None:
         page_size = DEFAULT_PAGE_SIZE
     if not 1 <= page_size <= MAX_PAGE_SIZE:
         raise InvalidParams(f"pageSize must be 1 to {MAX_PAGE_SIZE}", field="pageSize")
     include = body.get("includeArtifacts", False)
+    if include is None:
+        include = False
     if not isinstance(include, bool):
         raise InvalidParams("includeArtifacts must be a boolean", field="includeArtifacts")
     return ListQuery(
-        context_id=_optional_text(body.get("contextId"), "contextId"),
+        context_id=_optional_text(body.get("contextId"), "contextId", MAX_ID_LENGTH),
         state=state,
         page_size=page_size,
-        page_token=_optional_text(body.get("pageToken"), "pageToken") or "",
+        page_token=_optional_text(body.get("pageToken"), "pageToken", 4096) or "",
         history_length=_history_length(body, "historyLength"),
         updated_after=_optional_text(body.get("statusTimestampAfter"), "statusTimestampAfter"),
         include_artifacts=include,
     )
 
 
-def _role(role: object) -> str:
+def _role(role: object) -> Literal["user"]:
     if role is None:
         raise InvalidParams("message.role is required", field="message.role")
     if stored_role(role) != "user":
         raise InvalidParams(
-            f"message.role must be 'user' or 'ROLE_USER', got {_shown(role)}", field="message.role"
+            f"message.role must be 'user' or 'ROLE_USER', got {shown(role, 40)}",
+            field="message.role",
         )
     return "user"
 
 
-def _parts(parts: object) -> list[dict[str, Any]]:
+def _parts(parts: object) -> list[Part]:
     if not isinstance(parts, list) or not parts:
         raise InvalidParams("message.parts must be a non-empty list", field="message.parts")
     stored = []
@@ -121,20 +176,42 @@ def _parts(parts: object) -> list[dict[str, Any]]:
         converted = stored_part(part)
         if converted is None:
             raise InvalidParams(f"{where} has no text, file or data", field=where)
-        if converted["kind"] == "text" and not isinstance(converted["text"], str):
-            raise InvalidParams(f"{where}.text must be a string", field=f"{where}.text")
-        if converted["kind"] == "file" and not _has_file_content(converted["file"]):
-            raise InvalidParams(f"{where} needs a string uri/url or bytes/raw", field=where)
+        _check_part(converted, part, where)
         stored.append(converted)
     return stored
 
 
-def _has_file_content(file: Mapping[str, Any]) -> bool:
-    return isinstance(file.get("uri"), str) or isinstance(file.get("bytes"), str)
+def _check_part(part: Part, sent: Mapping[str, Any], where: str) -> None:
+    if "metadata" in sent:
+        _object(sent["metadata"], f"{where}.metadata")
+    for name in ("filename", "mediaType"):
+        if name in sent:
+            _text(sent[name], f"{where}.{name}", 1024)
+    if part["kind"] == "text" and not isinstance(part["text"], str):
+        raise InvalidParams(f"{where}.text must be a string", field=f"{where}.text")
+    if part["kind"] == "file":
+        file: Mapping[str, Any] = part["file"]
+        if not isinstance(file, Mapping):
+            raise InvalidParams(f"{where}.file must be an object", field=f"{where}.file")
+        for name in ("name", "mimeType", "uri", "bytes"):
+            if name in file and not isinstance(file[name], str):
+                raise InvalidParams(f"{where} {name} must be a string", field=f"{where}.{name}")
+        if ("uri" in file) == ("bytes" in file):
+            raise InvalidParams(f"{where} needs a string uri/url or bytes/raw", field=where)
+        if "bytes" in file and not _is_base64(file["bytes"]):
+            raise InvalidParams(f"{where} bytes/raw must be base64", field=f"{where}.raw")
+
+
+def _is_base64(text: str) -> bool:
+    try:
+        base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
 
 
 def _blocking(configuration: Mapping[str, Any]) -> bool | None:
-    if "returnImmediately" in configuration:
+    if configuration.get("returnImmediately") is not None:
         value = configuration["returnImmediately"]
         if not isinstance(value, bool):
             raise InvalidParams(
@@ -165,15 +242,31 @@ def _object(value: object, field: str) -> Mapping[str, Any]:
     return value
 
 
-def _text(value: object, field: str) -> str:
+def _text(value: object, field: str, limit: int = 256) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidParams(f"{field} must be a non-empty string", field=field)
+    if len(value) > limit:
+        raise InvalidParams(f"{field} is longer than {limit} characters", field=field)
     return value
 
 
-def _optional_text(value: object, field: str) -> str | None:
+def _optional_text(value: object, field: str, limit: int = 256) -> str | None:
     # 1.0 clients serialise from protobuf, where "" means "not set".
-    return None if value is None or value == "" else _text(value, field)
+    return None if value is None or value == "" else _text(value, field, limit)
+
+
+def _optional_task_id(value: object, field: str) -> str | None:
+    """A task id is one this server could have made: anything else names no task."""
+    text = _optional_text(value, field, MAX_ID_LENGTH)
+    if text is not None and not is_safe_id(text):
+        raise InvalidParams(f"{field} {shown(text)} is not a task id", field=field)
+    return text
+
+
+def _strings(value: object, field: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise InvalidParams(f"{field} must be a list of strings", field=field)
+    return list(value)
 
 
 def _optional_int(value: object, field: str) -> int | None:
@@ -182,8 +275,3 @@ def _optional_int(value: object, field: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidParams(f"{field} must be an integer", field=field)
     return value
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."

@@ -5,33 +5,41 @@ shapes (none or 0.3: the stored 0.3 shapes; 1.0: the 1.0 shapes); either
 version accepts both method spellings. Without a header, the PascalCase
 names are the toolnexus dialect, whose SendMessage returns at once unless
 asked to block; the A2A dialects block by default, as their specs say.
+
+A method answers with a result, or with a `Stream` of results (the
+streaming methods), which the app sends as Server-Sent Events. Everything
+that can be refused is refused before a stream starts, as a plain reply.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
 
 from shared.errors import ToolnexusError
+from shared.text import shown
 from web import params as check
-from web.dialects import V03, V10, task_for
+from web.dialects import V03, V10, message_for, task_for
 from web.errors import (
+    ExtendedCardNotConfigured,
     InvalidParams,
     InvalidRequest,
     MethodNotFound,
     ParseError,
+    PushNotSupported,
     TaskError,
     VersionNotSupported,
     describe,
     error_body,
 )
 from web.listing import list_tasks
-from web.methods import Tasks
+from web.methods import Sent, Tasks, with_history
+from web.streaming import Stream, Wire, send_stream, subscription
 
 Reply = tuple[dict[str, Any], int]
 
@@ -41,29 +49,69 @@ class Dialect:
     name: str
     version: str  # which wire shapes: V03 (the stored ones) or V10
     blocking: bool  # SendMessage's default when the request does not say
-    wraps_send: bool  # 1.0: SendMessage answers {"task": ...}
+    wraps_send: bool  # 1.0: SendMessage answers {"task": ...} or {"message": ...}
 
 
 TOOLNEXUS: Final = Dialect("toolnexus", V03, blocking=False, wraps_send=False)
 A2A_03: Final = Dialect("a2a-0.3", V03, blocking=True, wraps_send=False)
 A2A_10: Final = Dialect("a2a-1.0", V10, blocking=True, wraps_send=True)
 
-SEND, GET, CANCEL, LIST = "send", "get", "cancel", "list"
+
+@dataclass(frozen=True)
+class Call:
+    """One request, checked: who asks, in which dialect, with which request id."""
+
+    tasks: Tasks
+    dialect: Dialect
+    owner: str
+    request_id: object
+    resume_after: int | None  # Last-Event-ID: the stream event the peer saw last
+
+    @property
+    def wire(self) -> Wire:
+        return Wire(self.dialect.version, self.request_id, self.tasks.keepalive)
+
+
+SEND, STREAM, GET, CANCEL, LIST, SUBSCRIBE, PUSH, CARD = (
+    "send",
+    "stream",
+    "get",
+    "cancel",
+    "list",
+    "subscribe",
+    "push",
+    "card",
+)
 METHODS: Final = {
     "SendMessage": SEND,
     "message/send": SEND,
+    "SendStreamingMessage": STREAM,
+    "message/stream": STREAM,
     "GetTask": GET,
     "tasks/get": GET,
     "CancelTask": CANCEL,
     "tasks/cancel": CANCEL,
     "ListTasks": LIST,
     "tasks/list": LIST,
+    "SubscribeToTask": SUBSCRIBE,
+    "tasks/resubscribe": SUBSCRIBE,
+    "CreateTaskPushNotificationConfig": PUSH,
+    "GetTaskPushNotificationConfig": PUSH,
+    "ListTaskPushNotificationConfigs": PUSH,
+    "DeleteTaskPushNotificationConfig": PUSH,
+    "tasks/pushNotificationConfig/set": PUSH,
+    "tasks/pushNotificationConfig/get": PUSH,
+    "tasks/pushNotificationConfig/list": PUSH,
+    "tasks/pushNotificationConfig/delete": PUSH,
+    "GetExtendedAgentCard": CARD,
+    "agent/getAuthenticatedExtendedCard": CARD,
 }
 _SLASHED: Final = frozenset(name for name in METHODS if "/" in name)
 # Deeper data would be accepted here and then overflow the stack when a
 # transition copies the task, leaving it stuck; protobuf's JSON parser
 # (A2A 1.0 clients) has the same limit.
 MAX_DEPTH: Final = 100
+_NOTIFICATION: Final = object()  # a request without an id
 
 
 def wire_version(header: str | None) -> str | None:
@@ -75,7 +123,7 @@ def wire_version(header: str | None) -> str | None:
     if major_minor in (V03, V10):
         return major_minor
     raise VersionNotSupported(
-        f"A2A-Version {header.strip()[:20]!r} is not supported; use {V10!r} or {V03!r}"
+        f"A2A-Version {shown(header.strip(), 20)} is not supported; use {V10!r} or {V03!r}"
     )
 
 
@@ -87,47 +135,121 @@ def choose_dialect(version: str | None, method: str) -> Dialect:
     return TOOLNEXUS
 
 
-def handle(body: bytes, version_header: str | None, tasks: Tasks) -> Reply:
-    """One request body in, one JSON-RPC response object and HTTP status out."""
+def typed_errors(version_header: str | None) -> bool:
+    return version_header is not None and version_header.strip().startswith("1.")
+
+
+def handle(
+    body: bytes,
+    version_header: str | None,
+    tasks: Tasks,
+    owner: str,
+    last_event_id: str | None = None,
+) -> Reply | Stream:
+    """One request body in: a JSON-RPC response and its HTTP status, or a stream."""
     request_id: object = None
-    typed_errors = version_header is not None and version_header.strip().startswith("1.")
+    typed = typed_errors(version_header)
     try:
         envelope = _parse(body)
         request_id = _request_id(envelope)
         method = _method(envelope)
         dialect = choose_dialect(wire_version(version_header), method)
-        typed_errors = dialect.version == V10
-        result = _call(tasks, dialect, METHODS[method], envelope.get("params"))
+        typed = dialect.version == V10
+        params = envelope.get("params")
+        if params is not None and not isinstance(params, Mapping):
+            raise InvalidParams("params must be an object", field="params")
+        params = check.camel_case(params)
+        kind = METHODS[method]
+        parsed = _PARSERS[kind](params)
+        if request_id is _NOTIFICATION:
+            raise InvalidRequest("id is required: notifications are not supported")
+        call = Call(tasks, dialect, owner, request_id, _last_event(last_event_id))
+        result = _RUNNERS[kind](call, parsed)
     except Exception as error:
         wire = describe(error)
-        return error_body(wire, request_id, typed_data=typed_errors), wire.http_status
+        shown_id = None if request_id is _NOTIFICATION else request_id
+        return error_body(wire, shown_id, typed_data=typed), wire.http_status
+    if isinstance(result, Stream):
+        return result
     return {"jsonrpc": "2.0", "id": request_id, "result": result}, 200
 
 
-def _call(tasks: Tasks, dialect: Dialect, method: str, params: object) -> Any:
-    if params is not None and not isinstance(params, Mapping):
-        raise InvalidParams("params must be an object", field="params")
-    shown = partial(task_for, dialect.version)
-    if method == SEND:
-        request = check.send_params(params)
-        blocking = dialect.blocking if request.blocking is None else request.blocking
-        task = shown(tasks.send(request, blocking=blocking))
-        return {"task": task} if dialect.wraps_send else task
-    if method == GET:
-        query = check.task_query(params)
-        with _about(query.task_id):
-            return shown(tasks.get(query))
-    if method == CANCEL:
-        task_id = check.task_id(params)
-        with _about(task_id):
-            return shown(tasks.cancel(task_id))
-    page = list_tasks(tasks.store, check.list_query(params))
+# --- the methods ---------------------------------------------------------------
+
+
+def _send(call: Call, request: check.SendParams) -> Any:
+    blocking = call.dialect.blocking if request.blocking is None else request.blocking
+    sent = call.tasks.send(request, call.owner, blocking=blocking)
+    return _sent_result(call.dialect, sent, request.history_length)
+
+
+def _sent_result(dialect: Dialect, sent: Sent, history_length: int | None) -> Any:
+    if sent.reply is not None:
+        message = message_for(dialect.version, sent.reply)
+        return {"message": message} if dialect.wraps_send else message
+    task = task_for(dialect.version, with_history(sent.task, history_length))
+    return {"task": task} if dialect.wraps_send else task
+
+
+def _stream(call: Call, request: check.SendParams) -> Stream:
+    return send_stream(call.tasks, request, call.owner, call.wire, call.resume_after)
+
+
+def _get(call: Call, query: check.TaskQuery) -> Any:
+    with _about(query.task_id):
+        task = call.tasks.get(query, call.owner)
+    return task_for(call.dialect.version, with_history(task, query.history_length))
+
+
+def _cancel(call: Call, task_id: str) -> Any:
+    with _about(task_id):
+        return task_for(call.dialect.version, call.tasks.cancel(task_id, call.owner))
+
+
+def _list(call: Call, query: check.ListQuery) -> Any:
+    page = list_tasks(call.tasks.store, query, call.owner)
+    shown = partial(task_for, call.dialect.version)
     return {
         "tasks": [shown(task) for task in page.tasks],
         "nextPageToken": page.next_page_token,
         "pageSize": page.page_size,
         "totalSize": page.total_size,
     }
+
+
+def _subscribe(call: Call, task_id: str) -> Stream:
+    with _about(task_id):
+        return subscription(call.tasks, task_id, call.owner, call.wire, call.resume_after)
+
+
+def _push(call: Call, params: object) -> Any:
+    raise PushNotSupported("push notifications are not supported by this agent")
+
+
+def _card(call: Call, params: object) -> Any:
+    raise ExtendedCardNotConfigured("this agent has no extended agent card")
+
+
+_PARSERS: Final[Mapping[str, Callable[[Any], Any]]] = {
+    SEND: check.send_params,
+    STREAM: check.send_params,
+    GET: check.task_query,
+    CANCEL: check.task_id,
+    LIST: check.list_query,
+    SUBSCRIBE: check.task_id,
+    PUSH: lambda params: params,
+    CARD: lambda params: params,
+}
+_RUNNERS: Final[Mapping[str, Callable[[Call, Any], Any]]] = {
+    SEND: _send,
+    STREAM: _stream,
+    GET: _get,
+    CANCEL: _cancel,
+    LIST: _list,
+    SUBSCRIBE: _subscribe,
+    PUSH: _push,
+    CARD: _card,
+}
 
 
 @contextmanager
@@ -139,6 +261,9 @@ def _about(task_id: str) -> Iterator[None]:
         raise
     except ToolnexusError as error:
         raise TaskError(error, task_id) from error
+
+
+# --- the envelope ----------------------------------------------------------------
 
 
 def _reject_constant(name: str) -> Any:
@@ -193,9 +318,21 @@ def _parse(body: bytes) -> Mapping[str, Any]:
     return envelope
 
 
+def _last_event(header: str | None) -> int | None:
+    if header is None or not header.strip():
+        return None
+    try:
+        after = int(header.strip())
+    except ValueError:
+        after = -1
+    if after < 0:
+        raise InvalidRequest("Last-Event-ID must be an event number this server sent")
+    return after
+
+
 def _request_id(envelope: Mapping[str, Any]) -> object:
     if "id" not in envelope:
-        raise InvalidRequest("id is required: notifications are not supported")
+        return _NOTIFICATION
     request_id = envelope["id"]
     if isinstance(request_id, bool) or not isinstance(request_id, str | int | float | None):
         raise InvalidRequest("id must be a string, a number or null")
@@ -209,5 +346,5 @@ def _method(envelope: Mapping[str, Any]) -> str:
     if not isinstance(method, str):
         raise InvalidRequest("method must be a string")
     if method not in METHODS:
-        raise MethodNotFound(f"method {method[:60]!r} not found; try one of {sorted(METHODS)}")
+        raise MethodNotFound(f"method {shown(method)} not found; try one of {sorted(METHODS)}")
     return method

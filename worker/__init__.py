@@ -26,8 +26,8 @@ def __getattr__(name: str) -> Any:
 
 def _entry_point() -> Any:
     from shared.errors import ConfigError
-    from shared.resolve import resolve_store
     from shared.settings import Settings
+    from shared.wiring import open_store
     from worker.agent import load_agent
     from worker.celery_app import create_celery
 
@@ -36,7 +36,7 @@ def _entry_point() -> Any:
         # A worker that cannot import its function or its store must not start
         # and then fail (and acknowledge) every task it takes.
         load_agent(settings)
-        resolve_store(settings.store, terminal_ttl=settings.task_ttl)
+        open_store(settings)
     except ConfigError as error:
         print(f"toolnexus: {error}", file=sys.stderr)
         raise SystemExit(2) from None

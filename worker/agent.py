@@ -5,13 +5,17 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 from shared.errors import ConfigError
 from shared.loading import load_object
 from shared.settings import Settings
 from shared.transitions import OnTerminal
+from shared.wiring import load_hook
 
 RunFunction = Callable[..., object]
+# What a function may ask for, by parameter name.
+INPUTS = frozenset({"text", "message", "task"})
 
 NO_FUNCTION = "no fulfilment function configured: set TOOLNEXUS_RUN=package.module:function"
 
@@ -31,32 +35,31 @@ class Agent:
     @property
     def wants_task(self) -> bool:
         """True when `run` declares a `task` parameter (it then gets the stored task)."""
+        return "task" in self.inputs
+
+    @cached_property
+    def inputs(self) -> frozenset[str]:
+        """Which of `text`, `message` and `task` the function declares by name.
+
+        A function that declares none of them (e.g. `def run(prompt)`) gets
+        the text as its one positional argument, as it always has."""
         if self.run is None:
-            return False
+            return frozenset()
         try:
             parameters = inspect.signature(self.run).parameters
         except (TypeError, ValueError):
-            return False
-        return "task" in parameters
+            return frozenset()
+        return frozenset(INPUTS & parameters.keys())
 
 
 def load_agent(settings: Settings) -> Agent:
     """Import TOOLNEXUS_RUN and TOOLNEXUS_ON_TASK; ConfigError names the bad one."""
     if settings.run is None:
-        return Agent(run=None, on_task=_load_hook(settings), problem=NO_FUNCTION)
+        return Agent(run=None, on_task=load_hook(settings), problem=NO_FUNCTION)
     run = load_object(settings.run, "TOOLNEXUS_RUN")
     if not callable(run):
         raise ConfigError(f"TOOLNEXUS_RUN: {settings.run!r} is not callable")
-    return Agent(run=run, on_task=_load_hook(settings))
-
-
-def _load_hook(settings: Settings) -> OnTerminal | None:
-    if not settings.on_task:
-        return None
-    hook = load_object(settings.on_task, "TOOLNEXUS_ON_TASK")
-    if not callable(hook):
-        raise ConfigError(f"TOOLNEXUS_ON_TASK: {settings.on_task!r} is not callable")
-    return hook  # type: ignore[no-any-return]
+    return Agent(run=run, on_task=load_hook(settings))
 
 
 def agent_or_problem(settings: Settings) -> Agent:

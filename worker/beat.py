@@ -21,12 +21,20 @@ log = logging.getLogger(__name__)
 
 
 class ReapingScheduler(PersistentScheduler):  # type: ignore[misc]
+    def setup_schedule(self) -> None:
+        super().setup_schedule()
+        # Once at start-up too: front ends report ready as soon as beat runs.
+        self._reap()
+
     def apply_entry(self, entry: Any, producer: Any = None) -> None:
         if entry.task != REAP_TASK:
             super().apply_entry(entry, producer)
             return
+        self._reap(*entry.args, **entry.kwargs)
+
+    def _reap(self, *args: Any, **kwargs: Any) -> None:
         try:
             # Calling a registered task object runs its body here, not on a worker.
-            self.app.tasks[REAP_TASK](*entry.args, **entry.kwargs)
+            self.app.tasks[REAP_TASK](*args, **kwargs)
         except Exception:
-            log.exception("beat: the stale-task reaper failed; it runs again next interval")
+            log.exception("beat: the reaper failed; it runs again next interval")

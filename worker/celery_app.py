@@ -27,13 +27,12 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from shared.dispatch import FULFIL_TASK, REAP_TASK
 from shared.errors import StoreError
-from shared.resolve import resolve_store
 from shared.settings import Settings
 from shared.store import TaskStore
+from shared.wiring import open_store
 from worker.agent import Agent, agent_or_problem
 from worker.fulfil import fulfil
-from worker.reaper import reap_stale
-from worker.rescue import requeue_after_broker_loss, rescue_stuck_deliveries
+from worker.reaper import sweep
 
 # Beyond the hard time limit, so the broker never redelivers a running task.
 VISIBILITY_MARGIN = 60.0
@@ -112,7 +111,7 @@ class ProcessRuntime:
         with self._lock:
             if self._pid != os.getpid() or self._store is None or self._agent is None:
                 settings = self._settings
-                self._store = resolve_store(settings.store, terminal_ttl=settings.task_ttl)
+                self._store = open_store(settings)
                 self._agent = agent_or_problem(self._settings)
                 self._pid = os.getpid()
             return self._store, self._agent
@@ -143,11 +142,12 @@ def create_celery(settings: Settings, *, store: TaskStore | None = None) -> Cele
             timeout_errors=(SoftTimeLimitExceeded,),
         )
 
+    def send(task_id: str) -> None:
+        app.send_task(FULFIL_TASK, args=[task_id], task_id=task_id, queue=settings.queue)
+
     @app.task(name=REAP_TASK, shared=False)  # type: ignore[untyped-decorator]
     def reap_task() -> list[str]:
-        now, store = time.time(), runtime.store()
-        requeue_after_broker_loss(app, store, settings.queue)
-        rescue_stuck_deliveries(app, store, now, settings.stale_after)
-        return reap_stale(store, now, settings.stale_after, runtime.agent().on_task)
+        store, hook = runtime.store(), runtime.agent().on_task
+        return sweep(store, send, time.time(), settings.stale_after, hook)
 
     return app

@@ -22,14 +22,12 @@ from typing import Any
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from shared.errors import ConfigError, ToolnexusError
-from shared.resolve import resolve_store
 from shared.settings import Settings
-from shared.store import ListableStore, TaskStore
-from shared.task import SUBMITTED, state_of
+from shared.wiring import open_store
 from web import create_app
 from worker.agent import load_agent
 from worker.inprocess import InProcessDispatcher, default_threads
-from worker.reaper import ReaperThread
+from worker.reaper import ReaperThread, resend_waiting
 
 log = logging.getLogger(__name__)
 
@@ -76,23 +74,15 @@ def settings_from(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
     return Settings.from_env(merged)
 
 
-def resume_submitted(store: TaskStore, dispatcher: InProcessDispatcher) -> int:
-    """Queue the tasks a previous run accepted but never started (a durable
-    store after a restart); the claim makes a second queuing harmless."""
-    if not isinstance(store, ListableStore):
-        return 0
-    waiting = [i for i, task in store.all().items() if state_of(task) == SUBMITTED]
-    for task_id in waiting:
-        dispatcher.enqueue(task_id)
-    return len(waiting)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    # `--run mymodule:fn` finds ./mymodule.py, as gunicorn and celery do.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         settings = settings_from(args, os.environ)
         agent = load_agent(settings)
-        store = resolve_store(settings.store, terminal_ttl=settings.task_ttl)
+        store = open_store(settings)
         logging.basicConfig(
             level=settings.log_level.upper(),
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -105,8 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         app = create_app(settings, store=store, dispatcher=dispatcher)
         server = _bind(settings.host, settings.port, app)
-        if resumed := resume_submitted(store, dispatcher):
-            log.info("queued %d task(s) left submitted by a previous run", resumed)
+        if resumed := resend_waiting(store, dispatcher.enqueue, time.time(), 0.0):
+            log.info("queued %d task(s) left submitted by a previous run", len(resumed))
     except (ToolnexusError, OSError) as error:  # bad skills dir, store down, port taken
         if server is not None:
             server.server_close()
@@ -114,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _refuse(error)
     reaper = ReaperThread(
         store,
+        dispatcher.enqueue,
         every=settings.reap_every,
         stale_after=settings.stale_after,
         on_terminal=agent.on_task,

@@ -1,8 +1,18 @@
-"""Fail `working` tasks whose worker stopped heartbeating.
+"""The reaper: what beat (or the embedded server) runs every few seconds.
 
-A worker that dies (SIGKILL, OOM, lost host) cannot report anything; its
-task would stay `working` forever. The store's working index says when each
-running task last heartbeat; anything older than `stale_after` is failed.
+1. Fail `working` tasks whose worker stopped heartbeating. A worker that
+   dies (SIGKILL, OOM, lost host) cannot report anything; its task would
+   stay `working` forever. The store's working index says when each running
+   task last heartbeat; anything older than `stale_after` is failed.
+2. Send again every task still `submitted` long after it was queued. Its
+   message may be gone: a broker that lost its data, a worker that died
+   between receiving and claiming it, a delivery rejected while the store
+   was down, a web process killed between saving and publishing. The
+   store's waiting index says when each was last sent; one range query
+   finds them whatever the broker did. A copy of a message that was not
+   lost after all finds the task claimed and does nothing.
+3. Record the time of the run, so every front end can tell (`/readyz`)
+   that the reaper still runs.
 """
 
 from __future__ import annotations
@@ -12,10 +22,10 @@ import threading
 from collections.abc import Callable
 
 from shared.errors import StoreError
-from shared.store import StaleIndex, TaskStore
+from shared.store import BeatRecord, StaleIndex, TaskStore, WaitingIndex
 from shared.task import WORKING
 from shared.transitions import OnTerminal, transition
-from worker.fulfil import failed
+from worker.results import failed
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +64,45 @@ def reap_stale(
     return reaped
 
 
+def resend_waiting(
+    store: TaskStore, send: Callable[[str], None], now: float, older_than: float
+) -> list[str]:
+    """Send again each task `submitted` and last sent before `now - older_than`."""
+    if not isinstance(store, WaitingIndex):
+        return []
+    resent = []
+    for task_id in store.waiting(now - older_than):
+        send(task_id)
+        store.resent(task_id)
+        resent.append(task_id)
+    if resent:
+        log.warning("reaper: sent %d waiting task(s) again: %s", len(resent), resent)
+    return resent
+
+
+def sweep(
+    store: TaskStore,
+    send: Callable[[str], None],
+    now: float,
+    stale_after: float,
+    on_terminal: OnTerminal | None = None,
+) -> list[str]:
+    """One run of the reaper: reap, resend, and record that it ran."""
+    reaped = reap_stale(store, now, stale_after, on_terminal)
+    resend_waiting(store, send, now, stale_after)
+    if isinstance(store, BeatRecord):
+        store.record_beat()
+    return reaped
+
+
 class ReaperThread:
-    """Runs `reap_stale` every `every` seconds in a daemon thread (embedded mode;
-    under Celery, beat schedules the same function instead)."""
+    """Runs `sweep` at once and then every `every` seconds in a daemon thread
+    (embedded mode; under Celery, beat runs the same function instead)."""
 
     def __init__(
         self,
         store: TaskStore,
+        send: Callable[[str], None],
         *,
         every: float,
         stale_after: float,
@@ -68,6 +110,7 @@ class ReaperThread:
         clock: Clock,
     ) -> None:
         self._store = store
+        self._send = send
         self._every = every
         self._stale_after = stale_after
         self._on_terminal = on_terminal
@@ -85,10 +128,12 @@ class ReaperThread:
             self._thread.join()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self._every):
+        while True:
             try:
-                reap_stale(self._store, self._clock(), self._stale_after, self._on_terminal)
+                sweep(self._store, self._send, self._clock(), self._stale_after, self._on_terminal)
             except StoreError as error:
                 log.warning("reaper: store unavailable, will retry: %s", error)
             except Exception:
                 log.exception("reaper: unexpected error, will retry")
+            if self._stop.wait(self._every):
+                return

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from shared.store import Commit, Created, Record
 from shared.task import Task, state_of
 
 
 class RecordingStore:
-    """Delegates to `inner` (which must have compare_and_set, heartbeat and
-    stale, as every built-in store does) and records each successful write,
-    so a test sees the exact sequence of saved transitions."""
+    """Delegates to `inner` (a built-in store: an event store with the time
+    indexes) and records each successful write, so a test sees the exact
+    sequence of saved states, and how many events each write appended."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -20,6 +22,7 @@ class RecordingStore:
         self._write_lock = threading.RLock()
         self._states: dict[str, list[str]] = {}
         self.heartbeats: dict[str, int] = {}
+        self.commits: dict[str, list[Commit]] = {}
 
     # Writes and their records happen under one lock that reads also take,
     # so no reader can see a state that is not recorded yet.
@@ -28,18 +31,39 @@ class RecordingStore:
         with self._write_lock:
             return self.inner.get(task_id)  # type: ignore[no-any-return]
 
+    def read(self, task_id: str) -> Record | None:
+        with self._write_lock:
+            return self.inner.read(task_id)  # type: ignore[no-any-return]
+
     def save(self, task: Task) -> Task:
         with self._write_lock:
             saved = self.inner.save(task)
             self._record(task)
         return saved  # type: ignore[no-any-return]
 
-    def compare_and_set(self, task: Task, expected_status: Mapping[str, Any]) -> bool:
+    def create(self, task: Task, message_key: str | None = None) -> Created:
         with self._write_lock:
-            written = bool(self.inner.compare_and_set(task, expected_status))
-            if written:
+            created: Created = self.inner.create(task, message_key)
+            if created.created:
                 self._record(task)
+        return created
+
+    def commit(self, commit: Commit) -> bool:
+        with self._write_lock:
+            written = bool(self.inner.commit(commit))
+            if written:
+                self._record(commit.task)
+                with self._lock:
+                    self.commits.setdefault(commit.task["id"], []).append(commit)
         return written
+
+    def events(self, task_id: str, after: int) -> Any:
+        return self.inner.events(task_id, after)
+
+    @contextmanager
+    def watch(self, task_id: str) -> Iterator[Any]:
+        with self.inner.watch(task_id) as waiter:
+            yield waiter
 
     def heartbeat(self, task_id: str) -> None:
         with self._lock:

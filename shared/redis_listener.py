@@ -1,0 +1,88 @@
+"""One pub/sub connection per process that hears of every task event.
+
+Each commit publishes the task id on one channel (inside the same script as
+the write). A daemon thread here listens on its own connection and wakes
+this process's waiters for that task; they then read the events from the
+task's stream by number. When the connection drops, every waiter is woken
+to re-read (and hear of the outage), and the listener reconnects with backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+import redis
+
+from shared.backoff import Backoff
+from shared.errors import StoreError
+from shared.watching import Notifier
+
+log = logging.getLogger(__name__)
+
+# How long a new watcher waits for the subscription to be confirmed before
+# reading anyway; a missed wake-up then only delays an event to the next poll.
+READY_TIMEOUT = 2.0
+_POLL = 1.0
+
+
+class Listener:
+    def __init__(self, client: redis.Redis, channel: str) -> None:
+        # Its own connection pool: a subscribed connection can do nothing else,
+        # and must not time out while the channel is quiet.
+        kwargs = dict(client.connection_pool.connection_kwargs)
+        kwargs.update(socket_timeout=None)
+        self._pool = redis.ConnectionPool(
+            connection_class=client.connection_pool.connection_class, **kwargs
+        )
+        self._channel = channel
+        self.notifier = Notifier()
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._pid = -1
+
+    def ensure_listening(self) -> None:
+        """Start the listener in this process (again after a fork) and wait
+        briefly for its subscription, so no event after this call is missed."""
+        with self._lock:
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._ready = threading.Event()
+                self._pool.reset()
+                thread = threading.Thread(target=self._run, name="toolnexus-events", daemon=True)
+                thread.start()
+        if not self._ready.wait(READY_TIMEOUT):
+            raise StoreError("task store unavailable: cannot subscribe to task events")
+
+    def _run(self) -> None:
+        backoff = Backoff(initial=0.05, cap=2.0)
+        ready = self._ready
+        while True:
+            client: Any = redis.Redis(connection_pool=self._pool)
+            pubsub = client.pubsub()
+            try:
+                pubsub.subscribe(self._channel)
+                while True:
+                    message = pubsub.get_message(timeout=_POLL)
+                    if message is None:
+                        continue
+                    if message["type"] == "subscribe":
+                        ready.set()
+                        backoff.reset()
+                        # Events published while we were away: everyone re-reads.
+                        self.notifier.notify_all()
+                    elif message["type"] == "message":
+                        self.notifier.notify(message["data"].decode())
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as error:
+                ready.clear()
+                self.notifier.notify_all()
+                delay = backoff.next()
+                log.warning("task events: connection lost (%s); retrying in %.2f s", error, delay)
+                threading.Event().wait(delay)
+            finally:
+                try:
+                    pubsub.close()
+                except Exception:  # closing a broken connection may fail too
+                    log.debug("task events: closing the pub/sub connection failed", exc_info=True)

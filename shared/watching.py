@@ -1,0 +1,76 @@
+"""Wake-ups for the waiters of one process, by task id.
+
+Each store tells its `Notifier` when a task may have new events: the memory
+store after each commit, the Redis store when its pub/sub listener hears of
+one from any process, the file store when a log file grows. A waiter then
+reads the events itself, from the store, by number: a wake-up carries no
+data, so a missed or doubled one can delay an event but never lose, reorder
+or repeat it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class Waiter:
+    """One watch of one task; `wait` returns once `wake` was called since the
+    last `wait` returned (True), or after `timeout` seconds (False)."""
+
+    __slots__ = ("_flag",)
+
+    def __init__(self) -> None:
+        self._flag = threading.Event()
+
+    def wake(self) -> None:
+        self._flag.set()
+
+    def wait(self, timeout: float) -> bool:
+        woken = self._flag.wait(timeout)
+        self._flag.clear()
+        return woken
+
+
+class Notifier:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiters: dict[str, set[Waiter]] = {}
+
+    @contextmanager
+    def watch(self, task_id: str) -> Iterator[Waiter]:
+        waiter = Waiter()
+        with self._lock:
+            self._waiters.setdefault(task_id, set()).add(waiter)
+        try:
+            yield waiter
+        finally:
+            with self._lock:
+                waiters = self._waiters.get(task_id)
+                if waiters is not None:
+                    waiters.discard(waiter)
+                    if not waiters:
+                        del self._waiters[task_id]
+
+    def notify(self, task_id: str) -> None:
+        with self._lock:
+            waiters = list(self._waiters.get(task_id, ()))
+        for waiter in waiters:
+            waiter.wake()
+
+    def notify_all(self) -> None:
+        """Wake every waiter (e.g. the connection to other processes was lost
+        and regained: events may have been missed, so everyone re-reads)."""
+        with self._lock:
+            waiters = [w for group in self._waiters.values() for w in group]
+        for waiter in waiters:
+            waiter.wake()
+
+    def watched(self) -> list[str]:
+        with self._lock:
+            return list(self._waiters)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(group) for group in self._waiters.values())

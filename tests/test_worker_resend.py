@@ -1,0 +1,141 @@
+"""Work whose queue message was lost is sent again, whatever the broker did.
+
+Every `submitted` task is in the store's waiting index with the time it was
+last sent; beat's reaper sends each one waiting longer than the stale
+threshold again. The cases that used to lose a task for good:
+
+- a worker that dies between receiving a message and claiming its task
+  (the message sits unacknowledged until the visibility timeout);
+- a broker that restarts without its data (the queued message is gone).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from shared.events import to_state
+from shared.file_store import file_store
+from shared.memory_store import memory_store
+from shared.redis_store import redis_store
+from shared.settings import Settings
+from shared.task import COMPLETED, WORKING, new_task, state_of, text_message
+from shared.transitions import transition
+from tests.support.compose import ROOT, LocalStack
+from tests.support.polling import wait_for
+from web.dispatch import CeleryDispatcher
+from worker.reaper import resend_waiting
+
+DYING_CONSUMER = """
+import os, signal, sys
+from kombu import Connection
+with Connection(sys.argv[1]) as connection:
+    queue = connection.SimpleQueue(sys.argv[2])
+    queue.get(block=True, timeout=10)  # received, never acknowledged
+    print("received", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(params=["memory", "file", "redis"])
+def clocked(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Any, Clock]:
+    clock = Clock()
+    if request.param == "memory":
+        return memory_store(clock), clock
+    if request.param == "file":
+        return file_store(tmp_path / "tasks", clock), clock
+    return redis_store(str(request.getfixturevalue("redis_url")), clock=clock), clock
+
+
+def test_only_tasks_waiting_too_long_are_sent_again(clocked: tuple[Any, Clock]) -> None:
+    store, clock = clocked
+    old, claimed, done = (store.save(new_task(text_message("user", n)))["id"] for n in "ocd")
+    transition(store, claimed, to_state(WORKING))
+    transition(store, done, to_state(WORKING))
+    transition(store, done, to_state(COMPLETED))
+    clock.now += 30
+    young = store.save(new_task(text_message("user", "young")))["id"]
+    clock.now += 45
+    sent: list[str] = []
+
+    assert resend_waiting(store, sent.append, clock.now, older_than=60) == [old]
+    assert sent == [old]
+    # Sent again now: not again until it has waited another 60 s.
+    clock.now += 30
+    assert resend_waiting(store, sent.append, clock.now, older_than=60) == [young]
+    clock.now += 40
+    assert sorted(resend_waiting(store, sent.append, clock.now, older_than=60)) == [old]
+    transition(store, old, to_state(WORKING))  # claimed at last: it leaves the index
+    clock.now += 1000
+    assert resend_waiting(store, sent.append, clock.now, older_than=60) == [young]
+
+
+def submit(store_url: str, broker_url: str) -> str:
+    settings = Settings(broker_url=broker_url, store=store_url)
+    task = redis_store(store_url).save(new_task(text_message("user", "stranded")))
+    CeleryDispatcher(settings).enqueue(task["id"])
+    return str(task["id"])
+
+
+def beat_and_worker_complete(stack: LocalStack, task_id: str) -> str:
+    """Start beat and a worker, wait for the task to complete; beat's log."""
+    store = redis_store(stack.store_url)
+    try:
+        stack.start("beat")
+        stack.start("worker")
+
+        def completed() -> bool:
+            task = store.get(task_id)
+            return task is not None and state_of(task) == COMPLETED
+
+        wait_for(completed, timeout=30, what=f"task {task_id} to be completed")
+        return stack.processes["beat"].output()
+    finally:
+        stack.close()
+
+
+FAST = {"TOOLNEXUS_HEARTBEAT": "0.2", "TOOLNEXUS_STALE_AFTER": "1", "TOOLNEXUS_REAP_EVERY": "0.5"}
+
+
+def test_a_delivery_whose_worker_died_before_claiming_it_is_sent_again(
+    redis_url: str, tmp_path: Path
+) -> None:
+    stack = LocalStack(redis_url.rsplit("/", 1)[0], tmp_path, FAST)
+    broker_url = stack.environments["worker"]["TOOLNEXUS_BROKER_URL"]
+    task_id = submit(stack.store_url, broker_url)
+    died = subprocess.run(
+        [sys.executable, "-c", DYING_CONSUMER, broker_url, "toolnexus"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
+    )
+    assert died.returncode == -9 and "received" in died.stdout, died.stderr
+    client = redis.Redis.from_url(broker_url)
+    assert client.llen("toolnexus") == 0 and client.hlen("unacked") == 1  # stranded
+
+    beat_log = beat_and_worker_complete(stack, task_id)
+    assert f"sent 1 waiting task(s) again: ['{task_id}']" in beat_log
+
+
+def test_a_task_whose_message_the_broker_lost_is_sent_again(redis_url: str, tmp_path: Path) -> None:
+    stack = LocalStack(redis_url.rsplit("/", 1)[0], tmp_path, FAST)
+    broker_url = stack.environments["worker"]["TOOLNEXUS_BROKER_URL"]
+    task_id = submit(stack.store_url, broker_url)
+    redis.Redis.from_url(broker_url).flushdb()  # a broker restarted without its data
+
+    beat_log = beat_and_worker_complete(stack, task_id)
+    assert f"sent 1 waiting task(s) again: ['{task_id}']" in beat_log

@@ -1,0 +1,177 @@
+"""Streams of task events: SendStreamingMessage, SubscribeToTask and their 0.3 names.
+
+A stream is the task's own event log, followed from the store (so any front
+end serves any task, whichever process runs it): first the Task as of some
+event N, then every event after N in order, each a JSON-RPC response with
+the event number as its SSE id. It ends after a terminal state, or when the
+task stops for the peer (input-required, auth-required) during the stream.
+
+- A send stream holds back its first event until the agent's first output:
+  if the agent answers with a message, the stream is that message alone.
+- A reconnecting client sends `Last-Event-ID: N` and gets exactly the
+  events after N, then live ones (without a Task first: it has it).
+- The user's own follow-up messages are in the Task's history, and are not
+  repeated as events.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from shared.errors import StoreError
+from shared.events import Event
+from shared.following import follow, is_final
+from shared.store import EventStore, Record
+from shared.task import WORKING, is_terminal, state_of
+from web.dialects import V03, event_for, task_for
+from web.errors import UnsupportedOperation, describe, error_body
+from web.methods import Tasks, owned
+from web.params import SendParams
+
+log = logging.getLogger(__name__)
+
+# (SSE id, JSON-RPC response), or None: a keepalive comment is due.
+Item = tuple[int, dict[str, Any]] | None
+
+
+@dataclass(frozen=True)
+class Stream:
+    items: Iterator[Item]
+
+
+@dataclass(frozen=True)
+class Wire:
+    """How one stream's responses are shaped."""
+
+    version: str
+    request_id: object
+    keepalive: float
+
+    def result(self, seq: int, payload: dict[str, Any]) -> Item:
+        return seq, {"jsonrpc": "2.0", "id": self.request_id, "result": payload}
+
+    def task(self, record: Record) -> Item:
+        shaped = task_for(self.version, record.task)
+        if self.version != V03:
+            shaped = {"task": shaped}
+        return self.result(record.seq, shaped)
+
+    def event(self, seq: int, event: Event) -> Item:
+        return self.result(seq, event_for(self.version, event))
+
+    def error(self, error: Exception, task_id: str) -> Item:
+        wire = describe(error, task_id=task_id)
+        return 0, error_body(wire, self.request_id, typed_data=self.version != V03)
+
+
+def send_stream(
+    tasks: Tasks, request: SendParams, owner: str, wire: Wire, resume_after: int | None
+) -> Stream:
+    store = _events_store(tasks)
+    sent = tasks.accept(request, owner)
+    record = Record(sent.task, sent.seq, 0)
+    if resume_after is not None:
+        return Stream(
+            _guarded(wire, record.task["id"], _resumed(store, wire, record, resume_after))
+        )
+    return Stream(_guarded(wire, record.task["id"], _first_output(store, wire, record)))
+
+
+def subscription(
+    tasks: Tasks, task_id: str, owner: str, wire: Wire, resume_after: int | None
+) -> Stream:
+    store = _events_store(tasks)
+    record = store.read(task_id)
+    owned(record.task if record else None, task_id, owner)
+    assert record is not None
+    if resume_after is not None and resume_after < record.seq:
+        return Stream(_guarded(wire, task_id, _resumed(store, wire, record, resume_after)))
+    if is_terminal(state_of(record.task)):
+        raise UnsupportedOperation(
+            f"task {task_id} is {state_of(record.task)}: a finished task has no more events"
+        )
+    return Stream(_guarded(wire, task_id, _from_snapshot(store, wire, record)))
+
+
+def _events_store(tasks: Tasks) -> EventStore:
+    if not isinstance(tasks.store, EventStore):
+        raise UnsupportedOperation("streaming needs a task store with an event log")
+    return tasks.store
+
+
+def _first_output(store: EventStore, wire: Wire, created: Record) -> Iterator[Item]:
+    """Hold back until the agent first says something: a direct reply is sent
+    alone; anything else is preceded by the Task as it was created."""
+    following = _following(store, wire, created.task["id"], created.seq)
+    held: list[tuple[int, Event]] = []
+    for item in following:
+        if item is None:
+            yield None
+            continue
+        seq, event = item
+        if event["kind"] == "message" and event.get("role") == "agent":
+            yield wire.event(seq, event)
+            return
+        held.append(item)
+        if not _is_claim(event):
+            break
+    else:
+        return
+    yield wire.task(created)
+    yield from _shown(wire, held)
+    if not is_final(held[-1][1]):
+        yield from _shown(wire, following)
+
+
+def _from_snapshot(store: EventStore, wire: Wire, record: Record) -> Iterator[Item]:
+    yield wire.task(record)
+    yield from _shown(wire, _following(store, wire, record.task["id"], record.seq))
+
+
+def _resumed(store: EventStore, wire: Wire, record: Record, after: int) -> Iterator[Item]:
+    task_id = record.task["id"]
+    missed = store.events(task_id, after)
+    if missed and missed[0][0] != after + 1:
+        # The log no longer reaches back that far: start over from the task itself.
+        log.info("task %s: resume after %d is past the kept log", task_id, after)
+        current = store.read(task_id) or record
+        yield from _from_snapshot(store, wire, current)
+        return
+    yield from _shown(wire, _following(store, wire, task_id, after))
+
+
+def _following(
+    store: EventStore, wire: Wire, task_id: str, after: int
+) -> Iterator[tuple[int, Event] | None]:
+    return follow(store, task_id, after, deadline=float("inf"), idle=wire.keepalive)
+
+
+def _shown(wire: Wire, items: Any) -> Iterator[Item]:
+    for item in items:
+        if item is None:
+            yield None
+            continue
+        seq, event = item
+        if event["kind"] == "message" and event.get("role") == "user":
+            continue  # the peer's own follow-up: already in the Task's history
+        yield wire.event(seq, event)
+
+
+def _guarded(wire: Wire, task_id: str, items: Iterator[Item]) -> Iterator[Item]:
+    """A store failure mid-stream ends the stream with an error event, never a hang."""
+    try:
+        yield from items
+    except StoreError as error:
+        log.warning("task %s: stream ended by a store fault: %s", task_id, error)
+        yield wire.error(error, task_id)
+
+
+def _is_claim(event: Event) -> bool:
+    return (
+        event["kind"] == "status-update"
+        and event["status"]["state"] == WORKING
+        and "message" not in event["status"]
+    )
