@@ -2,20 +2,28 @@
 
     gunicorn -c gunicorn.conf.py 'web:create_app()'
 
-Threaded workers, because a blocking SendMessage holds its thread while it
-waits for the task (up to TOOLNEXUS_BLOCKING_TIMEOUT). Where to listen and
-the log level come from the same TOOLNEXUS_* settings as everything else;
-gunicorn's own flags (`-b`, `--threads`, `GUNICORN_CMD_ARGS`) still win, and
-`WEB_CONCURRENCY` sets the worker process count as usual.
+gevent workers: a blocking send or an event stream waits on the task's
+events, which costs a greenlet, not an OS thread, so one process holds
+thousands of them and still answers a fresh GetTask at once. The standard
+library is patched here, first of all, so that everything imported after it
+(redis-py, kombu, Flask) cooperates; gunicorn patches its workers again.
+
+Where to listen and the log level come from the same TOOLNEXUS_* settings
+as everything else; gunicorn's own flags (`-b`, `GUNICORN_CMD_ARGS`) still
+win, and `WEB_CONCURRENCY` sets the worker process count as usual.
 """
 
-import multiprocessing
-import os
-import sys
+from gevent import monkey
 
-from shared.errors import ToolnexusError
-from shared.settings import Settings
-from web import create_app
+monkey.patch_all()
+
+import multiprocessing  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+from shared.errors import ToolnexusError  # noqa: E402
+from shared.settings import Settings  # noqa: E402
+from web import create_app  # noqa: E402
 
 try:
     _settings = Settings.from_env()
@@ -27,12 +35,16 @@ except (ToolnexusError, ValueError) as error:
     sys.exit(f"toolnexus: {error}")
 
 bind = f"{_settings.host}:{_settings.port}"
-worker_class = "gthread"
-workers = int(os.environ.get("WEB_CONCURRENCY", min(2 * multiprocessing.cpu_count(), 8)))
-threads = 16
-# A worker busy in a blocking send is not hung: allow for the longest wait.
-timeout = int(_settings.blocking_timeout) + 30
+worker_class = "gevent"
+# Per process: open streams, waiting blocking sends and idle keep-alive
+# connections all count against this.
+worker_connections = 4096
+workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count()))
+# A worker is "hung" only if its event loop is blocked this long; waiting
+# requests never block it.
+timeout = 30
 graceful_timeout = int(_settings.blocking_timeout) + 5
+# Idle keep-alive connections are closed after this many seconds.
 keepalive = 5
 loglevel = _settings.log_level.lower()
 errorlog = "-"
