@@ -19,6 +19,9 @@ from shared.errors import ConfigError
 from shared.loading import is_reference
 from shared.resolve import check_store_spec
 
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
 
 def _text(value: str) -> str:
     return value
@@ -48,6 +51,29 @@ def _count(value: str) -> int:
 
 def _optional_count(value: str) -> int | None:
     return _count(value) if value else None
+
+
+def _port(value: str) -> int:
+    number = int(value)
+    if not 1 <= number <= 65535:
+        raise ValueError("must be a port number from 1 to 65535")
+    return number
+
+
+def _optional_port(value: str) -> int | None:
+    return _port(value) if value else None
+
+
+def _log_level(value: str) -> str:
+    if value.upper() not in LOG_LEVELS:
+        raise ValueError(f"use one of {', '.join(LOG_LEVELS)}")
+    return value.upper()
+
+
+def _log_format(value: str) -> str:
+    if value not in LOG_FORMATS:
+        raise ValueError(f"use {' or '.join(LOG_FORMATS)}")
+    return value
 
 
 def _names(value: str) -> tuple[str, ...]:
@@ -162,8 +188,13 @@ class Settings:
     # seconds between SSE keepalive comments on an idle stream
     keepalive: float = _env("KEEPALIVE", _seconds, 15.0)
     host: str = _env("HOST", _text, "127.0.0.1")
-    port: int = _env("PORT", _count, 8080)
-    log_level: str = _env("LOG_LEVEL", _text, "INFO")
+    port: int = _env("PORT", _port, 8080)
+    log_level: str = _env("LOG_LEVEL", _log_level, "INFO")
+    # text: one readable line per record; json: one JSON object per line
+    log_format: str = _env("LOG_FORMAT", _log_format, "text")
+    # Celery workers and beat serve Prometheus metrics on this port (unset: they
+    # serve none); the web tier serves them at /metrics on its own port
+    metrics_port: int | None = _env("METRICS_PORT", _optional_port, None)
 
     def __post_init__(self) -> None:
         if self.heartbeat >= self.stale_after:
