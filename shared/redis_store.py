@@ -264,8 +264,25 @@ _REASONS = (
 )
 
 
+# redis-py turns most error replies into classes and drops the marker from
+# the text ("WRONGPASS invalid username-password pair" reads "invalid
+# username-password pair"), so the class decides first.
+_CLASS_REASONS: tuple[tuple[type[redis.RedisError], str], ...] = (
+    (redis.exceptions.NoPermissionError, "the Redis user lacks a permission"),
+    (redis.exceptions.OutOfMemoryError, "Redis is out of memory"),
+    (redis.exceptions.ReadOnlyError, "Redis is a read-only replica"),
+    (redis.exceptions.BusyLoadingError, "Redis is loading its data"),
+)
+
+
 def _reason(error: redis.RedisError) -> str:
     text = str(error)
+    if isinstance(error, redis.AuthenticationError):
+        wrong = "invalid username-password pair" in text or "WRONGPASS" in text
+        return "Redis refused the password" if wrong else "Redis requires a password"
+    for kind, reason in _CLASS_REASONS:
+        if isinstance(error, kind):
+            return reason
     for marker, reason in _REASONS:
         if marker in text:
             return reason
