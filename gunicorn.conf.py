@@ -11,18 +11,27 @@ library is patched here, first of all, so that everything imported after it
 Where to listen and the log level come from the same TOOLNEXUS_* settings
 as everything else; gunicorn's own flags (`-b`, `GUNICORN_CMD_ARGS`) still
 win, and `WEB_CONCURRENCY` sets the worker process count as usual.
+
+Every worker process counts into one metrics directory (prometheus_client's
+multiprocess mode: `PROMETHEUS_MULTIPROC_DIR` when set, else a temporary
+one), so `/metrics` adds up all of them whichever worker answers.
 """
 
 from gevent import monkey
 
 monkey.patch_all()
 
+import logging  # noqa: E402
 import multiprocessing  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
+from typing import Any  # noqa: E402
 
+from shared import metrics  # noqa: E402
 from shared.errors import ToolnexusError  # noqa: E402
+from shared.logs import logging_config  # noqa: E402
 from shared.settings import Settings  # noqa: E402
+from shared.startup import refuse_private_store, startup_line  # noqa: E402
 from web import create_app  # noqa: E402
 
 try:
@@ -31,8 +40,13 @@ try:
     # skills directory or hook that cannot be loaded then stops start-up with
     # one line, instead of every worker failing to boot with a traceback.
     create_app(_settings)
+    refuse_private_store(_settings, "gunicorn")
 except (ToolnexusError, ValueError) as error:
-    sys.exit(f"toolnexus: {error}")
+    print(f"toolnexus: {error}", file=sys.stderr)
+    sys.exit(2)
+
+# Before any worker is forked, so every one of them counts into the directory.
+metrics.use_multiprocess_dir(os.environ.get(metrics.MULTIPROC_VARIABLE))
 
 bind = f"{_settings.host}:{_settings.port}"
 worker_class = "gevent"
@@ -48,4 +62,25 @@ graceful_timeout = int(_settings.blocking_timeout) + 5
 keepalive = 5
 loglevel = _settings.log_level.lower()
 errorlog = "-"
+# The app logs one line per request itself (web.observe), with its request id.
 accesslog = None
+# gunicorn's own lines in the service's format (TOOLNEXUS_LOG_FORMAT) too.
+logconfig_dict = logging_config(_settings)
+logconfig_dict["loggers"]["gunicorn.error"] = {
+    "level": _settings.log_level,
+    "handlers": ["stderr"],
+    "propagate": False,
+}
+
+
+def when_ready(server: Any) -> None:
+    extra = {"bind": ",".join(server.cfg.bind), "workers": server.cfg.workers}
+    logging.getLogger("web.startup").info(startup_line("web", _settings, extra))
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    metrics.process_exited(worker.pid)
+
+
+def on_exit(server: Any) -> None:
+    metrics.remove_multiprocess_dir()

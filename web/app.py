@@ -39,6 +39,7 @@ from web.errors import (
     error_body,
 )
 from web.methods import Tasks
+from web.observe import answered, observe, observed_stream
 from web.rpc import handle, typed_errors, wire_version
 from web.skills import load_skills
 from web.streaming import Stream
@@ -78,6 +79,7 @@ def create_app(
     # word, so `_body` must see the extra byte to refuse it as too large.
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body + 1
     app.extensions["toolnexus"] = tasks
+    observe(app, authenticator)
 
     @app.post("/")
     def rpc() -> Response:
@@ -89,6 +91,7 @@ def create_app(
         except RequestError as error:
             return _refused(error, version)
         answer = handle(body, version, tasks, owner, request.headers.get("Last-Event-ID"))
+        answered(body, version, answer)
         if isinstance(answer, Stream):
             return _event_stream(answer)
         payload, status = answer
@@ -192,9 +195,11 @@ def _refused(error: RequestError, version: str | None) -> Response:
 
 
 def _event_stream(stream: Stream) -> Response:
+    items = observed_stream(stream.items)
+
     def lines() -> Iterator[bytes]:
         yield b": stream open\n\n"  # headers go out now, not with the first event
-        for item in stream.items:
+        for item in items:
             if item is None:
                 yield b": keepalive\n\n"
                 continue

@@ -14,9 +14,11 @@ from typing import Any, Final
 
 from celery import Celery
 
+from shared.correlation import CELERY_HEADER, request_id
 from shared.dispatch import FULFIL_TASK
 from shared.errors import BrokerError
 from shared.settings import Settings
+from web.metrics import web_metrics
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +57,12 @@ class CeleryDispatcher:
                 queue=self.queue,
                 retry=True,
                 retry_policy=RETRY_POLICY,
+                # The worker logs the request id beside the task id (worker.observe).
+                headers={CELERY_HEADER: request_id()},
             )
         except Exception as error:  # kombu/redis raise many types; all mean "not queued"
             raise BrokerError(f"broker unavailable: {_reason(error)}") from error
+        web_metrics().tasks_queued.inc()
 
     def revoke(self, task_id: str) -> None:
         try:

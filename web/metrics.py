@@ -1,0 +1,45 @@
+"""The web tier's Prometheus metrics, made on first use (see shared.metrics)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from shared.metrics import LATENCY_BUCKETS
+
+
+@dataclass(frozen=True)
+class WebMetrics:
+    requests: Counter
+    latency: Histogram
+    tasks_queued: Counter
+    streams_open: Gauge
+
+
+@cache
+def web_metrics() -> WebMetrics:
+    return WebMetrics(
+        requests=Counter(
+            "toolnexus_requests",
+            "HTTP requests by JSON-RPC method (or HTTP method and route) and outcome"
+            " (ok, a JSON-RPC error code, or the HTTP status)",
+            ["method", "outcome"],
+        ),
+        latency=Histogram(
+            "toolnexus_request_duration_seconds",
+            "Time to answer a request, by method; for a stream, until it closed",
+            ["method"],
+            buckets=LATENCY_BUCKETS,
+        ),
+        tasks_queued=Counter(
+            "toolnexus_tasks_queued",
+            "Submissions handed to the workers: new tasks and follow-ups to input-required ones",
+        ),
+        streams_open=Gauge(
+            "toolnexus_streams_open",
+            "Event streams (SendStreamingMessage, SubscribeToTask) open now",
+            multiprocess_mode="livesum",
+        ),
+    )
