@@ -4,7 +4,8 @@
 `worker.app`. It is built from the `TOOLNEXUS_*` environment on first access
 (the one global in the code base), so importing `worker.fulfil` or running
 the embedded launcher never reads the environment behind anyone's back.
-A bad setting stops start-up with one line naming the variable.
+A bad setting stops start-up with one line naming the variable; so does the
+per-process memory store, which workers and beat cannot share.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ def __getattr__(name: str) -> Any:
 def _entry_point() -> Any:
     from shared.errors import ConfigError
     from shared.settings import Settings
+    from shared.startup import refuse_private_store
     from shared.wiring import open_store
+    from worker import startup
     from worker.agent import load_agent
     from worker.celery_app import create_celery
 
@@ -37,13 +40,9 @@ def _entry_point() -> Any:
         # and then fail (and acknowledge) every task it takes.
         load_agent(settings)
         open_store(settings)
+        refuse_private_store(settings, "Celery")
     except ConfigError as error:
         print(f"toolnexus: {error}", file=sys.stderr)
         raise SystemExit(2) from None
-    if settings.store == "memory":
-        print(
-            "toolnexus: warning: TOOLNEXUS_STORE=memory is private to each worker process;"
-            " the front end will not see results (use file:<dir> or a redis:// URL)",
-            file=sys.stderr,
-        )
+    startup.install(settings)
     return create_celery(settings)

@@ -31,7 +31,8 @@ from shared.settings import Settings
 from shared.store import TaskStore
 from shared.wiring import open_store
 from worker.agent import Agent, agent_or_problem
-from worker.fulfil import fulfil
+from worker.observe import bind_deliveries, observed_fulfil
+from worker.outcome import TaskFailed, celery_result
 from worker.reaper import sweep
 
 # Beyond the hard time limit, so the broker never redelivers a running task.
@@ -54,6 +55,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_default_queue": settings.queue,
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
+        # A task whose A2A outcome is failed raises (worker.outcome) so Flower
+        # shows it failed; its message is still acknowledged, never redelivered.
+        "task_acks_on_failure_or_timeout": True,
         # A lost broker connection must not abort running tasks: their
         # redelivered copies are no-ops, so letting them finish loses nothing.
         "worker_cancel_long_running_tasks_on_connection_loss": False,
@@ -122,24 +126,32 @@ def create_celery(settings: Settings, *, store: TaskStore | None = None) -> Cele
     app = Celery("toolnexus", set_as_current=False)
     app.conf.update(celery_config(settings))
     runtime = ProcessRuntime(settings, store)
+    bind_deliveries()
 
     # shared=False: each app keeps its own tasks (closures over its own
     # settings and store) instead of Celery registering them in every app.
     @app.task(  # type: ignore[untyped-decorator]
+        bind=True,
         name=FULFIL_TASK,
         shared=False,
         autoretry_for=(StoreError,),
         max_retries=STORE_RETRIES,
         retry_backoff=True,
         retry_backoff_max=STORE_RETRY_BACKOFF_MAX,
+        throws=(TaskFailed,),  # an expected outcome: logged without a traceback
     )
-    def fulfil_task(task_id: str) -> str:
-        return fulfil(
-            runtime.store(),
+    def fulfil_task(self: Any, task_id: str) -> str:
+        store = runtime.store()
+        state = observed_fulfil(
+            store, task_id, runtime.agent(), settings, timeout_errors=(SoftTimeLimitExceeded,)
+        )
+        return celery_result(
             task_id,
-            runtime.agent(),
-            settings,
-            timeout_errors=(SoftTimeLimitExceeded,),
+            state,
+            read=lambda: store.get(task_id),
+            announce_revoked=lambda: self.send_event(
+                "task-revoked", terminated=False, signum=None, expired=False
+            ),
         )
 
     def send(task_id: str) -> None:

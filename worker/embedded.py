@@ -16,15 +16,19 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from importlib import metadata
 from types import FrameType
 from typing import Any
 
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from shared.errors import ConfigError, ToolnexusError
+from shared.logs import configure_logging
 from shared.settings import Settings
+from shared.startup import masked, startup_line
 from shared.wiring import open_store
 from web import create_app
+from web.observe import CountingDispatcher
 from worker.agent import load_agent
 from worker.inprocess import InProcessDispatcher, default_threads
 from worker.reaper import ReaperThread, resend_waiting
@@ -48,6 +52,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         description="Serve an A2A agent in one process: front end, in-process worker, reaper.",
         epilog="Every other setting comes from its TOOLNEXUS_* environment variable.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     parser.add_argument("--host", help="interface to bind (TOOLNEXUS_HOST, default 127.0.0.1)")
     parser.add_argument("--port", help="port to listen on (TOOLNEXUS_PORT, default 8080)")
     parser.add_argument(
@@ -83,17 +88,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = settings_from(args, os.environ)
         agent = load_agent(settings)
         store = open_store(settings)
-        logging.basicConfig(
-            level=settings.log_level.upper(),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        )
+        configure_logging(settings)
     except (ConfigError, ValueError) as error:
         return _refuse(error)
 
     dispatcher = InProcessDispatcher(store, agent, settings)
     server: BaseWSGIServer | None = None
     try:
-        app = create_app(settings, store=store, dispatcher=dispatcher)
+        app = create_app(settings, store=store, dispatcher=CountingDispatcher(dispatcher))
         server = _bind(settings.host, settings.port, app)
         if resumed := resend_waiting(store, dispatcher.enqueue, time.time(), 0.0):
             log.info("queued %d task(s) left submitted by a previous run", len(resumed))
@@ -110,10 +112,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         on_terminal=agent.on_task,
         clock=time.time,
     ).start()
+    threads = default_threads(settings)
+    log.info(
+        startup_line(PROGRAM, settings, {"url": server_url(settings, server), "threads": threads})
+    )
     print(
-        f"{PROGRAM}: {settings.name} on http://{settings.host}:{server.port}/"
-        f" (store {settings.store}, run {settings.run or 'none'},"
-        f" {default_threads(settings)} worker threads)"
+        f"{PROGRAM}: {settings.name} on {server_url(settings, server)}"
+        f" (store {masked(settings.store)}, run {settings.run or 'none'},"
+        f" {threads} worker threads)"
         " - Ctrl-C to stop",
         file=sys.stderr,
         flush=True,
@@ -127,6 +133,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROGRAM}: stopped with tasks still running; they stay 'working'", file=sys.stderr)
     print(f"{PROGRAM}: stopped", file=sys.stderr)
     return 0
+
+
+def package_version() -> str:
+    try:
+        return metadata.version("toolnexus-serve")
+    except metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown"
+
+
+def server_url(settings: Settings, server: BaseWSGIServer) -> str:
+    return f"http://{settings.host}:{server.port}/"
 
 
 def _serve_until_signalled(server: BaseWSGIServer) -> None:

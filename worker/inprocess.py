@@ -8,11 +8,12 @@ import queue
 import threading
 import time
 
+from shared.correlation import correlated, request_id
 from shared.errors import BrokerError
 from shared.settings import Settings
 from shared.store import TaskStore
 from worker.agent import Agent
-from worker.fulfil import fulfil
+from worker.observe import observed_fulfil
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,8 @@ class InProcessDispatcher:
         self._store = store
         self._agent = agent
         self._settings = settings
-        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        # (task id, the request id that queued it), or None: stop.
+        self._queue: queue.SimpleQueue[tuple[str, str | None] | None] = queue.SimpleQueue()
         self._closed = threading.Event()
         self._threads = [
             threading.Thread(target=self._work, name=f"toolnexus-worker-{n}", daemon=True)
@@ -54,7 +56,7 @@ class InProcessDispatcher:
 
     def enqueue(self, task_id: str) -> None:
         self.check()
-        self._queue.put(task_id)
+        self._queue.put((task_id, request_id()))
 
     def revoke(self, task_id: str) -> None:
         log.info("task %s: canceled; a running call finishes, its result is dropped", task_id)
@@ -75,10 +77,12 @@ class InProcessDispatcher:
         return not any(thread.is_alive() for thread in self._threads)
 
     def _work(self) -> None:
-        while (task_id := self._queue.get()) is not None:
+        while (queued := self._queue.get()) is not None:
             if self._closed.is_set():
                 continue  # drain without running: shutting down
-            try:
-                fulfil(self._store, task_id, self._agent, self._settings)
-            except Exception:
-                log.exception("task %s: fulfilment crashed", task_id)
+            task_id, queued_by = queued
+            with correlated(request=queued_by, task=task_id):
+                try:
+                    observed_fulfil(self._store, task_id, self._agent, self._settings)
+                except Exception:
+                    log.exception("task %s: fulfilment crashed", task_id)

@@ -25,6 +25,7 @@ from shared.errors import StoreError
 from shared.store import BeatRecord, StaleIndex, TaskStore, WaitingIndex
 from shared.task import WORKING
 from shared.transitions import OnTerminal, transition
+from worker.metrics import worker_metrics
 from worker.results import failed
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ def reap_stale(
         elif outcome.task is None:
             log.warning("reaper: stale entry %s has no readable task", task_id)
     if reaped:
+        worker_metrics().reaped.inc(len(reaped))
         log.warning("reaper: failed %d stale task(s) (%s): %s", len(reaped), reason, reaped)
     return reaped
 
@@ -76,7 +78,8 @@ def resend_waiting(
         store.resent(task_id)
         resent.append(task_id)
     if resent:
-        log.warning("reaper: sent %d waiting task(s) again: %s", len(resent), resent)
+        worker_metrics().resent.inc(len(resent))
+        log.info("reaper: sent %d waiting task(s) again: %s", len(resent), resent)
     return resent
 
 

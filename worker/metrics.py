@@ -1,0 +1,43 @@
+"""The workers' and the reaper's Prometheus metrics, made on first use (see shared.metrics)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from prometheus_client import Counter, Histogram
+
+from shared.metrics import RUN_BUCKETS
+
+
+@dataclass(frozen=True)
+class WorkerMetrics:
+    fulfilments: Counter
+    fulfilment_seconds: Histogram
+    reaped: Counter
+    resent: Counter
+
+
+@cache
+def worker_metrics() -> WorkerMetrics:
+    return WorkerMetrics(
+        fulfilments=Counter(
+            "toolnexus_fulfilments",
+            "Runs of the fulfilment function, by the A2A state they left the task in",
+            ["outcome"],
+        ),
+        fulfilment_seconds=Histogram(
+            "toolnexus_fulfilment_duration_seconds",
+            "Time from claiming a task to saving its outcome, by that outcome",
+            ["outcome"],
+            buckets=RUN_BUCKETS,
+        ),
+        reaped=Counter(
+            "toolnexus_reaped",
+            "Working tasks the reaper failed because their heartbeat stopped",
+        ),
+        resent=Counter(
+            "toolnexus_resent",
+            "Submitted tasks the reaper sent to the queue again",
+        ),
+    )

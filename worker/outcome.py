@@ -1,0 +1,92 @@
+"""What Celery (and so Flower) records for one delivery of `toolnexus.fulfil`.
+
+The A2A outcome is saved in the task store first; only then is it told to
+Celery, so nothing here can lose or change a result:
+
+| A2A state after the delivery      | Celery / Flower                                   |
+|-----------------------------------|---------------------------------------------------|
+| completed, input-required, auth-required | SUCCESS, the result is the state        |
+| failed, rejected                  | FAILURE, `TaskFailed(<the reason in the task>)`   |
+| canceled                          | REVOKED                                           |
+| not in the store                  | FAILURE, `TaskFailed(not in the task store …)`    |
+| working (another delivery runs it) | nothing more: that delivery reports            |
+
+A FAILURE is an ordinary exception, so with late acks the message is
+acknowledged (`task_acks_on_failure_or_timeout`) and never redelivered, and
+the task retries only on StoreError. REVOKED is what Celery itself reports
+when a revoke reaches the worker before or while the task runs; a delivery
+that finds the task canceled anyway (the revoke reached no live worker)
+announces `task-revoked` itself and ends with Ignore, which acknowledges
+the message and sends no other event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from celery.exceptions import Ignore
+
+from shared.errors import StoreError
+from shared.task import (
+    AUTH_REQUIRED,
+    CANCELED,
+    COMPLETED,
+    FAILED,
+    INPUT_REQUIRED,
+    REJECTED,
+    Task,
+    message_text,
+)
+from shared.text import truncated
+
+SUCCEEDED: Final = frozenset({COMPLETED, INPUT_REQUIRED, AUTH_REQUIRED})
+FAILED_STATES: Final = frozenset({FAILED, REJECTED})
+REASON_LIMIT: Final = 500
+
+
+class TaskFailed(Exception):
+    """The A2A task ended failed or rejected; the message is its reason.
+    Raised after the outcome is saved, so Celery records a FAILURE."""
+
+
+def not_in_store(task_id: str) -> str:
+    return (
+        f"task {task_id} is not in the task store: it expired, or this worker's"
+        " TOOLNEXUS_STORE is not the one the front end uses"
+    )
+
+
+def reason_of(task: Task | None, state: str) -> str:
+    """The failure reason the task carries (its status message), with its state."""
+    message = task["status"].get("message") if task is not None else None
+    text = message_text(message) if message is not None else ""
+    reason = f"{state}: {text}" if text else state
+    return truncated(reason, REASON_LIMIT)
+
+
+def celery_result(
+    task_id: str,
+    state: str,
+    read: Callable[[], Task | None],
+    announce_revoked: Callable[[], None],
+) -> str:
+    """The Celery task's return value for a delivery that left `task_id` in
+    `state`; raises TaskFailed or Ignore for the outcomes that are no success.
+    `read` loads the task (for a failure's reason), `announce_revoked` sends
+    the task-revoked event."""
+    if state in SUCCEEDED:
+        return state
+    if state in FAILED_STATES:
+        try:
+            task = read()
+        except StoreError:  # the outcome is saved; only its wording is lost
+            task = None
+        raise TaskFailed(reason_of(task, state))
+    if state == CANCELED:
+        announce_revoked()
+        raise Ignore()
+    if not state:
+        raise TaskFailed(not_in_store(task_id))
+    # `working` or `submitted`: another delivery holds it and will report.
+    raise Ignore()
