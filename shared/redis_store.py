@@ -194,8 +194,13 @@ class RedisStore:
         return float(cast(bytes, value)) if value is not None else None
 
     def ping(self) -> None:
+        """Reads and a small write: a read-only replica or a Redis out of
+        memory answers PING but refuses every task it would be sent."""
         with self._reachable():
-            self.client.ping()
+            pipe = self.client.pipeline(transaction=False)
+            pipe.ping()
+            pipe.set(f"{self._prefix}ready", repr(self._clock()), ex=60)
+            pipe.execute()
 
     # --- internals -----------------------------------------------------------
 

@@ -9,9 +9,12 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 
 def free_port() -> int:
@@ -24,13 +27,16 @@ class RedisServer:
     """One redis-server on a free port; `stop()` and `start()` again keep the
     port and the data directory, so a test can stage an outage."""
 
-    def __init__(self, *, appendonly: bool = False, port: int | None = None) -> None:
+    def __init__(
+        self, *, appendonly: bool = False, port: int | None = None, extra: Sequence[str] = ()
+    ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise FileNotFoundError("redis-server is not on PATH")
         self.binary = binary
         self.port = port or free_port()
         self.appendonly = appendonly
+        self.extra = tuple(extra)  # more redis-server options, e.g. ("--requirepass", "x")
         self.directory = Path(tempfile.mkdtemp(prefix="toolnexus-redis-"))
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -48,16 +54,23 @@ class RedisServer:
             "--appendonly", "yes" if self.appendonly else "no",
             "--appendfsync", "always",
             "--logfile", str(self.directory / "redis.log"),
+            *self.extra,
         ]  # fmt: skip
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        # No client-side retries: this loop is the retry, and an answer that
+        # asks for a password must end it at once.
+        client = redis.Redis(
+            port=self.port, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0)
+        )
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"redis-server exited: {self.process.stderr!r}")
             try:
                 client.ping()
                 return self
+            except redis.AuthenticationError:
+                return self  # it answers: it wants a password (--requirepass)
             except redis.ConnectionError:
                 time.sleep(0.02)
         raise TimeoutError(f"redis-server on port {self.port} did not answer in {timeout}s")
