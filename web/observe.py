@@ -207,6 +207,12 @@ def _finish(response: Response) -> Response:
     observed: Observed | None = g.get(_OBSERVED)
     if observed is not None:
         response.headers[REQUEST_ID_HEADER] = observed.request_id
+        if not observed.outcome and response.mimetype == "application/json":
+            # Refused before the method ran (auth, size, content type): the
+            # JSON-RPC error code is still the outcome.
+            payload = response.get_json(silent=True)
+            if isinstance(payload, Mapping) and "jsonrpc" in payload:
+                observed.outcome = outcome_of(payload)[0]
         if not observed.streaming:
             _record(observed, response.status_code)
     return response

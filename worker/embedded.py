@@ -89,6 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         agent = load_agent(settings)
         store = open_store(settings)
         configure_logging(settings)
+        # Each request is logged once by web.observe; werkzeug's own access
+        # lines would only repeat it.
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
     except (ConfigError, ValueError) as error:
         return _refuse(error)
 
@@ -116,13 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info(
         startup_line(PROGRAM, settings, {"url": server_url(settings, server), "threads": threads})
     )
-    print(
-        f"{PROGRAM}: {settings.name} on {server_url(settings, server)}"
+    _tell(
+        settings,
+        f"{settings.name} on {server_url(settings, server)}"
         f" (store {masked(settings.store)}, run {settings.run or 'none'},"
-        f" {threads} worker threads)"
-        " - Ctrl-C to stop",
-        file=sys.stderr,
-        flush=True,
+        f" {threads} worker threads) - Ctrl-C to stop",
     )
     try:
         _serve_until_signalled(server)
@@ -130,8 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         reaper.stop()
         finished = dispatcher.close(timeout=args.grace)
     if not finished:
-        print(f"{PROGRAM}: stopped with tasks still running; they stay 'working'", file=sys.stderr)
-    print(f"{PROGRAM}: stopped", file=sys.stderr)
+        _tell(settings, "stopped with tasks still running; they stay 'working'")
+    _tell(settings, "stopped")
     return 0
 
 
@@ -172,6 +173,14 @@ def _bind(host: str, port: int, app: Any) -> BaseWSGIServer:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.create_server((host, port), family=family) as listening:
         return make_server(host, port, app, threaded=True, fd=listening.fileno())
+
+
+def _tell(settings: Settings, text: str) -> None:
+    """A line for the person at the terminal; with JSON logs, a record like every other line."""
+    if settings.log_format == "json":
+        log.info(text)
+    else:
+        print(f"{PROGRAM}: {text}", file=sys.stderr, flush=True)
 
 
 def _refuse(error: Exception) -> int:
