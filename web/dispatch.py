@@ -18,6 +18,7 @@ from shared.correlation import CELERY_HEADER, request_id
 from shared.dispatch import FULFIL_TASK
 from shared.errors import BrokerError
 from shared.settings import Settings
+from shared.tracing import publishing
 from web.metrics import web_metrics
 
 log = logging.getLogger(__name__)
@@ -50,16 +51,18 @@ class CeleryDispatcher:
 
     def enqueue(self, task_id: str) -> None:
         try:
-            self.app.send_task(
-                FULFIL_TASK,
-                args=[task_id],
-                task_id=task_id,
-                queue=self.queue,
-                retry=True,
-                retry_policy=RETRY_POLICY,
-                # The worker logs the request id beside the task id (worker.observe).
-                headers={CELERY_HEADER: request_id()},
-            )
+            with publishing(FULFIL_TASK, task_id) as trace_headers:
+                self.app.send_task(
+                    FULFIL_TASK,
+                    args=[task_id],
+                    task_id=task_id,
+                    queue=self.queue,
+                    retry=True,
+                    retry_policy=RETRY_POLICY,
+                    # The worker logs the request id beside the task id and
+                    # continues the trace (worker.observe, shared.tracing).
+                    headers={CELERY_HEADER: request_id(), **trace_headers},
+                )
         except Exception as error:  # kombu/redis raise many types; all mean "not queued"
             raise BrokerError(f"broker unavailable: {_reason(error)}") from error
         web_metrics().tasks_queued.inc()

@@ -27,6 +27,7 @@ from shared.correlation import REQUEST_ID_HEADER, Binding, accepted_request_id, 
 from shared.dispatch import Dispatcher
 from shared.logs import fields
 from shared.metrics import METRICS_PATH, exposition
+from shared.tracing import trace_flask
 from web.auth import Authenticator
 from web.errors import RequestError
 from web.metrics import web_metrics
@@ -70,6 +71,7 @@ class Observed:
 
 
 def observe(app: Flask, authenticator: Authenticator) -> None:
+    trace_flask(app)
     app.before_request(_begin)
     app.after_request(_finish)
     app.teardown_request(_release)

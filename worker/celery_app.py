@@ -29,6 +29,7 @@ from shared.dispatch import FULFIL_TASK, REAP_TASK
 from shared.errors import StoreError
 from shared.settings import Settings
 from shared.store import TaskStore
+from shared.tracing import continuing, enable
 from shared.wiring import open_store
 from worker.agent import Agent, agent_or_problem
 from worker.observe import bind_deliveries, observed_fulfil
@@ -127,6 +128,7 @@ def create_celery(settings: Settings, *, store: TaskStore | None = None) -> Cele
     app.conf.update(celery_config(settings))
     runtime = ProcessRuntime(settings, store)
     bind_deliveries()
+    enable("toolnexus-worker")
 
     # shared=False: each app keeps its own tasks (closures over its own
     # settings and store) instead of Celery registering them in every app.
@@ -142,17 +144,18 @@ def create_celery(settings: Settings, *, store: TaskStore | None = None) -> Cele
     )
     def fulfil_task(self: Any, task_id: str) -> str:
         store = runtime.store()
-        state = observed_fulfil(
-            store, task_id, runtime.agent(), settings, timeout_errors=(SoftTimeLimitExceeded,)
-        )
-        return celery_result(
-            task_id,
-            state,
-            read=lambda: store.get(task_id),
-            announce_revoked=lambda: self.send_event(
-                "task-revoked", terminated=False, signum=None, expired=False
-            ),
-        )
+        with continuing(f"process {FULFIL_TASK}", self.request.get, {"toolnexus.task_id": task_id}):
+            state = observed_fulfil(
+                store, task_id, runtime.agent(), settings, timeout_errors=(SoftTimeLimitExceeded,)
+            )
+            return celery_result(
+                task_id,
+                state,
+                read=lambda: store.get(task_id),
+                announce_revoked=lambda: self.send_event(
+                    "task-revoked", terminated=False, signum=None, expired=False
+                ),
+            )
 
     def send(task_id: str) -> None:
         app.send_task(FULFIL_TASK, args=[task_id], task_id=task_id, queue=settings.queue)

@@ -22,6 +22,7 @@ from typing import Any
 
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from shared import tracing
 from shared.errors import ConfigError, ToolnexusError
 from shared.logs import configure_logging
 from shared.settings import Settings
@@ -95,6 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValueError) as error:
         return _refuse(error)
 
+    tracing.enable(PROGRAM)  # when the `otel` extra is installed
     dispatcher = InProcessDispatcher(store, agent, settings)
     server: BaseWSGIServer | None = None
     try:

@@ -12,6 +12,7 @@ from shared.correlation import correlated, request_id
 from shared.errors import BrokerError
 from shared.settings import Settings
 from shared.store import TaskStore
+from shared.tracing import current_context, within
 from worker.agent import Agent
 from worker.observe import observed_fulfil
 
@@ -44,8 +45,8 @@ class InProcessDispatcher:
         self._store = store
         self._agent = agent
         self._settings = settings
-        # (task id, the request id that queued it), or None: stop.
-        self._queue: queue.SimpleQueue[tuple[str, str | None] | None] = queue.SimpleQueue()
+        # (task id, the request id and trace context that queued it), or None: stop.
+        self._queue: queue.SimpleQueue[tuple[str, str | None, object] | None] = queue.SimpleQueue()
         self._closed = threading.Event()
         self._threads = [
             threading.Thread(target=self._work, name=f"toolnexus-worker-{n}", daemon=True)
@@ -56,7 +57,7 @@ class InProcessDispatcher:
 
     def enqueue(self, task_id: str) -> None:
         self.check()
-        self._queue.put((task_id, request_id()))
+        self._queue.put((task_id, request_id(), current_context()))
 
     def revoke(self, task_id: str) -> None:
         log.info("task %s: canceled; a running call finishes, its result is dropped", task_id)
@@ -80,8 +81,8 @@ class InProcessDispatcher:
         while (queued := self._queue.get()) is not None:
             if self._closed.is_set():
                 continue  # drain without running: shutting down
-            task_id, queued_by = queued
-            with correlated(request=queued_by, task=task_id):
+            task_id, queued_by, trace_context = queued
+            with correlated(request=queued_by, task=task_id), within(trace_context):
                 try:
                     observed_fulfil(self._store, task_id, self._agent, self._settings)
                 except Exception:

@@ -22,6 +22,7 @@ from shared.logs import fields
 from shared.settings import Settings
 from shared.store import TaskStore
 from shared.task import FAILED
+from shared.tracing import span
 from worker.agent import Agent
 from worker.fulfil import fulfil
 from worker.metrics import worker_metrics
@@ -41,9 +42,11 @@ def observed_fulfil(
 ) -> str:
     """`fulfil`, logged and counted when this delivery ran the function."""
     started: list[float] = []
-    state = fulfil(
-        store, task_id, _noting_start(agent, started), settings, timeout_errors=timeout_errors
-    )
+    attributes = {"toolnexus.task_id": task_id, "toolnexus.run": settings.run or ""}
+    with span("agent", attributes):
+        state = fulfil(
+            store, task_id, _noting_start(agent, started), settings, timeout_errors=timeout_errors
+        )
     # With no function to run, the claiming delivery fails the task itself.
     ran = bool(started) or (agent.run is None and state == FAILED)
     if ran:
