@@ -13,6 +13,8 @@ beat metrics ports.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -192,7 +194,7 @@ def test_a_failed_task_is_a_failure_with_its_reason_run_once_and_not_redelivered
     assert task_id in observed.flower_ids("FAILURE")
     # Acknowledged: no copy left to redeliver, and the function ran once.
     wait_for(lambda: observed.undelivered(task_id), what="the failed delivery to be acknowledged")
-    assert runs_of(str(observed.runs), text) == 1
+    assert len(runs_of(str(observed.runs), text)) == 1
 
 
 def test_a_rejected_task_is_a_failure_saying_rejected(observed: Observed) -> None:
@@ -215,7 +217,7 @@ def test_a_task_canceled_while_running_is_revoked(observed: Observed) -> None:
     observed.flower_task(task_id, "REVOKED")
     assert task_id not in observed.flower_ids("FAILURE") | observed.flower_ids("SUCCESS")
     wait_for(lambda: observed.undelivered(task_id), what="the revoked delivery to be acknowledged")
-    assert runs_of(str(observed.runs), text) == 1
+    assert len(runs_of(str(observed.runs), text)) == 1
 
 
 def test_a_task_canceled_before_any_worker_took_it_is_revoked_and_never_runs(
@@ -229,8 +231,22 @@ def test_a_task_canceled_before_any_worker_took_it_is_revoked_and_never_runs(
     observed.start("worker")
     observed.flower_task(task_id, "REVOKED")
     wait_for(lambda: observed.undelivered(task_id), what="the canceled delivery to be acknowledged")
-    assert runs_of(str(observed.runs), text) == 0
+    assert runs_of(str(observed.runs), text) == []
     assert call(observed.web, "tasks/get", {"id": task_id})["result"]["status"]["state"] == CANCELED
+
+
+def test_a_task_whose_pool_process_died_ends_as_the_reapers_failure(observed: Observed) -> None:
+    text = f"sleep 30 {uuid.uuid4().hex[:8]}"
+    task_id, _ = observed.send(text)
+    wait_state(observed.web, task_id, frozenset({WORKING}))
+    (pid,) = wait_for(lambda: runs_of(str(observed.runs), text), what="the run to start")
+    os.kill(pid, signal.SIGKILL)  # the pool process, not the worker: Celery requeues the message
+    failed = wait_state(observed.web, task_id)
+    assert failed["status"]["state"] == FAILED
+    entry = observed.flower_task(task_id, "FAILURE")
+    assert "worker lost" in entry["exception"]
+    wait_for(lambda: observed.undelivered(task_id), what="the last delivery to be acknowledged")
+    assert runs_of(str(observed.runs), text) == [pid]
 
 
 # --- one request id from web to worker ---------------------------------------------

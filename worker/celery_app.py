@@ -44,6 +44,11 @@ STORE_RETRIES = 5
 STORE_RETRY_BACKOFF_MAX = 30
 
 
+def recheck_after(settings: Settings) -> float:
+    """When the reaper has surely failed a task whose worker died just now."""
+    return settings.stale_after + 2 * settings.reap_every
+
+
 def visibility_timeout(settings: Settings) -> float:
     return settings.hard_time_limit + VISIBILITY_MARGIN
 
@@ -155,6 +160,8 @@ def create_celery(settings: Settings, *, store: TaskStore | None = None) -> Cele
                 announce_revoked=lambda: self.send_event(
                     "task-revoked", terminated=False, signum=None, expired=False
                 ),
+                redelivered=bool((self.request.delivery_info or {}).get("redelivered")),
+                recheck=lambda: self.retry(countdown=recheck_after(settings)),
             )
 
     def send(task_id: str) -> None:

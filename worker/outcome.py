@@ -9,6 +9,7 @@ Celery, so nothing here can lose or change a result:
 | failed, rejected                  | FAILURE, `TaskFailed(<the reason in the task>)`   |
 | canceled                          | REVOKED                                           |
 | not in the store                  | FAILURE, `TaskFailed(not in the task store …)`    |
+| working, message redelivered      | RETRY, then what the task is once reaped          |
 | working (another delivery runs it) | nothing more: that delivery reports            |
 
 A FAILURE is an ordinary exception, so with late acks the message is
@@ -18,6 +19,11 @@ when a revoke reaches the worker before or while the task runs; a delivery
 that finds the task canceled anyway (the revoke reached no live worker)
 announces `task-revoked` itself and ends with Ignore, which acknowledges
 the message and sends no other event.
+
+A redelivered message that finds its task `working` came back because the
+delivery running it died (a killed pool process: reject on worker lost).
+Nobody else would tell Celery how that task ends, so this delivery looks
+again once the reaper has had time to fail it (a retry, which only reads).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from shared.task import (
     FAILED,
     INPUT_REQUIRED,
     REJECTED,
+    WORKING,
     Task,
     message_text,
 )
@@ -70,11 +77,15 @@ def celery_result(
     state: str,
     read: Callable[[], Task | None],
     announce_revoked: Callable[[], None],
+    *,
+    redelivered: bool = False,
+    recheck: Callable[[], None] = lambda: None,
 ) -> str:
     """The Celery task's return value for a delivery that left `task_id` in
     `state`; raises TaskFailed or Ignore for the outcomes that are no success.
     `read` loads the task (for a failure's reason), `announce_revoked` sends
-    the task-revoked event."""
+    the task-revoked event, `recheck` raises Celery's Retry to look again
+    later (for a `redelivered` message that finds its task `working`)."""
     if state in SUCCEEDED:
         return state
     if state in FAILED_STATES:
@@ -88,5 +99,7 @@ def celery_result(
         raise Ignore()
     if not state:
         raise TaskFailed(not_in_store(task_id))
+    if state == WORKING and redelivered:
+        recheck()
     # `working` or `submitted`: another delivery holds it and will report.
     raise Ignore()

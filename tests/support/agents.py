@@ -6,8 +6,9 @@ PYTHONPATH).
 - `sleep <seconds> <text>` sleeps first;
 - anything else is echoed.
 
-When `SCRIPTED_RUNS` names a file, every call appends its text there first,
-so a test can count how often the function really ran.
+When `SCRIPTED_RUNS` names a file, every call appends its text and process
+id there first, so a test can count how often the function really ran, and
+where.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def scripted(text: str) -> object:
     runs = os.environ.get("SCRIPTED_RUNS")
     if runs:
         with open(runs, "a", encoding="utf-8") as log:
-            log.write(text.replace("\n", " ") + "\n")
+            log.write(f"{text.replace(chr(10), ' ')}\t{os.getpid()}\n")
     verb, _, rest = text.partition(" ")
     if verb == "fail:":
         raise RuntimeError(rest)
@@ -36,10 +37,11 @@ def scripted(text: str) -> object:
     return {"text": f"ran: {rest or text}"}
 
 
-def runs_of(path: str, text: str) -> int:
-    """How many times `scripted` was called with `text`, by the SCRIPTED_RUNS file."""
+def runs_of(path: str, text: str) -> list[int]:
+    """The process ids of the calls of `scripted` with `text`, by the SCRIPTED_RUNS file."""
     try:
         with open(path, encoding="utf-8") as log:
-            return sum(1 for line in log if line.rstrip("\n") == text)
+            calls = [line.rstrip("\n").rpartition("\t") for line in log]
     except FileNotFoundError:
-        return 0
+        return []
+    return [int(pid) for called, _, pid in calls if called == text]
