@@ -129,6 +129,9 @@ class Watch(Protocol):
         """Block until the watched task may have changed (True) or `timeout`
         seconds pass (False); spurious wake-ups are allowed."""
 
+    def wake(self) -> None:
+        """End the current (or next) `wait` early, from any thread."""
+
 
 @runtime_checkable
 class ListableStore(Protocol):

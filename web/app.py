@@ -38,6 +38,7 @@ from web.errors import (
     describe,
     error_body,
 )
+from web.hangups import HangupMonitor
 from web.methods import Tasks
 from web.rpc import handle, typed_errors, wire_version
 from web.skills import load_skills
@@ -72,6 +73,7 @@ def create_app(
     tasks = Tasks(settings, task_store, dispatcher, load_hook(settings))
     card_overrides = {**(settings.card or {}), **(card or {})}
     started = formatdate(time.time(), usegmt=True)
+    hangups = HangupMonitor()
 
     app = Flask(__name__)
     # One byte over: Werkzeug cuts a chunked body at this length without a
@@ -90,7 +92,7 @@ def create_app(
             return _refused(error, version)
         answer = handle(body, version, tasks, owner, request.headers.get("Last-Event-ID"))
         if isinstance(answer, Stream):
-            return _event_stream(answer)
+            return _event_stream(answer, hangups, request.environ)
         payload, status = answer
         return _json(payload, status)
 
@@ -191,16 +193,17 @@ def _refused(error: RequestError, version: str | None) -> Response:
     return reply
 
 
-def _event_stream(stream: Stream) -> Response:
+def _event_stream(stream: Stream, hangups: HangupMonitor, environ: dict[str, Any]) -> Response:
     def lines() -> Iterator[bytes]:
         yield b": stream open\n\n"  # headers go out now, not with the first event
-        for item in stream.items:
-            if item is None:
-                yield b": keepalive\n\n"
-                continue
-            seq, payload = item
-            head = f"id: {seq}\n" if seq else ""
-            yield f"{head}data: {encode(payload)}\n\n".encode()
+        with hangups.watching(environ) as hangup:
+            for item in stream.open(hangup):
+                if item is None:
+                    yield b": keepalive\n\n"
+                    continue
+                seq, payload = item
+                head = f"id: {seq}\n" if seq else ""
+                yield f"{head}data: {encode(payload)}\n\n".encode()
 
     response = Response(lines(), mimetype="text/event-stream")
     response.headers["Cache-Control"] = "no-store"
