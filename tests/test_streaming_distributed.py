@@ -74,7 +74,7 @@ def read_all(stream: Stream, into: list[Event]) -> threading.Thread:
 def test_subscribers_on_two_front_ends_see_one_sequence_from_a_worker_elsewhere(
     stacked: tuple[RedisServer, LocalStack, list[str]],
 ) -> None:
-    _, stack, (url_a, url_b) = stacked
+    _, _, (url_a, url_b) = stacked
     task_id = start_task(url_a, "0.3 5")
     seen_a: list[Event] = []
     seen_b: list[Event] = []
