@@ -71,12 +71,16 @@ class Issuer:
     # --- the JWKS endpoint ----------------------------------------------------
 
     @property
-    def jwks_url(self) -> str:
+    def port(self) -> int:
         assert self._server is not None, "serve() first"
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/.well-known/jwks.json"
+        return int(self._server.server_address[1])
 
-    def serve(self) -> Issuer:
+    @property
+    def jwks_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/.well-known/jwks.json"
+
+    def serve(self, port: int = 0) -> Issuer:
+        """Publish the key set on `port` (0: a free one); again after `close`."""
         issuer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -95,7 +99,7 @@ class Issuer:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
