@@ -215,3 +215,16 @@ def test_framing_errors_are_json(deployment: str, case: str) -> None:
     }
     assert b"<html" not in reply.body.lower()
     assert b"garbage" not in reply.body and b"aaaa" not in reply.body  # nothing echoed
+
+
+@pytest.mark.parametrize("host", ["", "a b", "[::1", "evil.example:port", "@evil.example"])
+def test_a_malformed_host_never_makes_an_http_slash_url(deployment: str, host: str) -> None:
+    request = f"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    reply = exchange(address_of(deployment), request)
+    assert reply.headers.get("content-type") == "application/json", reply
+    if reply.status == 200:
+        url = json.loads(reply.body)["supportedInterfaces"][0]["url"]
+        assert url == deployment + "/", url
+    else:  # gunicorn itself refuses some of them
+        assert reply.status == 400 and json.loads(reply.body)["error"]["code"] == -32600
+    assert b'http:/"' not in reply.body and b"evil" not in reply.body
