@@ -116,7 +116,7 @@ def test_a_web_page_cannot_drive_the_agent(laptop: tuple[str, int]) -> None:
     assert tasks_of(laptop) == before
 
 
-@pytest.mark.parametrize("path", ["/", "/.well-known/agent-card.json", "/healthz"])
+@pytest.mark.parametrize("path", ["/", "/.well-known/agent-card.json", "/.well-known/agent.json"])
 def test_dns_rebinding_a_foreign_host_is_refused(laptop: tuple[str, int], path: str) -> None:
     """Same origin to the browser (the page's own name, now pointing here),
     so no Origin check applies: the Host does."""

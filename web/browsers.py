@@ -6,7 +6,8 @@ pages (origins) may call, and the CORS headers that tell browsers so.
   evil.example`. A strict server (the embedded one, or any with
   TOOLNEXUS_ALLOWED_HOSTS set) answers only to loopback names, the
   configured names, the host of TOOLNEXUS_URL and the address it was told
-  to bind; anything else, or a malformed Host, is refused (HTTP 400).
+  to bind; anything else, or a malformed Host, is refused (HTTP 400),
+  except on the health endpoints, which probes call by address.
 - **Origin.** A browser names the page behind every cross-origin request in
   `Origin`. `POST /` from an origin not in TOOLNEXUS_ALLOWED_ORIGINS is
   refused (HTTP 403) before anything is read or stored, whatever its
@@ -39,6 +40,7 @@ ALLOWED_METHODS: Final = "GET, POST, OPTIONS"
 ALLOWED_HEADERS: Final = "Authorization, Content-Type, A2A-Version, A2A-Extensions, Last-Event-ID"
 EXPOSED_HEADERS: Final = "WWW-Authenticate, ETag"
 PREFLIGHT_MAX_AGE: Final = "600"
+UNSCREENED_PATHS: Final = frozenset({"/healthz", "/readyz"})
 _WILDCARD_ADDRESSES: Final = frozenset({"", "0.0.0.0", "::"})
 _NAME: Final = re.compile(r"[a-z0-9_]([a-z0-9_.-]{0,252}[a-z0-9_.])?")
 _PORT: Final = re.compile(r"[0-9]{1,5}")
@@ -96,7 +98,9 @@ class BrowserPolicy:
         preflight of an allowed origin; None: go on."""
         host = _host_header(request)
         # No Host at all (HTTP/1.0) is no rebinding: browsers always send one.
-        if self.strict_hosts and host is not None and not self.trusts(host):
+        # Health checks say nothing worth stealing, and probes call by address.
+        screened = request.path not in UNSCREENED_PATHS and host is not None
+        if self.strict_hosts and screened and not self.trusts(host):
             raise HostNotAllowed(
                 f"Host {shown(host, 80)} is not served here:"
                 " use a loopback address or a name in TOOLNEXUS_ALLOWED_HOSTS"

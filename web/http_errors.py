@@ -21,7 +21,7 @@ from typing import Final
 from werkzeug.serving import WSGIRequestHandler
 
 from shared.codec import encode
-from web.errors import InvalidRequest, describe, error_body
+from web.errors import WireError, error_body
 
 _MESSAGES: Final = {
     400: "bad HTTP request: the request line or a header could not be read",
@@ -41,11 +41,11 @@ _MESSAGES: Final = {
 def framing_error_body(status: int) -> bytes:
     """The JSON-RPC error a client gets for a request the server could not read."""
     if status >= 500 and status not in _MESSAGES:
-        reply = error_body(describe(RuntimeError("framing")), None, typed_data=False)
+        wire = WireError(-32603, "internal error", "INTERNAL_ERROR")
     else:
         message = _MESSAGES.get(status) or _reason(status).lower() or "bad HTTP request"
-        reply = error_body(describe(InvalidRequest(message)), None, typed_data=False)
-    return encode(reply).encode()
+        wire = WireError(-32600, message, "INVALID_REQUEST")
+    return encode(error_body(wire, None, typed_data=False)).encode()
 
 
 def framing_error_response(status: int) -> bytes:
