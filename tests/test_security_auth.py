@@ -69,7 +69,11 @@ def test_an_empty_token_setting_still_means_open() -> None:
 def start_up(program: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("TOOLNEXUS_")}
     gunicorn = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "web:create_app()"]
-    argv = {"gunicorn": gunicorn, "toolnexus-serve": [*command(), "--port", str(free_port())]}
+    argv = {
+        "gunicorn": gunicorn,
+        "toolnexus-serve": [*command(), "--port", str(free_port())],
+        "celery worker": [sys.executable, "-m", "celery", "-A", "worker", "worker"],
+    }
     return subprocess.run(
         argv[program], env={**clean, **env, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
         capture_output=True, text=True, timeout=60,
@@ -102,6 +106,15 @@ def test_servers_refuse_to_start_in_one_line(program: str, env: dict[str, str], 
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, lines
     assert said in lines[0]
+
+
+@pytest.mark.parametrize("value", [",", " , "])
+def test_a_celery_worker_refuses_tokens_naming_none_in_one_line(value: str) -> None:
+    result = start_up("celery worker", {"TOOLNEXUS_API_TOKENS": value})
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"toolnexus: TOOLNEXUS_API_TOKENS={value!r}: names no token")
 
 
 @pytest.mark.parametrize(
