@@ -35,7 +35,8 @@ except (ToolnexusError, ValueError) as error:
     sys.exit(f"toolnexus: {error}")
 
 bind = f"{_settings.host}:{_settings.port}"
-worker_class = "gevent"
+# gevent's worker, answering requests it cannot even parse with JSON, not HTML.
+worker_class = "web.gunicorn_worker.JsonErrorWorker"
 # Per process: open streams, waiting blocking sends and idle keep-alive
 # connections all count against this.
 worker_connections = 4096

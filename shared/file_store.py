@@ -64,7 +64,8 @@ class FileStore:
         self._locks = self.directory / ".locks"
         folders = (self._log, self._working, self._waiting, self._messages, self._contexts)
         for folder in (self.directory, *folders, self._locks):
-            folder.mkdir(parents=True, exist_ok=True)
+            # Only this service's user reads or writes what the store creates.
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             if folder.is_symlink():
                 raise StoreError(f"task store: {folder} is a symbolic link; refusing to use it")
         self._notifier = Notifier()
@@ -93,7 +94,10 @@ class FileStore:
     def create(self, task: Task, message_key: str | None = None) -> Created:
         task_id = require_safe_id(task.get("id"))
         record_path = self._messages / message_key if message_key else None
-        with self._locked(message_key or task_id):
+        # Both stripes at once, in order: taken one inside the other they could
+        # be the same stripe (flock then waits on itself) or be taken in the
+        # opposite order by another create (each waits on the other).
+        with self._locked(message_key or task_id, task_id):
             if record_path is not None and (earlier := _read_text(record_path)):
                 found = self.get(earlier) if is_safe_id(earlier) else None
                 if found is not None:
@@ -103,10 +107,9 @@ class FileStore:
                 # The record first: a crash before the task is written leaves a
                 # record of nothing, which a retry overwrites; never two tasks.
                 _write_atomically(record_path, task_id.encode())
-            with self._locked(task_id):
-                self._append(task_id, 1, [status_update(task, SUBMITTED)])
-                self._write_snapshot(task_id, 1, task)
-                self._indexed(task_id, SUBMITTED)
+            self._append(task_id, 1, [status_update(task, SUBMITTED)])
+            self._write_snapshot(task_id, 1, task)
+            self._indexed(task_id, SUBMITTED)
         return Created(task, True)
 
     def read(self, task_id: str) -> Record | None:
@@ -258,14 +261,19 @@ class FileStore:
             raise ContextTaken(f"context {context_id} belongs to another caller")
 
     @contextmanager
-    def _locked(self, name: str) -> Iterator[None]:
-        stripe = zlib.crc32(name.encode()) % _STRIPES
-        fd = _open(self._locks / str(stripe), os.O_RDWR | os.O_CREAT)
+    def _locked(self, *names: str) -> Iterator[None]:
+        """The stripe locks of `names`, each once, in ascending order (so two
+        holders of several stripes never wait on each other)."""
+        stripes = sorted({zlib.crc32(name.encode()) % _STRIPES for name in names})
+        held: list[int] = []
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            for stripe in stripes:
+                held.append(_open(self._locks / str(stripe), os.O_RDWR | os.O_CREAT))
+                fcntl.flock(held[-1], fcntl.LOCK_EX)
             yield
         finally:
-            os.close(fd)  # closing the descriptor releases the flock
+            for fd in reversed(held):
+                os.close(fd)  # closing the descriptor releases the flock
 
     # --- telling waiters in this process about other processes' writes ------
 
@@ -296,7 +304,7 @@ class FileStore:
 
 def _open(path: Path, flags: int) -> int:
     try:
-        return os.open(path, flags | _NOFOLLOW, 0o644)
+        return os.open(path, flags | _NOFOLLOW, 0o600)
     except OSError as error:
         if error.errno == errno.ELOOP:
             log.warning("task store: refusing to follow the symbolic link %s", path)

@@ -24,7 +24,8 @@ from shared.errors import StoreError
 from shared.settings import Settings
 from shared.store import BeatRecord, EventStore, TaskStore
 from shared.wiring import load_hook, open_store
-from web.auth import Authenticator, parse_tokens
+from web.auth import authenticator_for
+from web.browsers import browser_policy
 from web.card import MAX_AGE, build_card, entity_tag, wanted_version, with_v03_fields
 from web.dialects import V03
 from web.dispatch import CeleryDispatcher
@@ -60,16 +61,20 @@ def create_app(
     store: Any = None,
     dispatcher: Dispatcher | None = None,
     card: Mapping[str, Any] | None = None,
+    strict_hosts: bool = False,
 ) -> Flask:
     """`settings` default to the TOOLNEXUS_* environment; `store` to the one
     TOOLNEXUS_STORE names (a store object or a spec string is accepted);
     `dispatcher` to Celery on TOOLNEXUS_BROKER_URL; `card` overrides
-    top-level agent-card fields, after those of TOOLNEXUS_CARD."""
+    top-level agent-card fields, after those of TOOLNEXUS_CARD;
+    `strict_hosts` refuses Host names that are not loopback or configured
+    even without TOOLNEXUS_ALLOWED_HOSTS (see `web.browsers`)."""
     settings = settings if settings is not None else Settings.from_env()
     task_store = open_store(settings, store)
     dispatcher = dispatcher if dispatcher is not None else CeleryDispatcher(settings)
     skills = load_skills(settings.skills, settings.skill_names) if settings.skills else []
-    authenticator = Authenticator(parse_tokens(settings.api_tokens))
+    authenticator = authenticator_for(settings)
+    browsers = browser_policy(settings, strict_hosts=strict_hosts)
     tasks = Tasks(settings, task_store, dispatcher, load_hook(settings))
     card_overrides = {**(settings.card or {}), **(card or {})}
     started = formatdate(time.time(), usegmt=True)
@@ -80,6 +85,15 @@ def create_app(
     # word, so `_body` must see the extra byte to refuse it as too large.
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body + 1
     app.extensions["toolnexus"] = tasks
+
+    @app.before_request
+    def screen() -> Response | None:
+        try:
+            return browsers.screen(request)
+        except RequestError as error:
+            return _refused(error, request.headers.get(VERSION_HEADER))
+
+    app.after_request(lambda response: browsers.with_cors(request, response))
 
     @app.post("/")
     def rpc() -> Response:
@@ -102,7 +116,7 @@ def create_app(
         except RequestError as error:
             return _refused(error, None)
         version = wanted_version(requested, request.path == LEGACY_CARD_PATH, settings.card_compat)
-        url = settings.url or request.host_url
+        url, from_host = browsers.base_url(request)
         security = authenticator.card_schemes()
         document = build_card(
             settings,
@@ -120,7 +134,9 @@ def create_app(
         response.set_etag(tag)
         response.headers["Last-Modified"] = started
         response.headers["Cache-Control"] = f"public, max-age={MAX_AGE}"
-        response.headers["Vary"] = "A2A-Version"
+        response.vary.add("A2A-Version")
+        if from_host:
+            response.vary.add("Host")
         return response
 
     for path in (CARD_PATH, LEGACY_CARD_PATH):

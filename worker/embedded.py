@@ -25,6 +25,7 @@ from shared.errors import ConfigError, ToolnexusError
 from shared.settings import Settings
 from shared.wiring import open_store
 from web import create_app
+from web.http_errors import JsonErrorRequestHandler
 from worker.agent import load_agent
 from worker.inprocess import InProcessDispatcher, default_threads
 from worker.reaper import ReaperThread, resend_waiting
@@ -93,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     dispatcher = InProcessDispatcher(store, agent, settings)
     server: BaseWSGIServer | None = None
     try:
-        app = create_app(settings, store=store, dispatcher=dispatcher)
+        app = create_app(settings, store=store, dispatcher=dispatcher, strict_hosts=True)
         server = _bind(settings.host, settings.port, app)
         if resumed := resend_waiting(store, dispatcher.enqueue, time.time(), 0.0):
             log.info("queued %d task(s) left submitted by a previous run", len(resumed))
@@ -154,7 +155,14 @@ def _bind(host: str, port: int, app: Any) -> BaseWSGIServer:
     own message and exit."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.create_server((host, port), family=family) as listening:
-        return make_server(host, port, app, threaded=True, fd=listening.fileno())
+        return make_server(
+            host,
+            port,
+            app,
+            threaded=True,
+            fd=listening.fileno(),
+            request_handler=JsonErrorRequestHandler,
+        )
 
 
 def _refuse(error: Exception) -> int:
