@@ -184,7 +184,8 @@ class FileStore:
             os.unlink(probe)
         except OSError as error:
             raise StoreError(
-                f"task store unavailable: {self.directory}: {error.strerror}"
+                f"task store unavailable: {self.directory}: {error.strerror}",
+                f"the task directory is not writable ({error.strerror})",
             ) from None
 
     # --- reading and writing under the stripe lock --------------------------
