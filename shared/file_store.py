@@ -12,6 +12,8 @@ Layout under the directory:
   .contexts/<hash>   the owner of a context
   .locks/<n>         64 lock files striped by id, for compare-and-append
                      across processes (flock), without a lock file per task
+  .expires/<id>      for a finished task when a time to live is set: its
+                     mtime is the moment it expires (the reaper purges it)
   .beat              touched by each run of the reaper
 
 Several processes on one host (or one shared volume with working flock)
@@ -35,12 +37,21 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import cast
 
 from shared.codec import decode, encode
 from shared.errors import ContextTaken, StoreError
 from shared.events import Event, fold, status_update
-from shared.store import Commit, Created, Record, digest, is_safe_id, require_safe_id
-from shared.task import SUBMITTED, WORKING, Task, state_of
+from shared.store import (
+    Commit,
+    Created,
+    Record,
+    digest,
+    is_safe_id,
+    message_key,
+    require_safe_id,
+)
+from shared.task import SUBMITTED, WORKING, Task, is_terminal, state_of
 from shared.watching import Notifier, Waiter
 
 log = logging.getLogger(__name__)
@@ -53,16 +64,30 @@ _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class FileStore:
-    def __init__(self, directory: str | os.PathLike[str], clock: Clock = time.time) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        clock: Clock = time.time,
+        terminal_ttl: float | None = None,
+    ) -> None:
         self.directory = Path(directory)
         self._clock = clock
+        self._ttl = terminal_ttl
+        self._expires = self.directory / ".expires"
         self._log = self.directory / ".log"
         self._working = self.directory / ".working"
         self._waiting = self.directory / ".waiting"
         self._messages = self.directory / ".messages"
         self._contexts = self.directory / ".contexts"
         self._locks = self.directory / ".locks"
-        folders = (self._log, self._working, self._waiting, self._messages, self._contexts)
+        folders = (
+            self._log,
+            self._working,
+            self._waiting,
+            self._messages,
+            self._contexts,
+            self._expires,
+        )
         for folder in (self.directory, *folders, self._locks):
             # Only this service's user reads or writes what the store creates.
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -191,6 +216,19 @@ class FileStore:
     # --- reading and writing under the stripe lock --------------------------
 
     def _read(self, task_id: str) -> Record | None:
+        if self._ttl and _mtime_of(self._expires / task_id) <= self._clock():
+            return None  # finished and past its time to live: the reaper purges it
+        snapshot = self._snapshot(task_id)
+        if snapshot is None:
+            return None
+        base, task = snapshot
+        tail = self._logged(task_id, base)
+        events = [decode(line)["event"] for _, line in tail]
+        seq = tail[-1][0] if tail else base
+        return Record(fold(task, events), seq, len(tail))
+
+    def _snapshot(self, task_id: str) -> tuple[int, Task] | None:
+        """The task as last written whole, and the event it includes."""
         raw = _read_bytes(self.directory / f"{task_id}.json")
         if raw is None:
             return None
@@ -201,10 +239,7 @@ class FileStore:
             return None  # unreadable reads as missing: a corrupt file must not take a request down
         if not isinstance(base, int) or not isinstance(task, dict):
             return None
-        tail = self._logged(task_id, base)
-        events = [decode(line)["event"] for _, line in tail]
-        seq = tail[-1][0] if tail else base
-        return Record(fold(task, events), seq, len(tail))  # type: ignore[arg-type]
+        return base, cast(Task, task)
 
     def _logged(self, task_id: str, after: int) -> list[tuple[int, bytes]]:
         """The log lines numbered above `after`, oldest first; read from the
@@ -252,7 +287,39 @@ class FileStore:
                 _touch(marker, now)
             else:
                 marker.unlink(missing_ok=True)
+        if self._ttl and is_terminal(state):
+            _touch(self._expires / task_id, now + self._ttl)
         self._notifier.notify(task_id)
+
+    def purge_expired(self) -> int:
+        """Remove every finished task past its time to live, with its log,
+        markers and message record; the number removed."""
+        if not self._ttl:
+            return 0
+        purged = 0
+        for task_id in _older(self._expires, self._clock()):
+            with self._locked(task_id):
+                snapshot = self._snapshot(task_id)
+                record = self._message_record(snapshot[1]) if snapshot else None
+                if record is not None and _read_text(record) == task_id:  # not a newer task's
+                    record.unlink(missing_ok=True)
+                for path in (
+                    self.directory / f"{task_id}.json",
+                    self._log / f"{task_id}.jsonl",
+                    self._working / task_id,
+                    self._waiting / task_id,
+                    self._expires / task_id,
+                ):
+                    path.unlink(missing_ok=True)
+            purged += 1
+        return purged
+
+    def _message_record(self, task: Task) -> Path | None:
+        """Where the record of the message that created `task` is kept."""
+        history = task.get("history") or []
+        if not history or not history[0].get("messageId"):
+            return None
+        return self._messages / message_key(task.get("owner", ""), history[0]["messageId"])
 
     def _claim_context(self, context_id: str, owner: str) -> None:
         path = self._contexts / digest(context_id)
@@ -384,6 +451,13 @@ def _older(folder: Path, cutoff: float) -> list[str]:
         ]
 
 
+def _mtime_of(path: Path) -> float:
+    try:
+        return os.stat(path, follow_symlinks=False).st_mtime
+    except FileNotFoundError:
+        return float("inf")
+
+
 def _mtime(entry: os.DirEntry[str]) -> float:
     try:
         return entry.stat(follow_symlinks=False).st_mtime
@@ -391,5 +465,9 @@ def _mtime(entry: os.DirEntry[str]) -> float:
         return float("inf")  # removed while listing: it left the index
 
 
-def file_store(directory: str | os.PathLike[str], clock: Clock = time.time) -> FileStore:
-    return FileStore(directory, clock)
+def file_store(
+    directory: str | os.PathLike[str],
+    clock: Clock = time.time,
+    terminal_ttl: float | None = None,
+) -> FileStore:
+    return FileStore(directory, clock, terminal_ttl)

@@ -186,16 +186,24 @@ class MemoryStore:
     def _expired(self, entry: _Entry) -> bool:
         return entry.expires is not None and entry.expires <= self._clock()
 
-    def _expire(self) -> None:
-        """Forget finished tasks past their time to live, with their message keys."""
+    def purge_expired(self) -> int:
+        with self._lock:
+            return self._expire()
+
+    def _expire(self) -> int:
+        """Forget finished tasks past their time to live, with their message
+        keys; the number forgotten."""
+        forgotten = 0
         now = self._clock()
         while self._expiries and self._expiries[0][0] <= now:
             _, task_id = heapq.heappop(self._expiries)
             entry = self._entries.get(task_id)
             if entry is not None and self._expired(entry):
                 del self._entries[task_id]
+                forgotten += 1
                 if entry.message_key is not None:
                     self._messages.pop(entry.message_key, None)
+        return forgotten
 
     def _folded(self, entry: _Entry) -> Task:
         task: Task = fold(decode(entry.snapshot), [decode(event) for event in entry.tail])

@@ -52,6 +52,11 @@ def digest(*parts: str) -> str:
     return hashlib.sha256(joined).hexdigest()
 
 
+def message_key(owner: str, message_id: str) -> str:
+    """The store key of a caller's message id: one task per (caller, messageId)."""
+    return digest("message", owner, message_id)
+
+
 @runtime_checkable
 class TaskStore(Protocol):
     """The contract every store meets.
@@ -182,6 +187,17 @@ class WaitingIndex(Protocol):
     def waiting(self, cutoff: float) -> list[str]: ...
 
     def resent(self, task_id: str) -> None: ...
+
+
+@runtime_checkable
+class Expiring(Protocol):
+    """Optional: a store that forgets finished tasks after a time to live by
+    itself (Redis expires keys) needs nothing; one that must be swept has
+    `purge_expired()`, which the reaper calls on each run: it removes every
+    task past its time, with its log, its indexes and its message record,
+    and returns how many it removed."""
+
+    def purge_expired(self) -> int: ...
 
 
 @runtime_checkable

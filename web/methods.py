@@ -28,7 +28,7 @@ from shared.errors import (
 from shared.events import Event, message_added, status_update, to_state
 from shared.following import follow
 from shared.settings import Settings
-from shared.store import EventStore, TaskStore, digest
+from shared.store import EventStore, TaskStore, message_key
 from shared.task import (
     CANCELED,
     FAILED,
@@ -59,11 +59,6 @@ class Sent:
     task: Task
     seq: int
     reply: Message | None = None
-
-
-def message_key(owner: str, message_id: str) -> str:
-    """The store key of a caller's message id: one task per (caller, messageId)."""
-    return digest("message", owner, message_id)
 
 
 def owned(task: Task | None, task_id: str, owner: str) -> Task:
