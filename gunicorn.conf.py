@@ -45,8 +45,9 @@ workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count()))
 # requests never block it.
 timeout = 30
 graceful_timeout = int(_settings.blocking_timeout) + 5
-# Idle keep-alive connections are closed after this many seconds.
-keepalive = 5
+# A connection must send its (next) request whole within this many seconds,
+# or it is closed: idle keep-alive connections and slow-header clients alike.
+keepalive = max(1, round(_settings.idle_timeout))
 loglevel = _settings.log_level.lower()
 errorlog = "-"
 accesslog = None

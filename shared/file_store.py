@@ -116,7 +116,9 @@ class FileStore:
 
     # --- EventStore ----------------------------------------------------------
 
-    def create(self, task: Task, message_key: str | None = None) -> Created:
+    def create(
+        self, task: Task, message_key: str | None = None, supersedes: str | None = None
+    ) -> Created:
         task_id = require_safe_id(task.get("id"))
         record_path = self._messages / message_key if message_key else None
         # Both stripes at once, in order: taken one inside the other they could
@@ -125,7 +127,7 @@ class FileStore:
         with self._locked(message_key or task_id, task_id):
             if record_path is not None and (earlier := _read_text(record_path)):
                 found = self.get(earlier) if is_safe_id(earlier) else None
-                if found is not None:
+                if found is not None and earlier != supersedes:
                     return Created(found, False)
             self._claim_context(task["contextId"], task.get("owner", ""))
             if record_path is not None:

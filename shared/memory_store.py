@@ -74,7 +74,9 @@ class MemoryStore:
 
     # --- EventStore ----------------------------------------------------------
 
-    def create(self, task: Task, message_key: str | None = None) -> Created:
+    def create(
+        self, task: Task, message_key: str | None = None, supersedes: str | None = None
+    ) -> Created:
         task_id = require_safe_id(task.get("id"))
         snapshot, event = encode(task), encode(status_update(task, SUBMITTED))
         context, owner = task["contextId"], task.get("owner", "")
@@ -82,7 +84,7 @@ class MemoryStore:
             self._expire()
             if message_key is not None and (earlier := self._messages.get(message_key)):
                 entry = self._entries.get(earlier)
-                if entry is not None:
+                if entry is not None and earlier != supersedes:
                     return Created(self._folded(entry), False)
             if self._contexts.setdefault(context, owner) != owner:
                 raise ContextTaken(f"context {context} belongs to another caller")

@@ -14,11 +14,12 @@ from typing import Final
 
 # KEYS: task, tail, log, message key (or a placeholder), context key, waiting index
 # ARGV: snapshot, first event, task id, now, owner, has message key ("1"/"0"),
-#       key prefix, channel, log limit
+#       key prefix, channel, log limit, the task id the key may be moved from ("")
 CREATE: Final = """
 if ARGV[6] == '1' then
   local earlier = redis.call('GET', KEYS[4])
-  if earlier and redis.call('EXISTS', ARGV[7] .. 'task:' .. earlier) == 1 then
+  if earlier and earlier ~= ARGV[10]
+      and redis.call('EXISTS', ARGV[7] .. 'task:' .. earlier) == 1 then
     return {'existing', earlier}
   end
 end

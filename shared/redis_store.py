@@ -75,7 +75,9 @@ class RedisStore:
 
     # --- EventStore ----------------------------------------------------------
 
-    def create(self, task: Task, message_key: str | None = None) -> Created:
+    def create(
+        self, task: Task, message_key: str | None = None, supersedes: str | None = None
+    ) -> Created:
         task_id = require_safe_id(task.get("id"))
         owner = task.get("owner", "")
         keys = [
@@ -96,6 +98,7 @@ class RedisStore:
             self._prefix,
             self._channel,
             LOG_LIMIT,
+            supersedes or "",
         ]
         with self._reachable():
             outcome, found = cast(list[bytes], self._create(keys=keys, args=args))
@@ -105,7 +108,7 @@ class RedisStore:
             earlier = self.get(found.decode())
             if earlier is not None:
                 return Created(earlier, False)
-            return self.create(task, message_key)  # it expired meanwhile
+            return self.create(task, message_key, supersedes)  # it expired meanwhile
         return Created(task, True)
 
     def read(self, task_id: str) -> Record | None:

@@ -233,6 +233,9 @@ class Settings:
     # a message id a caller already sent names the same message (a retry);
     # false for peers that reuse message ids for different messages
     idempotent_sends: bool = _env("IDEMPOTENT_SENDS", _flag, True)
+    # seconds a connection may stay idle (no request, or a request not sent
+    # whole) before the server closes it
+    idle_timeout: float = _env("IDLE_TIMEOUT", _seconds, 5.0)
     # seconds between SSE keepalive comments on an idle stream
     keepalive: float = _env("KEEPALIVE", _seconds, 15.0)
     host: str = _env("HOST", _text, "127.0.0.1")

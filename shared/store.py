@@ -106,11 +106,13 @@ class Created(NamedTuple):
 class EventStore(Protocol):
     """Optional: tasks as an ordered, replayable log of events.
 
-    - `create(task, message_key)`: save a new `submitted` task (its first
-      event is its status) unless `message_key` already names a task, which
-      is then returned instead; the key is recorded in the same atomic step
-      and expires with the task. A task whose `contextId` is already used by
-      another owner raises `ContextTaken`.
+    - `create(task, message_key, supersedes)`: save a new `submitted` task
+      (its first event is its status) unless `message_key` already names a
+      task, which is then returned instead; the key is recorded in the same
+      atomic step and expires with the task. With `supersedes`, a key that
+      still names that task is moved to the new one (the caller moved that
+      conversation on, so the same message id now starts a new one). A task
+      whose `contextId` is already used by another owner raises `ContextTaken`.
     - `read(id)`: the task with its sequence numbers (`Record`).
     - `commit(commit)`: compare-and-append; True when written.
     - `events(id, after)`: the logged events numbered above `after`, in order.
@@ -118,7 +120,9 @@ class EventStore(Protocol):
       task may have new events (or the timeout passes), in any process.
     """
 
-    def create(self, task: Task, message_key: str | None = None) -> Created: ...
+    def create(
+        self, task: Task, message_key: str | None = None, supersedes: str | None = None
+    ) -> Created: ...
 
     def read(self, task_id: str) -> Record | None: ...
 
