@@ -41,7 +41,8 @@ from typing import cast
 
 from shared.codec import decode, encode
 from shared.errors import ContextTaken, StoreError
-from shared.events import Event, fold, status_update
+from shared.events import Event, current_status, fold
+from shared.listing import Listing, Query, StatusHistory, history_of, list_by_scan
 from shared.store import (
     Commit,
     Created,
@@ -105,7 +106,7 @@ class FileStore:
 
     def save(self, task: Task) -> Task:
         task_id = require_safe_id(task.get("id"))
-        event = status_update(task, state_of(task) or SUBMITTED)
+        event = current_status(task)
         with self._locked(task_id):
             current = self._read(task_id)
             seq = (current.seq if current is not None else self._last_seq(task_id)) + 1
@@ -134,7 +135,7 @@ class FileStore:
                 # The record first: a crash before the task is written leaves a
                 # record of nothing, which a retry overwrites; never two tasks.
                 _write_atomically(record_path, task_id.encode())
-            self._append(task_id, 1, [status_update(task, SUBMITTED)])
+            self._append(task_id, 1, [current_status(task)])
             self._write_snapshot(task_id, 1, task)
             self._indexed(task_id, SUBMITTED)
         return Created(task, True)
@@ -177,6 +178,12 @@ class FileStore:
             if task is not None:
                 tasks[path.stem] = task
         return tasks
+
+    def listing(self, query: Query) -> Listing:
+        return list_by_scan(self.all().values(), self._statuses, query)
+
+    def _statuses(self, task_id: str) -> StatusHistory:
+        return history_of(self.events(task_id, 0))
 
     def heartbeat(self, task_id: str) -> None:
         if is_safe_id(task_id):

@@ -29,11 +29,13 @@ from redis.retry import Retry
 
 from shared.codec import decode, encode
 from shared.errors import ContextTaken, StoreError
-from shared.events import Event, fold, status_update
+from shared.events import Event, current_status, fold
+from shared.listing import Listing, Query
 from shared.redis_listener import Listener
-from shared.redis_scripts import COMMIT, CREATE
+from shared.redis_listing import RedisListing
+from shared.redis_scripts import COMMIT, CREATE, FORGET_EXPIRED
 from shared.store import LOG_LIMIT, Commit, Created, Record, digest, is_safe_id, require_safe_id
-from shared.task import SUBMITTED, Task, is_terminal, state_of
+from shared.task import Task, epoch, is_terminal, state_of
 from shared.text import truncated
 from shared.watching import Waiter
 
@@ -55,10 +57,12 @@ class RedisStore:
         self._waiting = f"{prefix}waiting"
         self._channel = f"{prefix}events"
         self._beat = f"{prefix}beat"
+        self._expiring = f"{prefix}expiring"
         self._ttl = int(terminal_ttl) if terminal_ttl else 0
         self._clock = clock
         self._create = client.register_script(CREATE)
         self._commit = client.register_script(COMMIT)
+        self._forget_expired = client.register_script(FORGET_EXPIRED)
         self._listener = Listener(client, self._channel)
 
     # --- the contract ------------------------------------------------------
@@ -69,7 +73,7 @@ class RedisStore:
 
     def save(self, task: Task) -> Task:
         require_safe_id(task.get("id"))
-        event = status_update(task, state_of(task) or SUBMITTED)
+        event = current_status(task)
         self._write(task, [event], expected=None, snapshot=True)
         return task
 
@@ -87,10 +91,11 @@ class RedisStore:
             self._key("msg", message_key or "none"),
             self._key("ctx", digest(task["contextId"])),
             self._waiting,
+            self._key("hist", task_id),
         ]
         args = [
             encode(task),
-            encode(status_update(task, SUBMITTED)),
+            encode(current_status(task)),
             task_id,
             repr(self._clock()),
             owner,
@@ -99,6 +104,7 @@ class RedisStore:
             self._channel,
             LOG_LIMIT,
             supersedes or "",
+            *self._listed(task),
         ]
         with self._reachable():
             outcome, found = cast(list[bytes], self._create(keys=keys, args=args))
@@ -196,6 +202,19 @@ class RedisStore:
             value = self.client.get(self._beat)
         return float(cast(bytes, value)) if value is not None else None
 
+    def listing(self, query: Query) -> Listing:
+        with self._reachable():
+            return RedisListing(self.client, self._prefix).answer(query)
+
+    def purge_expired(self) -> int:
+        """Redis expires finished tasks by itself; this drops their entries
+        from the listing indexes, so listings and their totals stay exact."""
+        with self._reachable():
+            forgotten = self._forget_expired(
+                keys=[self._expiring], args=[repr(self._clock()), self._prefix]
+            )
+        return int(cast(int, forgotten))
+
     def ping(self) -> None:
         with self._reachable():
             self.client.ping()
@@ -211,6 +230,8 @@ class RedisStore:
             self._key("log", task_id),
             self._working,
             self._waiting,
+            self._key("hist", task_id),
+            self._expiring,
         ]
         args = [
             "" if expected is None else expected,
@@ -221,6 +242,8 @@ class RedisStore:
             task_id,
             self._channel,
             LOG_LIMIT,
+            self._prefix,
+            *self._listed(task),
             *(encode(event) for event in events),
         ]
         with self._reachable():
@@ -230,6 +253,12 @@ class RedisStore:
                 if _wrong_type(error):
                     return False  # unreadable data, so not the task the caller read
                 raise
+
+    def _listed(self, task: Task) -> tuple[str, str, str]:
+        """What the listing indexes file a task under: its status time and the
+        digests of its owner and context."""
+        status_time = epoch(task["status"].get("timestamp", ""))
+        return repr(status_time), digest(task.get("owner", "")), digest(task["contextId"])
 
     def _older(self, index: str, cutoff: float) -> list[str]:
         with self._reachable():

@@ -18,6 +18,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 from shared.errors import InvalidTaskId
 from shared.events import Event
+from shared.listing import Listing, Query
 from shared.task import Task, TaskStatus
 from shared.text import shown
 
@@ -144,9 +145,18 @@ class Watch(Protocol):
 
 @runtime_checkable
 class ListableStore(Protocol):
-    """Optional: every task, for ListTasks, tests and admin views."""
+    """Optional: every task, for ListTasks (read whole, see
+    `shared.listing.list_by_scan`), tests and admin views."""
 
     def all(self) -> dict[str, Task]: ...
+
+
+@runtime_checkable
+class ListingStore(Protocol):
+    """Optional: ListTasks answered by the store itself, reading only the page
+    (see `shared.listing` for what a query means)."""
+
+    def listing(self, query: Query) -> Listing: ...
 
 
 @runtime_checkable
