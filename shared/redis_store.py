@@ -40,6 +40,9 @@ from shared.text import truncated
 from shared.watching import Waiter
 
 Clock = Callable[[], float]
+# Connections per process: enough for the commands in flight at once (a
+# waiting request holds none), not one per open request.
+POOL_SIZE = 64
 
 
 class RedisStore:
@@ -323,14 +326,20 @@ def redis_store(
     """A store on the Redis at `url`; nothing is sent until first use.
 
     `timeout` bounds every call, so a peer hears "store unavailable" within
-    seconds when Redis is down, instead of a request hanging.
+    seconds when Redis is down, instead of a request hanging. Connections
+    are pooled and waited for: a front end holds thousands of requests at
+    once, and a burst of them queues for a connection (up to `timeout`)
+    instead of failing the moment all connections are busy.
     """
-    client = redis.Redis.from_url(
+    pool = redis.BlockingConnectionPool.from_url(
         url,
+        max_connections=POOL_SIZE,
+        timeout=timeout,
         socket_timeout=timeout,
         socket_connect_timeout=timeout,
         health_check_interval=15,
         retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
     )
+    client = redis.Redis(connection_pool=pool)
     return RedisStore(client, prefix=prefix, terminal_ttl=terminal_ttl, clock=clock)
