@@ -182,8 +182,8 @@ def print_server_log(stack: LocalStack, name: str, most: int = 8) -> None:
     """The server's distinct warnings and errors, so a failure shows its cause."""
     seen: dict[str, None] = {}
     for line in stack.processes[name].output().splitlines():
-        if "WARNING" in line or "ERROR" in line or "Traceback" in line or "Error" in line:
-            seen.setdefault(line.split("]", 1)[-1].strip()[:300], None)
+        if any(word in line.lower() for word in ("warning", "error", "fault", "traceback")):
+            seen.setdefault(line.rsplit("]", 1)[-1].strip()[:300], None)
     print(f"   {name} log, distinct warnings and errors ({len(seen)}):")
     for line in list(seen)[:most]:
         print(f"     {line}")

@@ -57,7 +57,6 @@ from bench.processes import CeleryWorker, Server, gunicorn, percentile, rss_kib,
 from tests.support.redis_server import RedisServer
 
 A2A_10 = {"A2A-Version": "1.0", "Content-Type": "application/json"}
-OPENING = 100  # streams being opened at once (until their response headers arrive)
 PROBE_EVERY = 0.1  # seconds between two fresh-client GetTask calls
 
 
@@ -205,7 +204,7 @@ async def drive(name: str, server: Server, args: argparse.Namespace, folder: Pat
     lag_task = asyncio.create_task(loop_lag(lag, stop))
     rss_before = rss_kib(serving[0])
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
-        opening = asyncio.Semaphore(OPENING)
+        opening = asyncio.Semaphore(args.opening)
         began = time.monotonic()
         streams = [
             asyncio.create_task(watch(client, server.url + "/", plan, seen, opening))
@@ -353,6 +352,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--open-timeout", type=float, default=120, help="seconds to open them all (default 120)"
+    )
+    parser.add_argument(
+        "--opening",
+        type=int,
+        default=100,
+        help="streams being opened at once, until their headers arrive (default 100)",
     )
     parser.add_argument(
         "--only", choices=("toolnexus", "sdk"), help="run one server only (no comparison)"
