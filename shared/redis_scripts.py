@@ -123,6 +123,14 @@ redis.call('PUBLISH', ARGV[7], id)
 return 1
 """
 
+# One task, as one reply: its snapshot, event number and tail, read together
+# (a snapshot rewritten between two separate reads would lose events).
+# KEYS: task, tail. A key of the wrong type is an error (unreadable data).
+READ: Final = """
+local found = redis.call('HMGET', KEYS[1], 'doc', 'seq')
+return {found[1], found[2], redis.call('GET', KEYS[2])}
+"""
+
 # Listing entries of tasks that expired. KEYS: expiring index.
 # ARGV: now, key prefix. Returns how many were removed.
 FORGET_EXPIRED: Final = """

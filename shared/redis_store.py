@@ -33,7 +33,7 @@ from shared.events import Event, current_status, fold
 from shared.listing import Listing, Query
 from shared.redis_listener import Listener
 from shared.redis_listing import RedisListing
-from shared.redis_scripts import COMMIT, CREATE, FORGET_EXPIRED
+from shared.redis_scripts import COMMIT, CREATE, FORGET_EXPIRED, READ
 from shared.store import LOG_LIMIT, Commit, Created, Record, digest, is_safe_id, require_safe_id
 from shared.task import Task, epoch, is_terminal, state_of
 from shared.text import truncated
@@ -66,6 +66,7 @@ class RedisStore:
         self._create = client.register_script(CREATE)
         self._commit = client.register_script(COMMIT)
         self._forget_expired = client.register_script(FORGET_EXPIRED)
+        self._read = client.register_script(READ)
         self._listener = Listener(client, self._channel)
 
     # --- the contract ------------------------------------------------------
@@ -124,11 +125,10 @@ class RedisStore:
         if not is_safe_id(task_id):
             return None
         with self._reachable():
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hmget(self._key("task", task_id), "doc", "seq")
-            pipe.get(self._key("tail", task_id))
             try:
-                (doc, seq), tail = pipe.execute()
+                doc, seq, tail = self._read(
+                    keys=[self._key("task", task_id), self._key("tail", task_id)]
+                )
             except redis.ResponseError as error:
                 if _wrong_type(error):
                     return None  # a key of the wrong type is unreadable data

@@ -18,7 +18,7 @@ from typing import Any
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from shared.codec import encode
+from shared.codec import encode_bytes
 from shared.dispatch import Dispatcher
 from shared.errors import StoreError
 from shared.settings import Settings
@@ -218,8 +218,8 @@ def _event_stream(stream: Stream, hangups: HangupMonitor, environ: dict[str, Any
                     yield b": keepalive\n\n"
                     continue
                 seq, payload = item
-                head = f"id: {seq}\n" if seq else ""
-                yield f"{head}data: {encode(payload)}\n\n".encode()
+                head = f"id: {seq}\n".encode() if seq else b""
+                yield head + b"data: " + encode_bytes(payload) + b"\n\n"
 
     response = Response(lines(), mimetype="text/event-stream")
     response.headers["Cache-Control"] = "no-store"
@@ -276,4 +276,4 @@ def _unexpected_error(error: Exception) -> Response:
 
 
 def _json(payload: Mapping[str, Any], status: int) -> Response:
-    return Response(encode(payload), status=status, mimetype="application/json")
+    return Response(encode_bytes(payload), status=status, mimetype="application/json")
