@@ -111,7 +111,7 @@ def test_redis_wants_the_password_and_never_evicts(
     assert health_check(stack, "redis", cli, REDISCLI_AUTH="wrong").returncode != 0
 
 
-def test_a_full_redis_refuses_writes_and_keeps_every_key(tmp_path: Any) -> None:
+def test_a_full_redis_refuses_writes_and_keeps_every_key() -> None:
     """compose's redis arguments with a memory limit: an OOM error, not eviction."""
     dotenv = dotenv_for({"REDIS_MAXMEMORY": "2mb"}, "pw")
     arguments = compose(dotenv)["services"]["redis"]["command"][1:]
