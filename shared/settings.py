@@ -263,6 +263,12 @@ class Settings:
         """When Celery kills a task that ignored the soft limit."""
         return self.time_limit + 30.0
 
+    @property
+    def beat_overdue_after(self) -> float:
+        """How long after the reaper's last run beat counts as down: three
+        missed runs (beat's health check; /readyz uses the same three)."""
+        return 3 * self.reap_every
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         source = os.environ if env is None else env

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import redis
@@ -22,25 +23,40 @@ def free_port() -> int:
 
 class RedisServer:
     """One redis-server on a free port; `stop()` and `start()` again keep the
-    port and the data directory, so a test can stage an outage."""
+    port and the data directory, so a test can stage an outage.
 
-    def __init__(self, *, appendonly: bool = False, port: int | None = None) -> None:
+    `args` go first on its command line (compose.yaml's redis command, say);
+    the port, directory, persistence and `password` given here win over them.
+    """
+
+    def __init__(
+        self,
+        *,
+        appendonly: bool = False,
+        port: int | None = None,
+        password: str | None = None,
+        args: Sequence[str] = (),
+    ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise FileNotFoundError("redis-server is not on PATH")
         self.binary = binary
         self.port = port or free_port()
         self.appendonly = appendonly
+        self.password = password
+        self.args = list(args)
         self.directory = Path(tempfile.mkdtemp(prefix="toolnexus-redis-"))
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}"
+        login = f":{self.password}@" if self.password else ""
+        return f"redis://{login}127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 10.0) -> RedisServer:
         command = [
             self.binary,
+            *self.args,
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--dir", str(self.directory),
@@ -48,10 +64,11 @@ class RedisServer:
             "--appendonly", "yes" if self.appendonly else "no",
             "--appendfsync", "always",
             "--logfile", str(self.directory / "redis.log"),
+            *(["--requirepass", self.password] if self.password else []),
         ]  # fmt: skip
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        client = redis.Redis(port=self.port, password=self.password, socket_connect_timeout=0.2)
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"redis-server exited: {self.process.stderr!r}")
