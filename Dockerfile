@@ -11,15 +11,18 @@ RUN useradd --create-home --uid 10001 --user-group toolnexus
 WORKDIR /app
 
 # Runtime dependencies in their own layer: it is rebuilt only when
-# pyproject.toml changes, not on every code change. No test extras.
-COPY pyproject.toml ./
+# pyproject.toml or constraints.txt changes, not on every code change. No
+# test extras. Exact versions from constraints.txt (tools/update-constraints
+# writes it), so two builds of one commit install the same packages.
+COPY pyproject.toml constraints.txt ./
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
         > /tmp/requirements.txt \
-    && pip install -r /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt -c constraints.txt \
     && rm /tmp/requirements.txt
 
 COPY README.md gunicorn.conf.py ./
 COPY shared ./shared
+COPY toolnexus ./toolnexus
 COPY web ./web
 COPY worker ./worker
 COPY examples ./examples

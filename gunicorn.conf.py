@@ -49,7 +49,8 @@ except (ToolnexusError, ValueError) as error:
 metrics.use_multiprocess_dir(os.environ.get(metrics.MULTIPROC_VARIABLE))
 
 bind = f"{_settings.host}:{_settings.port}"
-worker_class = "gevent"
+# gevent's worker, answering requests it cannot even parse with JSON, not HTML.
+worker_class = "web.gunicorn_worker.JsonErrorWorker"
 # Per process: open streams, waiting blocking sends and idle keep-alive
 # connections all count against this.
 worker_connections = 4096
@@ -58,8 +59,9 @@ workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count()))
 # requests never block it.
 timeout = 30
 graceful_timeout = int(_settings.blocking_timeout) + 5
-# Idle keep-alive connections are closed after this many seconds.
-keepalive = 5
+# A connection must send its (next) request whole within this many seconds,
+# or it is closed: idle keep-alive connections and slow-header clients alike.
+keepalive = max(1, round(_settings.idle_timeout))
 loglevel = _settings.log_level.lower()
 errorlog = "-"
 # The app logs one line per request itself (web.observe), with its request id.

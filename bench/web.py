@@ -1,18 +1,31 @@
-"""Front-end requests per second through gunicorn, beside a trivial baseline.
+"""Front-end requests per second, beside baselines and the official a2a-sdk server.
 
-    python3 bench/web.py [--seconds 8] [--connections 32]
+    python3 bench/web.py [--rounds 5] [--seconds 5] [--connections 32] [--quick]
 
-Starts a private redis-server on a free port, then, one after the other,
-gunicorn with the repo's gunicorn.conf.py serving
-  * the baseline: a trivial Flask app answering POST with one Redis GET, and
-  * the front end (`web:create_app()`) on the Redis store, with the Celery
-    dispatcher publishing to a real broker on the same private Redis,
-and drives each with the same load generator at the same concurrency
-(`wrk` when installed, else a threaded Python client). Prints GetTask and
-SendMessage (toolnexus dialect: returns at once) requests per second and
-their ratio to the baseline; the issue's aim is GetTask >= 0.8x. Ratios are
-what to compare across machines: load generator, gunicorn and Redis all
-share one box.
+Starts, all at once and each on a free port:
+  * this service: gunicorn with the repo's gunicorn.conf.py (its worker class
+    and worker count) serving `web:create_app()` on a private redis-server
+    (store on db 1, the Celery broker on db 2; no Celery worker runs, so a
+    send is measured up to its publish, as a peer sees it);
+  * the trivial baseline: a Flask app answering POST with one Redis GET of a
+    stored task, under the same gunicorn.conf.py (same serving model);
+  * the a2a-sdk server (bench/sdk_peer.py) in one uvicorn process, on its
+    InMemoryTaskStore; its echo agent runs in that process after a
+    non-blocking send has been answered;
+  * the a2a-sdk server on its DatabaseTaskStore (PostgreSQL at --postgres, a
+    table of its own, dropped afterwards) with as many uvicorn workers as
+    gunicorn has.
+
+Then drives each with the same load generator (`wrk` when installed, else
+Python threads) at the same concurrency, A2A 1.0 wire unless the dialect
+says otherwise: GetTask, and SendMessage that returns at once
+(`returnImmediately`), each request with a fresh messageId (a repeated one
+would measure the idempotent duplicate path). Every response is checked:
+a non-200 status or a JSON-RPC error fails the run. The measurements are
+interleaved, round by round (each round in a rotated order), and each
+figure is the median over the rounds; each ratio is the median of the
+per-round ratios, so it compares runs made seconds apart. Ratios are what
+to compare: load generator and servers all share one box.
 """
 
 from __future__ import annotations
@@ -23,21 +36,27 @@ import json
 import os
 import re
 import shutil
-import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.support.redis_server import RedisServer, free_port  # noqa: E402
+from bench.processes import Server, gunicorn, uvicorn
+from tests.support.redis_server import RedisServer
 
 BASELINE_KEY = "bench:task"
+PLACEHOLDER = "@ID@"  # in a body template: replaced by a fresh id per request
+POSTGRES = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+A2A_10 = {"A2A-Version": "1.0"}
 
 
 def baseline_app(redis_url: str) -> Any:
@@ -57,96 +76,137 @@ def baseline_app(redis_url: str) -> Any:
     return app
 
 
+# --- requests --------------------------------------------------------------------------
+
+
 def rpc_body(method: str, params: dict[str, Any]) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
 
 
-def post(port: int, body: bytes) -> dict[str, Any]:
+def post(port: int, body: bytes, headers: dict[str, str] | None = None) -> dict[str, Any]:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    connection.request("POST", "/", body, {"Content-Type": "application/json"})
+    connection.request("POST", "/", body, {"Content-Type": "application/json", **(headers or {})})
     reply: dict[str, Any] = json.loads(connection.getresponse().read())
     connection.close()
+    if "result" not in reply:
+        raise RuntimeError(f"port {port}: {reply}")
     return reply
 
 
-class Gunicorn:
-    def __init__(self, app: str, env: dict[str, str]) -> None:
-        self.port = free_port()
-        command = [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "-c",
-            str(ROOT / "gunicorn.conf.py"),
-            "-b",
-            f"127.0.0.1:{self.port}",
-            "--log-level",
-            "warning",
-            app,
-        ]
-        self.process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **env})
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                http.client.HTTPConnection("127.0.0.1", self.port, timeout=1).connect()
-                return
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"gunicorn {app} did not start")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+def fresh(template: bytes) -> bytes:
+    return template.replace(PLACEHOLDER.encode(), uuid.uuid4().hex.encode())
 
 
-def load_wrk(port: int, body: bytes, seconds: float, connections: int) -> float:
+def send_v10() -> bytes:
+    message = {"role": "ROLE_USER", "messageId": PLACEHOLDER, "parts": [{"text": "hi"}]}
+    return rpc_body(
+        "SendMessage", {"message": message, "configuration": {"returnImmediately": True}}
+    )
+
+
+def send_toolnexus() -> bytes:
+    """The toolnexus dialect: 0.3 shapes, no header, returns at once by default."""
+    message = {"role": "user", "messageId": PLACEHOLDER, "parts": [{"kind": "text", "text": "hi"}]}
+    return rpc_body("SendMessage", {"message": message})
+
+
+@dataclass(frozen=True)
+class Load:
+    """One thing to measure: a body (template) posted to a server."""
+
+    name: str
+    port: int
+    body: bytes
+    headers: dict[str, str]
+
+
+# --- load generators -------------------------------------------------------------------
+
+# wrk: the body is built per request when it holds the placeholder; every
+# response is checked, and the errors of all threads are summed in done().
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+{headers}
+local head, tail = {head}, {tail}
+local templated = {templated}
+if not templated then wrk.body = head end
+local threads = {{}}
+function setup(thread)
+  table.insert(threads, thread)
+  thread:set("number", #threads)
+end
+function init(args)
+  errors = 0
+  counter = 0
+  prefix = args[1] .. "-" .. number .. "-"
+end
+if templated then
+  function request()
+    counter = counter + 1
+    return wrk.format(nil, nil, nil, head .. prefix .. counter .. tail)
+  end
+end
+function response(status, headers, body)
+  if status ~= 200 or string.find(body, '"error"', 1, true) then errors = errors + 1 end
+end
+function done(summary, latency, requests)
+  local total = 0
+  for _, thread in ipairs(threads) do total = total + thread:get("errors") end
+  io.write(string.format("bench-errors: %d\\n", total))
+end
+"""
+
+
+def wrk_script(load: Load) -> str:
+    text = load.body.decode()
+    head, templated, tail = text.partition(PLACEHOLDER)
+    headers = "\n".join(
+        f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in load.headers.items()
+    )
+    return WRK_SCRIPT.format(
+        headers=headers,
+        head=json.dumps(head),
+        tail=json.dumps(tail),
+        templated="true" if templated else "false",
+    )
+
+
+def load_wrk(load: Load, seconds: float, connections: int, label: str) -> float:
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n')
-        script.write(f"wrk.body = {json.dumps(body.decode())}\n")
+        script.write(wrk_script(load))
     try:
-        output = subprocess.run(
-            [
-                "wrk",
-                "-t2",
-                f"-c{connections}",
-                f"-d{seconds:g}s",
-                "-s",
-                script.name,
-                f"http://127.0.0.1:{port}/",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        command = ["wrk", "-t2", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s"]
+        command += ["-s", script.name, f"http://127.0.0.1:{load.port}/", "--", label]
+        output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     finally:
         os.unlink(script.name)
-    if "Non-2xx" in output:
-        raise RuntimeError(f"errors under load:\n{output}")
+    errors = re.search(r"bench-errors: (\d+)", output)
+    socket_errors = re.search(r"Socket errors:.*", output)
+    if errors is None or int(errors.group(1)) or socket_errors:
+        raise RuntimeError(f"{load.name}: errors under load:\n{output}")
     match = re.search(r"Requests/sec:\s+([\d.]+)", output)
     assert match, output
     return float(match.group(1))
 
 
-def load_python(port: int, body: bytes, seconds: float, connections: int) -> float:
+def load_python(load: Load, seconds: float, connections: int, label: str) -> float:
     """The fallback generator: one keep-alive connection per thread."""
     counts = [0] * connections
+    failures: list[str] = []
     stop_at = time.monotonic() + seconds
+    templated = PLACEHOLDER.encode() in load.body
 
     def drive(index: int) -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        headers = {"Content-Type": "application/json"}
+        connection = http.client.HTTPConnection("127.0.0.1", load.port, timeout=10)
+        headers = {"Content-Type": "application/json", **load.headers}
         while time.monotonic() < stop_at:
-            connection.request("POST", "/", body, headers)
+            connection.request("POST", "/", fresh(load.body) if templated else load.body, headers)
             response = connection.getresponse()
-            response.read()
-            if response.status != 200:
-                raise RuntimeError(f"HTTP {response.status} under load")
+            reply = response.read()
+            if response.status != 200 or b'"error"' in reply:
+                failures.append(f"HTTP {response.status}: {reply[:200]!r}")
+                return
             counts[index] += 1
         connection.close()
 
@@ -156,66 +216,178 @@ def load_python(port: int, body: bytes, seconds: float, connections: int) -> flo
         thread.start()
     for thread in threads:
         thread.join()
+    if failures:
+        raise RuntimeError(f"{load.name} ({label}): errors under load: {failures[0]}")
     return sum(counts) / (time.monotonic() - started)
 
 
-def measure(port: int, body: bytes, seconds: float, connections: int) -> float:
-    load = load_wrk if shutil.which("wrk") else load_python
-    load(port, body, min(2.0, seconds), connections)  # warm up pools and connections
-    return load(port, body, seconds, connections)
+Generator = Callable[[Load, float, int, str], float]
+
+
+# --- the servers -----------------------------------------------------------------------
+
+
+@dataclass
+class Fleet:
+    loads: dict[str, Load]
+    workers: int  # gunicorn's worker processes (and the PostgreSQL peer's)
+
+
+def start_all(
+    redis_url: str, postgres: str, table: str, servers: list[Server], callbacks: list[Any]
+) -> Fleet:
+    env = {
+        "TOOLNEXUS_STORE": f"{redis_url}/1",
+        "TOOLNEXUS_BROKER_URL": f"{redis_url}/2",
+        "TOOLNEXUS_QUEUE": "bench",
+        "TOOLNEXUS_LOG_LEVEL": "WARNING",
+    }
+    web = gunicorn("web:create_app()", env, "this service")
+    servers.append(web)
+    workers = len(web.workers())
+    task = post(web.port, fresh(send_v10()), A2A_10)["result"]["task"]
+    get_v10 = rpc_body("GetTask", {"id": task["id"]})
+    assert post(web.port, get_v10, A2A_10)["result"]["id"] == task["id"]
+    import redis
+
+    stored = redis.Redis.from_url(f"{redis_url}/1").hget(f"toolnexus:task:{task['id']}", "doc")
+    assert stored, "the stored task was not found where the Redis store keeps it"
+    redis.Redis.from_url(f"{redis_url}/0").set(BASELINE_KEY, stored)
+    trivial = gunicorn(f"bench.web:baseline_app('{redis_url}/0')", env, "trivial Flask")
+    servers.append(trivial)
+    assert post(trivial.port, get_v10)["result"]["id"] == task["id"]
+
+    memory = uvicorn("bench.sdk_peer:create_app", {}, 1, "a2a-sdk in-memory")
+    servers.append(memory)
+    from bench.sdk_peer import drop_table, prepare_table
+
+    prepare_table(postgres, table)
+    callbacks.append(lambda: drop_table(postgres, table))
+    database = uvicorn(
+        "bench.sdk_peer:create_app",
+        {"BENCH_SDK_STORE": postgres, "BENCH_SDK_TABLE": table},
+        workers,
+        f"a2a-sdk on PostgreSQL, {workers} workers",
+    )
+    servers.append(database)
+
+    def peer_get(server: Server) -> bytes:
+        sdk_task = post(server.port, fresh(send_v10()), A2A_10)["result"]["task"]
+        body = rpc_body("GetTask", {"id": sdk_task["id"]})
+        assert post(server.port, body, A2A_10)["result"]["id"] == sdk_task["id"]
+        return body
+
+    get_toolnexus = rpc_body("GetTask", {"id": task["id"]})
+    loads = [
+        Load("toolnexus GetTask", web.port, get_v10, A2A_10),
+        Load("toolnexus SendMessage", web.port, send_v10(), A2A_10),
+        Load("toolnexus GetTask, toolnexus dialect", web.port, get_toolnexus, {}),
+        Load("toolnexus SendMessage, toolnexus dialect", web.port, send_toolnexus(), {}),
+        Load("trivial GetTask", trivial.port, get_v10, A2A_10),
+        Load("sdk memory GetTask", memory.port, peer_get(memory), A2A_10),
+        Load("sdk memory SendMessage", memory.port, send_v10(), A2A_10),
+        Load("sdk postgres GetTask", database.port, peer_get(database), A2A_10),
+        Load("sdk postgres SendMessage", database.port, send_v10(), A2A_10),
+    ]
+    for load in loads:  # every body works once before it is measured
+        post(load.port, fresh(load.body), load.headers)
+    return Fleet({load.name: load for load in loads}, workers)
+
+
+# --- the run ---------------------------------------------------------------------------
+
+
+def measure_all(
+    fleet: Fleet, generator: Generator, rounds: int, seconds: float, connections: int
+) -> dict[str, list[float]]:
+    names = list(fleet.loads)
+    for name in names:  # warm up pools and connections
+        generator(fleet.loads[name], 1.0, connections, f"warm-{uuid.uuid4().hex[:8]}")
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    for round_number in range(rounds):
+        shift = round_number % len(names)
+        for name in names[shift:] + names[:shift]:
+            label = f"r{round_number}-{uuid.uuid4().hex[:8]}"
+            rates[name].append(generator(fleet.loads[name], seconds, connections, label))
+        print(f"  round {round_number + 1}/{rounds} done", flush=True)
+    return rates
+
+
+RATIOS = (
+    # (what, ours, theirs, aim or None)
+    ("GetTask vs trivial Flask + 1 Redis GET", "toolnexus GetTask", "trivial GetTask", 1.0),
+    ("GetTask vs a2a-sdk in-memory", "toolnexus GetTask", "sdk memory GetTask", 1.3),
+    ("SendMessage vs a2a-sdk in-memory", "toolnexus SendMessage", "sdk memory SendMessage", 3.0),
+    ("GetTask vs a2a-sdk on PostgreSQL", "toolnexus GetTask", "sdk postgres GetTask", 5.0),
+    (
+        "SendMessage vs a2a-sdk on PostgreSQL",
+        "toolnexus SendMessage",
+        "sdk postgres SendMessage",
+        5.0,
+    ),
+    (
+        "toolnexus dialect: GetTask vs trivial",
+        "toolnexus GetTask, toolnexus dialect",
+        "trivial GetTask",
+        None,
+    ),
+    (
+        "toolnexus dialect: SendMessage vs a2a-sdk in-memory",
+        "toolnexus SendMessage, toolnexus dialect",
+        "sdk memory SendMessage",
+        None,
+    ),
+)
+
+
+def report(rates: dict[str, list[float]], fleet: Fleet) -> None:
+    print(f"\nreq/s, median of {len(next(iter(rates.values())))} runs (each run's figure after it)")
+    for name, values in rates.items():
+        runs = " ".join(f"{value:,.0f}" for value in values)
+        print(f"  {name:<44} {statistics.median(values):>9,.0f}   [{runs}]")
+    print(
+        "\nratios (median of the per-round ratios, lowest-highest in brackets);"
+        f" gunicorn and the PostgreSQL peer: {fleet.workers} workers"
+    )
+    for what, ours, theirs, aim in RATIOS:
+        per_round = [a / b for a, b in zip(rates[ours], rates[theirs], strict=True)]
+        ratio = statistics.median(per_round)
+        spread = f"{min(per_round):.2f}-{max(per_round):.2f}"
+        verdict = "" if aim is None else f"aim >= {aim:g}x: {'met' if ratio >= aim else 'NOT met'}"
+        print(f"  {what:<52} {ratio:>6.2f}x  ({spread})  {verdict}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    parser.add_argument("--seconds", type=float, default=5.0, help="per run (default 5)")
+    parser.add_argument("--connections", type=int, default=32, help="default 32")
+    parser.add_argument("--postgres", default=POSTGRES, help=f"SQLAlchemy URL (default {POSTGRES})")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 2 rounds of 2 s")
     args = parser.parse_args()
-    generator = "wrk" if shutil.which("wrk") else "python threads"
+    if args.quick:
+        args.rounds, args.seconds = 2, 2.0
+    generator: Generator = load_wrk if shutil.which("wrk") else load_python
     print(
-        f"load: {generator}, {args.connections} connections, {args.seconds:g} s per run;"
-        f" gunicorn.conf.py, {os.cpu_count()} CPUs"
+        f"load: {'wrk' if shutil.which('wrk') else 'python threads'}, {args.connections}"
+        f" connections, {args.rounds} interleaved rounds of {args.seconds:g} s per figure;"
+        f" {os.cpu_count()} CPUs",
+        flush=True,
     )
-
     redis_server = RedisServer().start()
-    servers: list[Gunicorn] = []
+    servers: list[Server] = []
+    callbacks: list[Any] = []
+    table = f"bench_sdk_{uuid.uuid4().hex[:8]}"
     try:
-        env = {
-            "TOOLNEXUS_STORE": f"{redis_server.url}/1",
-            "TOOLNEXUS_BROKER_URL": f"{redis_server.url}/2",
-            "TOOLNEXUS_QUEUE": "bench",
-            "TOOLNEXUS_LOG_LEVEL": "WARNING",
-        }
-        web = Gunicorn("web:create_app()", env)
-        servers.append(web)
-        message = {"role": "user", "messageId": "bench", "parts": [{"kind": "text", "text": "hi"}]}
-        send = rpc_body("SendMessage", {"message": message})
-        task = post(web.port, send)["result"]
-        get = rpc_body("GetTask", {"id": task["id"]})
-        assert post(web.port, get)["result"]["id"] == task["id"]
-
-        import redis
-
-        stored = redis.Redis.from_url(f"{redis_server.url}/1").get(f"toolnexus:task:{task['id']}")
-        redis.Redis.from_url(f"{redis_server.url}/0").set(BASELINE_KEY, stored or b"null")
-        get_rate = measure(web.port, get, args.seconds, args.connections)
-        send_rate = measure(web.port, send, args.seconds, args.connections)
-        web.stop()
-
-        baseline = Gunicorn(f"bench.web:baseline_app('{redis_server.url}/0')", {})
-        servers.append(baseline)
-        assert post(baseline.port, get)["result"]["id"] == task["id"]
-        base_rate = measure(baseline.port, get, args.seconds, args.connections)
-        baseline.stop()
+        fleet = start_all(redis_server.url, args.postgres, table, servers, callbacks)
+        rates = measure_all(fleet, generator, args.rounds, args.seconds, args.connections)
     finally:
-        for server in servers:
+        for server in reversed(servers):
             server.stop()
+        for callback in callbacks:
+            callback()
         redis_server.close()
-
-    print(f"{'baseline (Flask, 1 Redis GET)':<34} {base_rate:>9,.0f} req/s")
-    for name, rate in (("GetTask", get_rate), ("SendMessage (+ Celery publish)", send_rate)):
-        print(f"{name:<34} {rate:>9,.0f} req/s   {rate / base_rate:.2f}x baseline")
-    aim = "met" if get_rate >= 0.8 * base_rate else "NOT met"
-    print(f"aim GetTask >= 0.8x baseline: {aim}")
+    report(rates, fleet)
 
 
 if __name__ == "__main__":

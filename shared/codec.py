@@ -1,24 +1,45 @@
 """JSON in and out of the stores and the wire: one place, one strictness.
 
-`encode` refuses what is not JSON (NaN, lone surrogates that no UTF-8 store
-could write back) instead of writing something no reader accepts.
+orjson does the work where it gives the same answer as the standard
+library, which takes over where it would not: integers beyond 64 bits
+(orjson refuses them on output, and would read them back as floats) and
+anything else it refuses. `encode` refuses what is not JSON (NaN, lone
+surrogates that no UTF-8 store could write back) instead of writing
+something no reader accepts.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
+import orjson
+
 _compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+# 19 digits in a row: possibly an integer too big for 64 bits.
+_LONG_NUMBER = re.compile(rb"\d{19}")
 
 
-def encode(value: Any) -> str:
+def strict_json(value: Any) -> str:
+    """`value` as JSON text, refusing what JSON cannot carry (NaN, infinities,
+    objects of other kinds) where the fast encoder would write null."""
     return _compact.encode(value)
 
 
 def encode_bytes(value: Any) -> bytes:
-    return _compact.encode(value).encode("utf-8")
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # a 64-bit overflow, or a surrogate: the strict encoder decides
+        return _compact.encode(value).encode("utf-8")
+
+
+def encode(value: Any) -> str:
+    return encode_bytes(value).decode("utf-8")
 
 
 def decode(data: str | bytes) -> Any:
-    return json.loads(data)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    if _LONG_NUMBER.search(raw):
+        return json.loads(raw)
+    return orjson.loads(raw)

@@ -71,6 +71,20 @@ def status_update(task: Task, state: str, message: Message | None = None) -> Sta
     }
 
 
+def current_status(task: Task) -> StatusUpdate:
+    """The status update saying what `task`'s status is (its own timestamp):
+    the first event of a new task, and the event of a task saved whole."""
+    status = task["status"]
+    state = status.get("state", "")
+    return {
+        "kind": "status-update",
+        "taskId": task["id"],
+        "contextId": task.get("contextId", ""),
+        "status": status,
+        "final": is_terminal(state) or state in INTERRUPTED_STATES,
+    }
+
+
 def artifact_update(
     task: Task, artifact: Artifact, *, append: bool = False, last_chunk: bool = True
 ) -> ArtifactUpdate:

@@ -12,6 +12,8 @@ Layout under the directory:
   .contexts/<hash>   the owner of a context
   .locks/<n>         64 lock files striped by id, for compare-and-append
                      across processes (flock), without a lock file per task
+  .expires/<id>      for a finished task when a time to live is set: its
+                     mtime is the moment it expires (the reaper purges it)
   .beat              touched by each run of the reaper
 
 Several processes on one host (or one shared volume with working flock)
@@ -35,12 +37,22 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import cast
 
 from shared.codec import decode, encode
 from shared.errors import ContextTaken, StoreError
-from shared.events import Event, fold, status_update
-from shared.store import Commit, Created, Record, digest, is_safe_id, require_safe_id
-from shared.task import SUBMITTED, WORKING, Task, state_of
+from shared.events import Event, current_status, fold
+from shared.listing import Listing, Query, StatusHistory, history_of, list_by_scan
+from shared.store import (
+    Commit,
+    Created,
+    Record,
+    digest,
+    is_safe_id,
+    message_key,
+    require_safe_id,
+)
+from shared.task import SUBMITTED, WORKING, Task, is_terminal, state_of
 from shared.watching import Notifier, Waiter
 
 log = logging.getLogger(__name__)
@@ -49,22 +61,38 @@ Clock = Callable[[], float]
 _STRIPES = 64
 _POLL = 0.05  # how often watched logs are checked for growth, seconds
 _SEQ = re.compile(rb'\{"seq":(\d+),')
+_HEAD_SEQ = re.compile(rb'\{\s*"seq":\s*(\d+),')
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class FileStore:
-    def __init__(self, directory: str | os.PathLike[str], clock: Clock = time.time) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        clock: Clock = time.time,
+        terminal_ttl: float | None = None,
+    ) -> None:
         self.directory = Path(directory)
         self._clock = clock
+        self._ttl = terminal_ttl
+        self._expires = self.directory / ".expires"
         self._log = self.directory / ".log"
         self._working = self.directory / ".working"
         self._waiting = self.directory / ".waiting"
         self._messages = self.directory / ".messages"
         self._contexts = self.directory / ".contexts"
         self._locks = self.directory / ".locks"
-        folders = (self._log, self._working, self._waiting, self._messages, self._contexts)
+        folders = (
+            self._log,
+            self._working,
+            self._waiting,
+            self._messages,
+            self._contexts,
+            self._expires,
+        )
         for folder in (self.directory, *folders, self._locks):
-            folder.mkdir(parents=True, exist_ok=True)
+            # Only this service's user reads or writes what the store creates.
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             if folder.is_symlink():
                 raise StoreError(f"task store: {folder} is a symbolic link; refusing to use it")
         self._notifier = Notifier()
@@ -79,7 +107,7 @@ class FileStore:
 
     def save(self, task: Task) -> Task:
         task_id = require_safe_id(task.get("id"))
-        event = status_update(task, state_of(task) or SUBMITTED)
+        event = current_status(task)
         with self._locked(task_id):
             current = self._read(task_id)
             seq = (current.seq if current is not None else self._last_seq(task_id)) + 1
@@ -90,23 +118,27 @@ class FileStore:
 
     # --- EventStore ----------------------------------------------------------
 
-    def create(self, task: Task, message_key: str | None = None) -> Created:
+    def create(
+        self, task: Task, message_key: str | None = None, supersedes: str | None = None
+    ) -> Created:
         task_id = require_safe_id(task.get("id"))
         record_path = self._messages / message_key if message_key else None
-        with self._locked(message_key or task_id):
+        # Both stripes at once, in order: taken one inside the other they could
+        # be the same stripe (flock then waits on itself) or be taken in the
+        # opposite order by another create (each waits on the other).
+        with self._locked(message_key or task_id, task_id):
             if record_path is not None and (earlier := _read_text(record_path)):
                 found = self.get(earlier) if is_safe_id(earlier) else None
-                if found is not None:
+                if found is not None and earlier != supersedes:
                     return Created(found, False)
             self._claim_context(task["contextId"], task.get("owner", ""))
             if record_path is not None:
                 # The record first: a crash before the task is written leaves a
                 # record of nothing, which a retry overwrites; never two tasks.
                 _write_atomically(record_path, task_id.encode())
-            with self._locked(task_id):
-                self._append(task_id, 1, [status_update(task, SUBMITTED)])
-                self._write_snapshot(task_id, 1, task)
-                self._indexed(task_id, SUBMITTED)
+            self._append(task_id, 1, [current_status(task)])
+            self._write_snapshot(task_id, 1, task)
+            self._indexed(task_id, SUBMITTED)
         return Created(task, True)
 
     def read(self, task_id: str) -> Record | None:
@@ -117,8 +149,7 @@ class FileStore:
     def commit(self, commit: Commit) -> bool:
         task_id = require_safe_id(commit.task.get("id"))
         with self._locked(task_id):
-            current = self._read(task_id)
-            if current is None or current.seq != commit.expected:
+            if self._seq(task_id) != commit.expected:
                 return False
             seq = commit.expected + len(commit.events)
             self._append(task_id, commit.expected + 1, commit.events)
@@ -147,6 +178,12 @@ class FileStore:
             if task is not None:
                 tasks[path.stem] = task
         return tasks
+
+    def listing(self, query: Query) -> Listing:
+        return list_by_scan(self.all().values(), self._statuses, query)
+
+    def _statuses(self, task_id: str) -> StatusHistory:
+        return history_of(self.events(task_id, 0))
 
     def heartbeat(self, task_id: str) -> None:
         if is_safe_id(task_id):
@@ -181,12 +218,40 @@ class FileStore:
             os.unlink(probe)
         except OSError as error:
             raise StoreError(
-                f"task store unavailable: {self.directory}: {error.strerror}"
+                f"task store unavailable: {self.directory}: {error.strerror}",
+                f"the task directory is not writable ({error.strerror})",
             ) from None
 
     # --- reading and writing under the stripe lock --------------------------
 
     def _read(self, task_id: str) -> Record | None:
+        if self._ttl and _mtime_of(self._expires / task_id) <= self._clock():
+            return None  # finished and past its time to live: the reaper purges it
+        snapshot = self._snapshot(task_id)
+        if snapshot is None:
+            return None
+        base, task = snapshot
+        tail = self._logged(task_id, base)
+        events = [decode(line)["event"] for _, line in tail]
+        seq = tail[-1][0] if tail else base
+        return Record(fold(task, events), seq, len(tail))
+
+    def _seq(self, task_id: str) -> int | None:
+        """The number of the task's last event, without reading the task: the
+        snapshot's own number is at its head, the rest is the log's tail. A
+        change then costs the same for a tiny task and a huge one."""
+        if self._ttl and _mtime_of(self._expires / task_id) <= self._clock():
+            return None
+        head = _read_bytes(self.directory / f"{task_id}.json", limit=64)
+        found = _HEAD_SEQ.match(head or b"")
+        if found is None:
+            record = self._read(task_id)  # not written by this store: read it whole
+            return record.seq if record is not None else None
+        tail = self._logged(task_id, int(found.group(1)))
+        return tail[-1][0] if tail else int(found.group(1))
+
+    def _snapshot(self, task_id: str) -> tuple[int, Task] | None:
+        """The task as last written whole, and the event it includes."""
         raw = _read_bytes(self.directory / f"{task_id}.json")
         if raw is None:
             return None
@@ -197,10 +262,7 @@ class FileStore:
             return None  # unreadable reads as missing: a corrupt file must not take a request down
         if not isinstance(base, int) or not isinstance(task, dict):
             return None
-        tail = self._logged(task_id, base)
-        events = [decode(line)["event"] for _, line in tail]
-        seq = tail[-1][0] if tail else base
-        return Record(fold(task, events), seq, len(tail))  # type: ignore[arg-type]
+        return base, cast(Task, task)
 
     def _logged(self, task_id: str, after: int) -> list[tuple[int, bytes]]:
         """The log lines numbered above `after`, oldest first; read from the
@@ -248,7 +310,39 @@ class FileStore:
                 _touch(marker, now)
             else:
                 marker.unlink(missing_ok=True)
+        if self._ttl and is_terminal(state):
+            _touch(self._expires / task_id, now + self._ttl)
         self._notifier.notify(task_id)
+
+    def purge_expired(self) -> int:
+        """Remove every finished task past its time to live, with its log,
+        markers and message record; the number removed."""
+        if not self._ttl:
+            return 0
+        purged = 0
+        for task_id in _older(self._expires, self._clock()):
+            with self._locked(task_id):
+                snapshot = self._snapshot(task_id)
+                record = self._message_record(snapshot[1]) if snapshot else None
+                if record is not None and _read_text(record) == task_id:  # not a newer task's
+                    record.unlink(missing_ok=True)
+                for path in (
+                    self.directory / f"{task_id}.json",
+                    self._log / f"{task_id}.jsonl",
+                    self._working / task_id,
+                    self._waiting / task_id,
+                    self._expires / task_id,
+                ):
+                    path.unlink(missing_ok=True)
+            purged += 1
+        return purged
+
+    def _message_record(self, task: Task) -> Path | None:
+        """Where the record of the message that created `task` is kept."""
+        history = task.get("history") or []
+        if not history or not history[0].get("messageId"):
+            return None
+        return self._messages / message_key(task.get("owner", ""), history[0]["messageId"])
 
     def _claim_context(self, context_id: str, owner: str) -> None:
         path = self._contexts / digest(context_id)
@@ -258,14 +352,19 @@ class FileStore:
             raise ContextTaken(f"context {context_id} belongs to another caller")
 
     @contextmanager
-    def _locked(self, name: str) -> Iterator[None]:
-        stripe = zlib.crc32(name.encode()) % _STRIPES
-        fd = _open(self._locks / str(stripe), os.O_RDWR | os.O_CREAT)
+    def _locked(self, *names: str) -> Iterator[None]:
+        """The stripe locks of `names`, each once, in ascending order (so two
+        holders of several stripes never wait on each other)."""
+        stripes = sorted({zlib.crc32(name.encode()) % _STRIPES for name in names})
+        held: list[int] = []
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            for stripe in stripes:
+                held.append(_open(self._locks / str(stripe), os.O_RDWR | os.O_CREAT))
+                fcntl.flock(held[-1], fcntl.LOCK_EX)
             yield
         finally:
-            os.close(fd)  # closing the descriptor releases the flock
+            for fd in reversed(held):
+                os.close(fd)  # closing the descriptor releases the flock
 
     # --- telling waiters in this process about other processes' writes ------
 
@@ -296,7 +395,7 @@ class FileStore:
 
 def _open(path: Path, flags: int) -> int:
     try:
-        return os.open(path, flags | _NOFOLLOW, 0o644)
+        return os.open(path, flags | _NOFOLLOW, 0o600)
     except OSError as error:
         if error.errno == errno.ELOOP:
             log.warning("task store: refusing to follow the symbolic link %s", path)
@@ -304,7 +403,8 @@ def _open(path: Path, flags: int) -> int:
         raise
 
 
-def _read_bytes(path: Path) -> bytes | None:
+def _read_bytes(path: Path, limit: int = -1) -> bytes | None:
+    """The file's content (its first `limit` bytes), never through a link."""
     try:
         fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
     except OSError as error:
@@ -313,7 +413,7 @@ def _read_bytes(path: Path) -> bytes | None:
         return None
     try:
         with os.fdopen(fd, "rb") as file:
-            return file.read()
+            return file.read(limit)
     except OSError:
         return None
 
@@ -375,6 +475,13 @@ def _older(folder: Path, cutoff: float) -> list[str]:
         ]
 
 
+def _mtime_of(path: Path) -> float:
+    try:
+        return os.stat(path, follow_symlinks=False).st_mtime
+    except FileNotFoundError:
+        return float("inf")
+
+
 def _mtime(entry: os.DirEntry[str]) -> float:
     try:
         return entry.stat(follow_symlinks=False).st_mtime
@@ -382,5 +489,9 @@ def _mtime(entry: os.DirEntry[str]) -> float:
         return float("inf")  # removed while listing: it left the index
 
 
-def file_store(directory: str | os.PathLike[str], clock: Clock = time.time) -> FileStore:
-    return FileStore(directory, clock)
+def file_store(
+    directory: str | os.PathLike[str],
+    clock: Clock = time.time,
+    terminal_ttl: float | None = None,
+) -> FileStore:
+    return FileStore(directory, clock, terminal_ttl)

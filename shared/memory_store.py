@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 
 from shared.codec import decode, encode
 from shared.errors import ContextTaken
-from shared.events import Event, fold, status_update
+from shared.events import Event, current_status, fold
+from shared.listing import Listing, Query, list_by_scan, trimmed
 from shared.store import LOG_LIMIT, Commit, Created, Record, is_safe_id, require_safe_id
-from shared.task import SUBMITTED, WORKING, Task, is_terminal, state_of
+from shared.task import SUBMITTED, WORKING, Task, epoch, is_terminal, state_of
 from shared.watching import Notifier, Waiter
 
 Clock = Callable[[], float]
@@ -35,6 +36,8 @@ class _Entry:
     log: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=LOG_LIMIT))
     message_key: str | None = None
     expires: float | None = None
+    # (status time, state) of each status it has had, for listings that hold still
+    statuses: list[tuple[float, str]] = field(default_factory=list)
 
 
 class MemoryStore:
@@ -59,7 +62,7 @@ class MemoryStore:
 
     def save(self, task: Task) -> Task:
         task_id = require_safe_id(task.get("id"))
-        event = encode(status_update(task, state_of(task) or SUBMITTED))
+        event = encode(current_status(task))
         snapshot = encode(task)
         with self._lock:
             entry = self._entries.get(task_id)
@@ -68,21 +71,23 @@ class MemoryStore:
             entry.seq += 1
             entry.snapshot, entry.base, entry.tail = snapshot, entry.seq, []
             entry.log.append((entry.seq, event))
-            self._indexed(task_id, entry, state_of(task))
+            self._indexed(task_id, entry, state_of(task), _status_time(task))
         self._notifier.notify(task_id)
         return task
 
     # --- EventStore ----------------------------------------------------------
 
-    def create(self, task: Task, message_key: str | None = None) -> Created:
+    def create(
+        self, task: Task, message_key: str | None = None, supersedes: str | None = None
+    ) -> Created:
         task_id = require_safe_id(task.get("id"))
-        snapshot, event = encode(task), encode(status_update(task, SUBMITTED))
+        snapshot, event = encode(task), encode(current_status(task))
         context, owner = task["contextId"], task.get("owner", "")
         with self._lock:
             self._expire()
             if message_key is not None and (earlier := self._messages.get(message_key)):
                 entry = self._entries.get(earlier)
-                if entry is not None:
+                if entry is not None and earlier != supersedes:
                     return Created(self._folded(entry), False)
             if self._contexts.setdefault(context, owner) != owner:
                 raise ContextTaken(f"context {context} belongs to another caller")
@@ -91,7 +96,7 @@ class MemoryStore:
             self._entries[task_id] = entry
             if message_key is not None:
                 self._messages[message_key] = task_id
-            self._indexed(task_id, entry, SUBMITTED)
+            self._indexed(task_id, entry, SUBMITTED, _status_time(task))
         self._notifier.notify(task_id)
         return Created(task, True)
 
@@ -121,7 +126,7 @@ class MemoryStore:
                 entry.snapshot, entry.base, entry.tail = snapshot, entry.seq, []
             else:
                 entry.tail.extend(events)
-            self._indexed(task_id, entry, state_of(commit.task))
+            self._indexed(task_id, entry, state_of(commit.task), _status_time(commit.task))
         self._notifier.notify(task_id)
         return True
 
@@ -144,6 +149,14 @@ class MemoryStore:
             ids = list(self._entries)
         tasks = {task_id: self.get(task_id) for task_id in ids}
         return {task_id: task for task_id, task in tasks.items() if task is not None}
+
+    def listing(self, query: Query) -> Listing:
+        return list_by_scan(self.all().values(), self._statuses, query)
+
+    def _statuses(self, task_id: str) -> list[tuple[float, str]]:
+        with self._lock:
+            entry = self._entries.get(task_id)
+            return list(entry.statuses) if entry else []
 
     def heartbeat(self, task_id: str) -> None:
         with self._lock:
@@ -175,8 +188,11 @@ class MemoryStore:
 
     # --- under the lock ------------------------------------------------------
 
-    def _indexed(self, task_id: str, entry: _Entry, state: str) -> None:
+    def _indexed(self, task_id: str, entry: _Entry, state: str, status_time: float) -> None:
         now = self._clock()
+        if not entry.statuses or entry.statuses[-1] != (status_time, state):
+            entry.statuses.append((status_time, state))
+            trimmed(entry.statuses, now)
         _place(self._heartbeats, task_id, now, state == WORKING)
         _place(self._waiting, task_id, now, state == SUBMITTED)
         if self._ttl and is_terminal(state):
@@ -186,20 +202,32 @@ class MemoryStore:
     def _expired(self, entry: _Entry) -> bool:
         return entry.expires is not None and entry.expires <= self._clock()
 
-    def _expire(self) -> None:
-        """Forget finished tasks past their time to live, with their message keys."""
+    def purge_expired(self) -> int:
+        with self._lock:
+            return self._expire()
+
+    def _expire(self) -> int:
+        """Forget finished tasks past their time to live, with their message
+        keys; the number forgotten."""
+        forgotten = 0
         now = self._clock()
         while self._expiries and self._expiries[0][0] <= now:
             _, task_id = heapq.heappop(self._expiries)
             entry = self._entries.get(task_id)
             if entry is not None and self._expired(entry):
                 del self._entries[task_id]
+                forgotten += 1
                 if entry.message_key is not None:
                     self._messages.pop(entry.message_key, None)
+        return forgotten
 
     def _folded(self, entry: _Entry) -> Task:
         task: Task = fold(decode(entry.snapshot), [decode(event) for event in entry.tail])
         return task
+
+
+def _status_time(task: Task) -> float:
+    return epoch(task["status"].get("timestamp", ""))
 
 
 def _place(index: dict[str, float], task_id: str, now: float, member: bool) -> None:

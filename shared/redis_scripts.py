@@ -1,24 +1,34 @@
 """The Redis store's server-side scripts: each write is one atomic step.
 
 A task is a hash (`doc`: the JSON snapshot; `seq`: its last event's
-number; `base`: the event the snapshot includes; `state`; `mkey`: the
-message key that created it), a tail string (the events since the
-snapshot, one JSON per line), a stream (the event log, entry ids `0-<seq>`)
-and its entries in the time indexes. The scripts compare `seq` and never
-decode a task, so a change costs the same for a tiny task and a huge one.
+number; `base`: the event the snapshot includes; `state` and `ts` (its
+status time, seconds since the epoch); `o` and `c`: digests of its owner
+and context; `mkey`: the message key that created it), a tail string (the
+events since the snapshot, one JSON per line), a stream (the event log,
+entry ids `0-<seq>`), a list of its status changes (`hist`: "ts|state",
+for listings that hold still, see `shared.listing`) and its entries in the
+indexes: the time indexes of working and waiting tasks, and the listing
+indexes of its owner (all, per context, per state) scored by status time.
+The scripts compare `seq` and never decode a task, so a change costs the
+same for a tiny task and a huge one.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-# KEYS: task, tail, log, message key (or a placeholder), context key, waiting index
+from shared.listing import WINDOW
+
+# KEYS: task, tail, log, message key (or a placeholder), context key, waiting
+#       index, status history
 # ARGV: snapshot, first event, task id, now, owner, has message key ("1"/"0"),
-#       key prefix, channel, log limit
+#       key prefix, channel, log limit, the task id the key may be moved from
+#       (""), status time, owner digest, context digest
 CREATE: Final = """
 if ARGV[6] == '1' then
   local earlier = redis.call('GET', KEYS[4])
-  if earlier and redis.call('EXISTS', ARGV[7] .. 'task:' .. earlier) == 1 then
+  if earlier and earlier ~= ARGV[10]
+      and redis.call('EXISTS', ARGV[7] .. 'task:' .. earlier) == 1 then
     return {'existing', earlier}
   end
 end
@@ -30,19 +40,27 @@ if ARGV[6] == '1' then
   mkey = KEYS[4]
   redis.call('SET', KEYS[4], ARGV[3])
 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'seq', 1, 'base', 1, 'state', 'submitted', 'mkey', mkey)
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[7])
+redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'seq', 1, 'base', 1, 'state', 'submitted',
+  'mkey', mkey, 'ts', ARGV[11], 'o', ARGV[12], 'c', ARGV[13])
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[9], '0-1', 'e', ARGV[2])
 redis.call('ZADD', KEYS[6], ARGV[4], ARGV[3])
+redis.call('RPUSH', KEYS[7], ARGV[11] .. '|submitted')
+local listed = ARGV[7] .. 'lidx:' .. ARGV[12]
+redis.call('ZADD', listed, ARGV[11], ARGV[3])
+redis.call('ZADD', listed .. ':ctx:' .. ARGV[13], ARGV[11], ARGV[3])
+redis.call('ZADD', listed .. ':state:submitted', ARGV[11], ARGV[3])
 redis.call('PUBLISH', ARGV[8], ARGV[3])
 return {'created', ARGV[3]}
 """
 
-# KEYS: task, tail, log, working index, waiting index
+# KEYS: task, tail, log, working index, waiting index, status history,
+#       expiring index
 # ARGV: expected seq ('' = overwrite whatever is there: `save`), snapshot
 #       ('' = append to the tail only), new state, now, ttl seconds (0 = keep),
-#       task id, channel, log limit, then one JSON event per argument
-COMMIT: Final = """
+#       task id, channel, log limit, key prefix, status time, owner digest,
+#       context digest, then one JSON event per argument
+COMMIT: Final = f"""
 local seq
 if ARGV[1] == '' then
   if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then redis.call('DEL', KEYS[1]) end
@@ -51,34 +69,83 @@ else
   seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '-1')
   if seq ~= tonumber(ARGV[1]) then return 0 end
 end
-local first = 9
+local state, ts, id = ARGV[3], ARGV[10], ARGV[6]
+local was = redis.call('HMGET', KEYS[1], 'state', 'ts')
+local first = 13
 for i = first, #ARGV do
   seq = seq + 1
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '0-' .. seq, 'e', ARGV[i])
 end
 if ARGV[2] ~= '' then
-  redis.call('HSET', KEYS[1], 'doc', ARGV[2], 'seq', seq, 'base', seq, 'state', ARGV[3])
+  redis.call('HSET', KEYS[1], 'doc', ARGV[2], 'seq', seq, 'base', seq)
   redis.call('DEL', KEYS[2])
 else
-  redis.call('HSET', KEYS[1], 'seq', seq, 'state', ARGV[3])
+  redis.call('HSET', KEYS[1], 'seq', seq)
   for i = first, #ARGV do redis.call('APPEND', KEYS[2], ARGV[i] .. '\\n') end
 end
-if ARGV[3] == 'working' then
-  redis.call('ZADD', KEYS[4], ARGV[4], ARGV[6])
-else
-  redis.call('ZREM', KEYS[4], ARGV[6])
+if was[1] ~= state or was[2] ~= ts then
+  redis.call('HSET', KEYS[1], 'state', state, 'ts', ts, 'o', ARGV[11], 'c', ARGV[12])
+  local listed = ARGV[9] .. 'lidx:' .. ARGV[11]
+  redis.call('ZADD', listed, ts, id)
+  redis.call('ZADD', listed .. ':ctx:' .. ARGV[12], ts, id)
+  if was[1] and was[1] ~= state then redis.call('ZREM', listed .. ':state:' .. was[1], id) end
+  redis.call('ZADD', listed .. ':state:' .. state, ts, id)
+  redis.call('RPUSH', KEYS[6], ts .. '|' .. state)
+  -- Changes older than the listing window go, but the last of them stays.
+  for _ = 1, 2 do
+    local second = redis.call('LINDEX', KEYS[6], 1)
+    if not second or tonumber(string.match(second, '^[^|]*')) >= tonumber(ARGV[4]) - {WINDOW} then
+      break
+    end
+    redis.call('LPOP', KEYS[6])
+  end
 end
-if ARGV[3] == 'submitted' then
-  redis.call('ZADD', KEYS[5], ARGV[4], ARGV[6])
+if state == 'working' then
+  redis.call('ZADD', KEYS[4], ARGV[4], id)
 else
-  redis.call('ZREM', KEYS[5], ARGV[6])
+  redis.call('ZREM', KEYS[4], id)
+end
+if state == 'submitted' then
+  redis.call('ZADD', KEYS[5], ARGV[4], id)
+else
+  redis.call('ZREM', KEYS[5], id)
 end
 local ttl = tonumber(ARGV[5])
 if ttl > 0 then
   for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ttl) end
+  redis.call('EXPIRE', KEYS[6], ttl)
   local mkey = redis.call('HGET', KEYS[1], 'mkey')
   if mkey and mkey ~= '' then redis.call('EXPIRE', mkey, ttl) end
+  local member = id .. '|' .. ARGV[11] .. '|' .. ARGV[12] .. '|' .. state
+  redis.call('ZADD', KEYS[7], tonumber(ARGV[4]) + ttl, member)
 end
-redis.call('PUBLISH', ARGV[7], ARGV[6])
+redis.call('PUBLISH', ARGV[7], id)
 return 1
+"""
+
+# One task, as one reply: its snapshot, event number and tail, read together
+# (a snapshot rewritten between two separate reads would lose events).
+# KEYS: task, tail. A key of the wrong type is an error (unreadable data).
+READ: Final = """
+local found = redis.call('HMGET', KEYS[1], 'doc', 'seq')
+return {found[1], found[2], redis.call('GET', KEYS[2])}
+"""
+
+# Listing entries of tasks that expired. KEYS: expiring index.
+# ARGV: now, key prefix. Returns how many were removed.
+FORGET_EXPIRED: Final = """
+local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 1000)
+for _, member in ipairs(gone) do
+  local id, owner, context, state = member:match('^([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  if not id then
+    redis.call('ZREM', KEYS[1], member)
+  elseif redis.call('EXISTS', ARGV[2] .. 'task:' .. id) == 0 then
+    local listed = ARGV[2] .. 'lidx:' .. owner
+    redis.call('ZREM', listed, id)
+    redis.call('ZREM', listed .. ':ctx:' .. context, id)
+    redis.call('ZREM', listed .. ':state:' .. state, id)
+    redis.call('ZREM', KEYS[1], member)
+  end
+end
+return #gone
 """

@@ -29,15 +29,20 @@ from redis.retry import Retry
 
 from shared.codec import decode, encode
 from shared.errors import ContextTaken, StoreError
-from shared.events import Event, fold, status_update
+from shared.events import Event, current_status, fold
+from shared.listing import Listing, Query
 from shared.redis_listener import Listener
-from shared.redis_scripts import COMMIT, CREATE
+from shared.redis_listing import RedisListing
+from shared.redis_scripts import COMMIT, CREATE, FORGET_EXPIRED, READ
 from shared.store import LOG_LIMIT, Commit, Created, Record, digest, is_safe_id, require_safe_id
-from shared.task import SUBMITTED, Task, is_terminal, state_of
+from shared.task import Task, epoch, is_terminal, state_of
 from shared.text import truncated
 from shared.watching import Waiter
 
 Clock = Callable[[], float]
+# Connections per process: enough for the commands in flight at once (a
+# waiting request holds none), not one per open request.
+POOL_SIZE = 64
 
 
 class RedisStore:
@@ -55,10 +60,13 @@ class RedisStore:
         self._waiting = f"{prefix}waiting"
         self._channel = f"{prefix}events"
         self._beat = f"{prefix}beat"
+        self._expiring = f"{prefix}expiring"
         self._ttl = int(terminal_ttl) if terminal_ttl else 0
         self._clock = clock
         self._create = client.register_script(CREATE)
         self._commit = client.register_script(COMMIT)
+        self._forget_expired = client.register_script(FORGET_EXPIRED)
+        self._read = client.register_script(READ)
         self._listener = Listener(client, self._channel)
 
     # --- the contract ------------------------------------------------------
@@ -69,13 +77,15 @@ class RedisStore:
 
     def save(self, task: Task) -> Task:
         require_safe_id(task.get("id"))
-        event = status_update(task, state_of(task) or SUBMITTED)
+        event = current_status(task)
         self._write(task, [event], expected=None, snapshot=True)
         return task
 
     # --- EventStore ----------------------------------------------------------
 
-    def create(self, task: Task, message_key: str | None = None) -> Created:
+    def create(
+        self, task: Task, message_key: str | None = None, supersedes: str | None = None
+    ) -> Created:
         task_id = require_safe_id(task.get("id"))
         owner = task.get("owner", "")
         keys = [
@@ -85,10 +95,11 @@ class RedisStore:
             self._key("msg", message_key or "none"),
             self._key("ctx", digest(task["contextId"])),
             self._waiting,
+            self._key("hist", task_id),
         ]
         args = [
             encode(task),
-            encode(status_update(task, SUBMITTED)),
+            encode(current_status(task)),
             task_id,
             repr(self._clock()),
             owner,
@@ -96,6 +107,8 @@ class RedisStore:
             self._prefix,
             self._channel,
             LOG_LIMIT,
+            supersedes or "",
+            *self._listed(task),
         ]
         with self._reachable():
             outcome, found = cast(list[bytes], self._create(keys=keys, args=args))
@@ -105,18 +118,17 @@ class RedisStore:
             earlier = self.get(found.decode())
             if earlier is not None:
                 return Created(earlier, False)
-            return self.create(task, message_key)  # it expired meanwhile
+            return self.create(task, message_key, supersedes)  # it expired meanwhile
         return Created(task, True)
 
     def read(self, task_id: str) -> Record | None:
         if not is_safe_id(task_id):
             return None
         with self._reachable():
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hmget(self._key("task", task_id), "doc", "seq")
-            pipe.get(self._key("tail", task_id))
             try:
-                (doc, seq), tail = pipe.execute()
+                doc, seq, tail = self._read(
+                    keys=[self._key("task", task_id), self._key("tail", task_id)]
+                )
             except redis.ResponseError as error:
                 if _wrong_type(error):
                     return None  # a key of the wrong type is unreadable data
@@ -193,6 +205,19 @@ class RedisStore:
             value = self.client.get(self._beat)
         return float(cast(bytes, value)) if value is not None else None
 
+    def listing(self, query: Query) -> Listing:
+        with self._reachable():
+            return RedisListing(self.client, self._prefix).answer(query)
+
+    def purge_expired(self) -> int:
+        """Redis expires finished tasks by itself; this drops their entries
+        from the listing indexes, so listings and their totals stay exact."""
+        with self._reachable():
+            forgotten = self._forget_expired(
+                keys=[self._expiring], args=[repr(self._clock()), self._prefix]
+            )
+        return int(cast(int, forgotten))
+
     def ping(self) -> None:
         """Reads and a small write: a read-only replica or a Redis out of
         memory answers PING but refuses every task it would be sent."""
@@ -213,6 +238,8 @@ class RedisStore:
             self._key("log", task_id),
             self._working,
             self._waiting,
+            self._key("hist", task_id),
+            self._expiring,
         ]
         args = [
             "" if expected is None else expected,
@@ -223,6 +250,8 @@ class RedisStore:
             task_id,
             self._channel,
             LOG_LIMIT,
+            self._prefix,
+            *self._listed(task),
             *(encode(event) for event in events),
         ]
         with self._reachable():
@@ -232,6 +261,12 @@ class RedisStore:
                 if _wrong_type(error):
                     return False  # unreadable data, so not the task the caller read
                 raise
+
+    def _listed(self, task: Task) -> tuple[str, str, str]:
+        """What the listing indexes file a task under: its status time and the
+        digests of its owner and context."""
+        status_time = epoch(task["status"].get("timestamp", ""))
+        return repr(status_time), digest(task.get("owner", "")), digest(task["contextId"])
 
     def _older(self, index: str, cutoff: float) -> list[str]:
         with self._reachable():
@@ -313,14 +348,20 @@ def redis_store(
     """A store on the Redis at `url`; nothing is sent until first use.
 
     `timeout` bounds every call, so a peer hears "store unavailable" within
-    seconds when Redis is down, instead of a request hanging.
+    seconds when Redis is down, instead of a request hanging. Connections
+    are pooled and waited for: a front end holds thousands of requests at
+    once, and a burst of them queues for a connection (up to `timeout`)
+    instead of failing the moment all connections are busy.
     """
-    client = redis.Redis.from_url(
+    pool = redis.BlockingConnectionPool.from_url(
         url,
+        max_connections=POOL_SIZE,
+        timeout=timeout,
         socket_timeout=timeout,
         socket_connect_timeout=timeout,
         health_check_interval=15,
         retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
     )
+    client = redis.Redis(connection_pool=pool)
     return RedisStore(client, prefix=prefix, terminal_ttl=terminal_ttl, clock=clock)

@@ -43,7 +43,7 @@ def resolve_store(spec: object = None, *, terminal_ttl: float | None = None) -> 
         return spec
     check_store_spec(spec)
     if spec.startswith("file:"):
-        return file_store(spec.removeprefix("file:"))
+        return file_store(spec.removeprefix("file:"), terminal_ttl=terminal_ttl)
     if spec.startswith(_REDIS_SCHEMES):
         return redis_store(spec, terminal_ttl=terminal_ttl)
     target = load_object(spec, "TOOLNEXUS_STORE")

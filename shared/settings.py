@@ -80,6 +80,70 @@ def _names(value: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in value.split(",") if item.strip())
 
 
+def _tokens(value: str) -> tuple[str, ...]:
+    """Comma-separated `name:token` or bare tokens; a value that names none
+    (",", " , ") is a mistake, not a wish to run open: empty means open."""
+    entries = _names(value)
+    if value and not entries:
+        raise ValueError("names no token: use tok1,tok2 or name:token entries, or leave it empty")
+    for entry in entries:
+        name, colon, secret = entry.partition(":")
+        if colon and not secret.strip():
+            raise ValueError(f"the entry for {name.strip()!r} has no token after ':'")
+    return entries
+
+
+def _host_names(value: str) -> tuple[str, ...]:
+    names = tuple(name.lower() for name in _names(value))
+    for name in names:
+        if name != "*" and ("/" in name or "@" in name or " " in name):
+            raise ValueError(f"{name!r} is not a host name like agent.example.com or localhost")
+    return names
+
+
+def _origins(value: str) -> tuple[str, ...]:
+    origins = tuple(origin.lower().rstrip("/") for origin in _names(value))
+    for origin in origins:
+        scheme, sep, rest = origin.partition("://")
+        if origin != "*" and not (sep and scheme in ("http", "https") and rest and "/" not in rest):
+            raise ValueError(f"{origin!r} is not an origin like https://app.example.com")
+    return origins
+
+
+def _optional_http_url(value: str) -> str | None:
+    if value and not value.startswith(("http://", "https://")):
+        raise ValueError("must be an http:// or https:// URL")
+    return value or None
+
+
+def _optional_file_text(value: str) -> str | None:
+    """Inline text, or `@path` to a file holding it (e.g. a PEM key)."""
+    if value.startswith("@"):
+        try:
+            return Path(value[1:]).read_text()
+        except (OSError, UnicodeDecodeError) as error:
+            reason = getattr(error, "strerror", None) or "not text"
+            raise ValueError(f"cannot read {value[1:]!r}: {reason}") from None
+    return value or None
+
+
+# Only algorithms with a public key: an HMAC secret would have to be shared
+# with every issuer, and "none" verifies nothing.
+_JWT_ALGORITHMS = frozenset(
+    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+)
+
+
+def _jwt_algorithms(value: str) -> tuple[str, ...]:
+    algorithms = _names(value)
+    for algorithm in algorithms:
+        if algorithm not in _JWT_ALGORITHMS:
+            raise ValueError(f"{algorithm!r} is not one of {', '.join(sorted(_JWT_ALGORITHMS))}")
+    if not algorithms:
+        raise ValueError("name at least one algorithm, e.g. RS256")
+    return algorithms
+
+
 def _media_types(value: str) -> tuple[str, ...]:
     types = _names(value)
     for media_type in types:
@@ -179,12 +243,25 @@ class Settings:
     # "0.3": the card at /.well-known/agent-card.json also carries the 0.3 fields
     card_compat: str | None = _env("CARD_COMPAT", _card_compat, None)
     # the HTTP edge
-    api_tokens: tuple[str, ...] = _env("API_TOKENS", _names, ())
+    api_tokens: tuple[str, ...] = _env("API_TOKENS", _tokens, ())
+    # bearer JWTs, verified with the keys at a JWKS URL or one public key
+    jwt_jwks_url: str | None = _env("JWT_JWKS_URL", _optional_http_url, None)
+    jwt_key: str | None = _env("JWT_KEY", _optional_file_text, None)
+    jwt_issuer: str | None = _env("JWT_ISSUER", _optional_text, None)
+    jwt_audience: str | None = _env("JWT_AUDIENCE", _optional_text, None)
+    jwt_algorithms: tuple[str, ...] = _env("JWT_ALGORITHMS", _jwt_algorithms, ("RS256", "ES256"))
+    jwt_principal_claim: str = _env("JWT_PRINCIPAL_CLAIM", _text, "sub")
+    # browsers: Host names served (besides loopback) and origins allowed (CORS)
+    allowed_hosts: tuple[str, ...] = _env("ALLOWED_HOSTS", _host_names, ())
+    allowed_origins: tuple[str, ...] = _env("ALLOWED_ORIGINS", _origins, ())
     max_body: int = _env("MAX_BODY", _count, 1024 * 1024)
     blocking_timeout: float = _env("BLOCKING_TIMEOUT", _seconds, 30.0)
     # a message id a caller already sent names the same message (a retry);
     # false for peers that reuse message ids for different messages
     idempotent_sends: bool = _env("IDEMPOTENT_SENDS", _flag, True)
+    # seconds a connection may stay idle (no request, or a request not sent
+    # whole) before the server closes it
+    idle_timeout: float = _env("IDLE_TIMEOUT", _seconds, 5.0)
     # seconds between SSE keepalive comments on an idle stream
     keepalive: float = _env("KEEPALIVE", _seconds, 15.0)
     host: str = _env("HOST", _text, "127.0.0.1")
@@ -202,11 +279,26 @@ class Settings:
                 f"TOOLNEXUS_HEARTBEAT ({self.heartbeat:g} s) must be shorter than"
                 f" TOOLNEXUS_STALE_AFTER ({self.stale_after:g} s), or live tasks get reaped"
             )
+        if self.jwt_jwks_url and self.jwt_key:
+            raise ConfigError("set TOOLNEXUS_JWT_JWKS_URL or TOOLNEXUS_JWT_KEY, not both")
+        if (self.jwt_jwks_url or self.jwt_key) and not (self.jwt_issuer and self.jwt_audience):
+            raise ConfigError(
+                "JWT authentication needs TOOLNEXUS_JWT_ISSUER and TOOLNEXUS_JWT_AUDIENCE:"
+                " a token is accepted only from the issuer, for this agent"
+            )
+        if not self.jwt_principal_claim:
+            raise ConfigError("TOOLNEXUS_JWT_PRINCIPAL_CLAIM must name a claim, e.g. sub")
 
     @property
     def hard_time_limit(self) -> float:
         """When Celery kills a task that ignored the soft limit."""
         return self.time_limit + 30.0
+
+    @property
+    def beat_overdue_after(self) -> float:
+        """How long after the reaper's last run beat counts as down: three
+        missed runs (beat's health check; /readyz uses the same three)."""
+        return 3 * self.reap_every
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

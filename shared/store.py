@@ -18,6 +18,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 from shared.errors import InvalidTaskId
 from shared.events import Event
+from shared.listing import Listing, Query
 from shared.task import Task, TaskStatus
 from shared.text import shown
 
@@ -50,6 +51,11 @@ def digest(*parts: str) -> str:
     and context ids), so no client value ever becomes a key or a path."""
     joined = "\x1f".join(parts).encode("utf-8", "surrogatepass")
     return hashlib.sha256(joined).hexdigest()
+
+
+def message_key(owner: str, message_id: str) -> str:
+    """The store key of a caller's message id: one task per (caller, messageId)."""
+    return digest("message", owner, message_id)
 
 
 @runtime_checkable
@@ -101,11 +107,13 @@ class Created(NamedTuple):
 class EventStore(Protocol):
     """Optional: tasks as an ordered, replayable log of events.
 
-    - `create(task, message_key)`: save a new `submitted` task (its first
-      event is its status) unless `message_key` already names a task, which
-      is then returned instead; the key is recorded in the same atomic step
-      and expires with the task. A task whose `contextId` is already used by
-      another owner raises `ContextTaken`.
+    - `create(task, message_key, supersedes)`: save a new `submitted` task
+      (its first event is its status) unless `message_key` already names a
+      task, which is then returned instead; the key is recorded in the same
+      atomic step and expires with the task. With `supersedes`, a key that
+      still names that task is moved to the new one (the caller moved that
+      conversation on, so the same message id now starts a new one). A task
+      whose `contextId` is already used by another owner raises `ContextTaken`.
     - `read(id)`: the task with its sequence numbers (`Record`).
     - `commit(commit)`: compare-and-append; True when written.
     - `events(id, after)`: the logged events numbered above `after`, in order.
@@ -113,7 +121,9 @@ class EventStore(Protocol):
       task may have new events (or the timeout passes), in any process.
     """
 
-    def create(self, task: Task, message_key: str | None = None) -> Created: ...
+    def create(
+        self, task: Task, message_key: str | None = None, supersedes: str | None = None
+    ) -> Created: ...
 
     def read(self, task_id: str) -> Record | None: ...
 
@@ -129,12 +139,24 @@ class Watch(Protocol):
         """Block until the watched task may have changed (True) or `timeout`
         seconds pass (False); spurious wake-ups are allowed."""
 
+    def wake(self) -> None:
+        """End the current (or next) `wait` early, from any thread."""
+
 
 @runtime_checkable
 class ListableStore(Protocol):
-    """Optional: every task, for ListTasks, tests and admin views."""
+    """Optional: every task, for ListTasks (read whole, see
+    `shared.listing.list_by_scan`), tests and admin views."""
 
     def all(self) -> dict[str, Task]: ...
+
+
+@runtime_checkable
+class ListingStore(Protocol):
+    """Optional: ListTasks answered by the store itself, reading only the page
+    (see `shared.listing` for what a query means)."""
+
+    def listing(self, query: Query) -> Listing: ...
 
 
 @runtime_checkable
@@ -179,6 +201,17 @@ class WaitingIndex(Protocol):
     def waiting(self, cutoff: float) -> list[str]: ...
 
     def resent(self, task_id: str) -> None: ...
+
+
+@runtime_checkable
+class Expiring(Protocol):
+    """Optional: a store that forgets finished tasks after a time to live by
+    itself (Redis expires keys) needs nothing; one that must be swept has
+    `purge_expired()`, which the reaper calls on each run: it removes every
+    task past its time, with its log, its indexes and its message record,
+    and returns how many it removed."""
+
+    def purge_expired(self) -> int: ...
 
 
 @runtime_checkable

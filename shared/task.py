@@ -156,6 +156,17 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+def epoch(timestamp: str) -> float:
+    """An ISO-8601 timestamp as seconds since the epoch (0.0 if unreadable)."""
+    try:
+        moment = datetime.fromisoformat(timestamp)
+    except (TypeError, ValueError):
+        return 0.0
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
 def new_id() -> str:
     return str(uuid.uuid4())
 

@@ -229,3 +229,17 @@ def test_options_override_their_variables_and_the_rest_come_from_the_environment
     assert settings.store == "file:/x"
     assert settings.name == "named"
     assert settings_from(parse_args([]), {}).port == 8080
+
+
+def test_idle_connections_are_closed_after_the_idle_timeout(serve: Callable[..., Served]) -> None:
+    served = serve(TOOLNEXUS_IDLE_TIMEOUT="0.5")
+    host, port = served.url.removeprefix("http://").rstrip("/").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as idle:
+        assert idle.recv(1) == b""  # closed by the server, not by this 10 s timeout
+    with socket.create_connection((host, int(port)), timeout=10) as slow:
+        slow.sendall(b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and then nothing more
+        received = b""
+        while chunk := slow.recv(65536):  # until the server closes it
+            received += chunk
+        assert b"Traceback" not in received
+    assert served.stop(signal.SIGTERM)[0] == 0

@@ -41,8 +41,8 @@ def servers() -> Iterator[list[RedisServer]]:
         server.close()
 
 
-def start(servers: list[RedisServer], *extra: str) -> RedisServer:
-    server = RedisServer(extra=extra).start()
+def start(servers: list[RedisServer], *args: str, **options: str) -> RedisServer:
+    server = RedisServer(args=args, **options).start()
     servers.append(server)
     return server
 
@@ -71,19 +71,19 @@ def assert_refused(url: str, reason: str) -> None:
 
 
 def test_a_password_is_required(servers: list[RedisServer]) -> None:
-    server = start(servers, "--requirepass", PASSWORD)
-    assert_refused(f"{server.url}/1", "Redis requires a password")
+    server = start(servers, password=PASSWORD)
+    assert_refused(f"redis://127.0.0.1:{server.port}/1", "Redis requires a password")
 
 
 def test_a_wrong_password_is_refused(servers: list[RedisServer]) -> None:
-    server = start(servers, "--requirepass", PASSWORD)
+    server = start(servers, password=PASSWORD)
     assert_refused(
         f"redis://:wrong-{PASSWORD}@127.0.0.1:{server.port}/1", "Redis refused the password"
     )
 
 
 def test_the_right_password_works(servers: list[RedisServer]) -> None:
-    server = start(servers, "--requirepass", PASSWORD)
+    server = start(servers, password=PASSWORD)
     client = client_for(f"redis://:{PASSWORD}@127.0.0.1:{server.port}/1")
     assert send(client)["result"]["status"]["state"] == "submitted"
     assert client.get("/readyz").get_json().get("store") is None
@@ -123,7 +123,7 @@ def test_protected_mode_refusing_a_remote_client(servers: list[RedisServer]) -> 
             pytest.fail(message)
         pytest.skip(message)
     # Listening everywhere, no password: Redis answers other hosts with DENIED.
-    server = start(servers, "--bind", "* -::*", "--protected-mode", "yes")
+    server = start(servers, "--protected-mode", "yes", bind="* -::*")
     assert_refused(
         f"redis://{address}:{server.port}/0", "Redis refuses remote clients (protected mode)"
     )

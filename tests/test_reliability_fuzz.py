@@ -13,6 +13,7 @@ Figures are printed (see them with `pytest -s`).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import functools
@@ -33,8 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from a2a import types as sdk
+from a2a.compat.v0_3 import types as sdk_v03
 from flask import Flask
 from flask.testing import FlaskClient
+from google.protobuf import json_format
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from werkzeug.serving import make_server
@@ -49,6 +53,7 @@ from tests.support.redis_server import free_port
 from tests.support.strategies import json_values
 from web import create_app
 from web.errors import ERROR_INFO
+from web.params import MAX_VALUE_DEPTH
 from web.rpc import MAX_DEPTH, METHODS
 
 MAX_BODY = 16 * 1024  # small, so "beyond the limit" stays cheap
@@ -68,6 +73,9 @@ def fuzz(examples: int) -> settings:
 
 
 ANY_ID = object()  # the request id could not be known: any valid id or null will do
+# The longest error reply, request id aside (-32601 lists the known methods;
+# task ids are at most 128 characters and appear at most three times).
+MAX_ERROR_REPLY = 2048
 VERSIONS = [
     None,
     "0.3",
@@ -281,6 +289,8 @@ def valid_response(data: bytes, request_id: object) -> dict[str, Any]:
         assert isinstance(error, dict), error
         assert type(error["code"]) is int, error
         assert isinstance(error["message"], str) and error["message"], error
+        # Echoed ids and values are cut short: an error never grows with the input.
+        assert len(data) <= MAX_ERROR_REPLY + len(json.dumps(reply["id"])), len(data)
     return reply
 
 
@@ -330,9 +340,27 @@ def check_still_serving(target: Target) -> None:
     assert target.dispatcher.enqueued[-1] == task_id
 
 
+def check_every_sdk_reads_every_task(target: Target) -> None:
+    """What one client stored, every other client's SDK can read: each task
+    as GetTask returns it in 1.0 parses as the a2a-sdk's Task (protobuf) and
+    in 0.3 as its 0.3 Task, and a 1.0 ListTasks page parses too."""
+    for task_id in target.store.all():
+        for version in ("1.0", "0.3"):
+            get = encode(request("GetTask", {"id": task_id}, request_id="sdk"))
+            _, reply = target.reply(get, {"A2A-Version": version}, request_id="sdk")
+            if version == "1.0":
+                json_format.ParseDict(reply["result"], sdk.Task())
+            else:
+                sdk_v03.Task.model_validate(reply["result"])
+    listing = encode(request("ListTasks", {"pageSize": 100, "includeArtifacts": True}))
+    _, reply = target.reply(listing, {"A2A-Version": "1.0"}, request_id=1)
+    json_format.ParseDict(reply["result"], sdk.ListTasksResponse())
+
+
 def finish(target: Target) -> None:
     check_still_serving(target)
     check_store_whole(target)
+    check_every_sdk_reads_every_task(target)
 
 
 # --- requests ------------------------------------------------------------------
@@ -383,14 +411,23 @@ SEND_PATHS: list[tuple[Any, ...]] = [
     ("params", "message", "parts", 0, "url"),
     ("params", "message", "parts", 0, "raw"),
     ("params", "message", "parts", 0, "mediaType"),
+    ("params", "message", "parts", 0, "filename"),
+    ("params", "message", "parts", 0, "file", "name"),
+    ("params", "message", "parts", 0, "file", "mimeType"),
     ("params", "message", "parts", 0, "metadata"),
+    ("params", "message", "parts", 0, "metadata", "key"),
     ("params", "message", "parts", 1),
     ("params", "message", "messageId"),
     ("params", "message", "taskId"),
     ("params", "message", "contextId"),
     ("params", "message", "metadata"),
+    ("params", "message", "metadata", "key"),
     ("params", "message", "extensions"),
+    ("params", "message", "extensions", 0),
+    ("params", "message", "extensions", 1),
     ("params", "message", "referenceTaskIds"),
+    ("params", "message", "referenceTaskIds", 0),
+    ("params", "message", "referenceTaskIds", 1),
     ("params", "message", "kind"),
     ("params", "configuration"),
     ("params", "configuration", "blocking"),
@@ -421,7 +458,14 @@ DELETE = object()
 def base_request(method: str, known_task: str, part: dict[str, Any]) -> dict[str, Any]:
     """A valid request for `method`, for the mutations to break."""
     if method in ("SendMessage", "message/send"):
-        message = {**user_message(), "parts": [part], "contextId": "ctx-1", "metadata": {}}
+        message = {
+            **user_message(),
+            "parts": [{**part, "metadata": {"key": "value"}}],
+            "contextId": "ctx-1",
+            "metadata": {"key": "value"},
+            "extensions": ["https://example.com/ext/1"],
+            "referenceTaskIds": ["task-1"],
+        }
         configuration = {"blocking": False, "historyLength": 2, "acceptedOutputModes": []}
         return request(method, {"message": message, "configuration": configuration})
     if method in ("ListTasks", "tasks/list"):
@@ -632,7 +676,9 @@ NEST_SITES = {
 
 @fuzz(400)
 @given(
-    depth=st.integers(1, 5000) | st.integers(MAX_DEPTH - 8, MAX_DEPTH + 8),
+    depth=st.integers(1, 5000)
+    | st.integers(MAX_DEPTH - 8, MAX_DEPTH + 8)
+    | st.integers(MAX_VALUE_DEPTH - 3, MAX_VALUE_DEPTH + 3),
     shape=st.sampled_from(["[", "{", "mixed"]),
     closed=st.booleans(),
     site=st.sampled_from(sorted(NEST_SITES)),
@@ -657,6 +703,9 @@ def test_deep_nesting(
     assert code_of(reply) not in (-32700, -32603), reply
     if site == "metadata" and shape != "{":
         assert code_of(reply) == -32602, reply  # metadata is an object, never a list
+    elif site in ("data part", "metadata") and depth > MAX_VALUE_DEPTH:
+        # Stored, it would break other clients' SDKs (see web.params.MAX_VALUE_DEPTH).
+        assert code_of(reply) == -32602 and "nested deeper" in reply["error"]["message"], reply
     elif site in ("data part", "metadata"):
         assert reply["id"] == 7 and "result" in reply, reply
         check_result_task(target, reply)
@@ -796,7 +845,105 @@ def test_storm_leaves_the_app_serving_and_the_store_whole(target: Target) -> Non
     assert target.store.all() == {}
 
 
+def page_token(payload: bytes) -> str:
+    return base64.urlsafe_b64encode(payload).decode()
+
+
+PAGE_TOKENS = st.one_of(
+    st.text(max_size=200),
+    st.binary(max_size=300).map(page_token),
+    JSON.map(lambda value: page_token(encode(value))),
+    st.integers(1, 3000).map(lambda depth: page_token(b"[" * depth)),
+    st.integers(1, 3000).map(lambda depth: page_token(nested("mixed", depth, True).encode())),
+    st.lists(st.text(max_size=30), max_size=3).map(lambda cursor: page_token(encode(cursor))),
+)
+
+
+def field_of(reply: dict[str, Any]) -> str | None:
+    """The field a -32602 names, in either dialect's error data."""
+    data = reply["error"].get("data")
+    if isinstance(data, dict):
+        return data.get("field")
+    for detail in data or []:
+        for violation in detail.get("fieldViolations", []):
+            return str(violation["field"])
+    return None
+
+
+@fuzz(300)
+@given(token=PAGE_TOKENS, version=st.sampled_from([None, "0.3", "1.0"]))
+def test_page_tokens(target: Target, token: str, version: str | None) -> None:
+    """Any pageToken at all (text, base64 of bytes, of JSON, of brackets
+    thousands deep, of cursors of the wrong shape): a page, or -32602
+    naming pageToken; never an internal error."""
+    target.known_task()  # something to list
+    body = encode(request("ListTasks", {"pageToken": token, "pageSize": 5}))
+    status, reply = target.reply(body, dialect_headers(version), request_id=1)
+    assert status == 200
+    if "error" in reply:
+        assert code_of(reply) == -32602 and field_of(reply) == "pageToken", reply
+    else:
+        assert isinstance(reply["result"]["tasks"], list), reply
+
+
 # --- regressions: web bugs this fuzzing found ------------------------------------
+
+
+def roomy_target(directory: Path, name: str) -> Target:
+    """A target with the default body limit (1 MiB), for the huge inputs."""
+    store = FileStore(directory)
+    dispatcher = RecordingDispatcher()
+    app = create_app(Settings(blocking_timeout=0.001), store=store, dispatcher=dispatcher)
+    return Target(app, store, dispatcher, Tally(name))
+
+
+def test_regression_nested_page_token_is_invalid_params_not_a_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pageToken of base64 `[[[[…` used to overflow json's recursion
+    (-32603 and a traceback in the log); 100,000 of them is over the length
+    limit, 3,000 is under it and reached the decoder."""
+    caplog.set_level(logging.ERROR)
+    target = roomy_target(tmp_path / "store", "nested page tokens")
+    for depth in (3000, 100_000):
+        body = encode(request("ListTasks", {"pageToken": page_token(b"[" * depth)}))
+        for version in (None, "1.0"):
+            _, reply = target.reply(body, dialect_headers(version), request_id=1)
+            assert code_of(reply) == -32602 and field_of(reply) == "pageToken", reply
+    assert [record for record in caplog.records if record.exc_info] == []
+
+
+def test_regression_huge_ids_are_not_echoed(tmp_path: Path) -> None:
+    """A 900 KB task id used to come back twice in a 1.8 MB error reply;
+    every id-like field of every method now gets a short error."""
+    target = roomy_target(tmp_path / "store", "huge ids")
+    huge = "a" * 900_000
+
+    def message(**fields: Any) -> dict[str, Any]:
+        return {"message": user_message(**fields)}
+
+    cases = [
+        ("GetTask", {"id": huge}),
+        ("CancelTask", {"id": huge}),
+        ("SubscribeToTask", {"id": huge}),
+        ("SendMessage", message(taskId=huge)),
+        ("SendMessage", message(contextId=huge)),
+        ("SendMessage", message(messageId=huge)),
+        ("SendMessage", message(role=huge)),
+        ("SendStreamingMessage", message(taskId=huge)),
+        ("ListTasks", {"contextId": huge}),
+        ("ListTasks", {"status": huge}),
+        ("ListTasks", {"pageToken": huge}),
+        ("ListTasks", {"statusTimestampAfter": huge}),
+        (huge, {}),
+    ]
+    for method, params in cases:
+        for version in (None, "0.3", "1.0"):
+            body = encode(request(method, params))
+            status, reply = target.reply(body, dialect_headers(version), request_id=1)
+            assert status == 200 and code_of(reply) in (-32601, -32602), reply
+            assert huge[:200] not in json.dumps(reply), (method, version)
+    assert target.store.all() == {}
 
 
 def test_regression_overflowing_numbers_are_parse_errors(target: Target) -> None:
@@ -832,17 +979,35 @@ def test_regression_deep_data_is_refused_so_no_task_gets_stuck(target: Target) -
     the task stayed `submitted` for ever. Now it is refused up front, and
     data at the limit is kept and can still be canceled."""
     site = NEST_SITES["data part"]
-    for depth, accepted in ((600, False), (MAX_DEPTH - site[1], True)):
+    for depth, accepted in ((600, False), (MAX_VALUE_DEPTH + 1, False), (MAX_VALUE_DEPTH, True)):
         body = site[0].replace("@", nested("[", depth, True))
         _, reply = target.reply(body.encode(), {"A2A-Version": "0.3"}, request_id=ANY_ID)
         if not accepted:
-            assert code_of(reply) == -32700 and "nested deeper" in reply["error"]["message"]
+            assert code_of(reply) in (-32700, -32602), reply
+            assert "nested deeper" in reply["error"]["message"], reply
             continue
         task_id = reply["result"]["id"]
         cancel = encode(request("CancelTask", {"id": task_id}))
         _, reply = target.reply(cancel, request_id=1)
         assert reply["result"]["status"]["state"] == "canceled", reply
     assert len(target.store.all()) == 1
+
+
+def test_regression_data_too_deep_for_other_sdks_is_refused(target: Target) -> None:
+    """Data or metadata 48 levels deep (under the envelope's limit) used to be
+    stored; the a2a-sdk's protobuf Task then failed to parse it, so every
+    client's 1.0 ListTasks broke. Now it is -32602 naming the field."""
+    deep = nested("[", 48, True)
+    for site, named in (
+        ("data part", "message.parts[0].data"),
+        ("metadata", "message.metadata"),
+    ):
+        value = deep if site == "data part" else '{"k":' + deep + "}"
+        body = NEST_SITES[site][0].replace("@", value)
+        for version in (None, "1.0"):
+            _, reply = target.reply(body.encode(), dialect_headers(version), request_id=7)
+            assert code_of(reply) == -32602 and field_of(reply) == named, reply
+    assert target.store.all() == {}
 
 
 def test_regression_chunked_body_over_the_limit_is_413(tmp_path: Path) -> None:

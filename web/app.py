@@ -18,13 +18,14 @@ from typing import Any
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from shared.codec import encode
+from shared.codec import encode_bytes
 from shared.dispatch import Dispatcher
 from shared.errors import StoreError
 from shared.settings import Settings
 from shared.store import BeatRecord, EventStore, TaskStore
 from shared.wiring import load_hook, open_store
-from web.auth import Authenticator, parse_tokens
+from web.auth import authenticator_for
+from web.browsers import browser_policy
 from web.card import MAX_AGE, build_card, entity_tag, wanted_version, with_v03_fields
 from web.dialects import V03
 from web.dispatch import CeleryDispatcher
@@ -38,8 +39,9 @@ from web.errors import (
     describe,
     error_body,
 )
+from web.hangups import HangupMonitor
 from web.methods import Tasks
-from web.observe import answered, observe, observed_stream
+from web.observe import answered, observe, stream_observer
 from web.rpc import handle, typed_errors, wire_version
 from web.skills import load_skills
 from web.streaming import Stream
@@ -60,19 +62,24 @@ def create_app(
     store: Any = None,
     dispatcher: Dispatcher | None = None,
     card: Mapping[str, Any] | None = None,
+    strict_hosts: bool = False,
 ) -> Flask:
     """`settings` default to the TOOLNEXUS_* environment; `store` to the one
     TOOLNEXUS_STORE names (a store object or a spec string is accepted);
     `dispatcher` to Celery on TOOLNEXUS_BROKER_URL; `card` overrides
-    top-level agent-card fields, after those of TOOLNEXUS_CARD."""
+    top-level agent-card fields, after those of TOOLNEXUS_CARD;
+    `strict_hosts` refuses Host names that are not loopback or configured
+    even without TOOLNEXUS_ALLOWED_HOSTS (see `web.browsers`)."""
     settings = settings if settings is not None else Settings.from_env()
     task_store = open_store(settings, store)
     dispatcher = dispatcher if dispatcher is not None else CeleryDispatcher(settings)
     skills = load_skills(settings.skills, settings.skill_names) if settings.skills else []
-    authenticator = Authenticator(parse_tokens(settings.api_tokens))
+    authenticator = authenticator_for(settings)
+    browsers = browser_policy(settings, strict_hosts=strict_hosts)
     tasks = Tasks(settings, task_store, dispatcher, load_hook(settings))
     card_overrides = {**(settings.card or {}), **(card or {})}
     started = formatdate(time.time(), usegmt=True)
+    hangups = HangupMonitor()
 
     app = Flask(__name__)
     # One byte over: Werkzeug cuts a chunked body at this length without a
@@ -80,6 +87,15 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body + 1
     app.extensions["toolnexus"] = tasks
     observe(app, authenticator)
+
+    @app.before_request
+    def screen() -> Response | None:
+        try:
+            return browsers.screen(request)
+        except RequestError as error:
+            return _refused(error, request.headers.get(VERSION_HEADER))
+
+    app.after_request(lambda response: browsers.with_cors(request, response))
 
     @app.post("/")
     def rpc() -> Response:
@@ -93,7 +109,7 @@ def create_app(
         answer = handle(body, version, tasks, owner, request.headers.get("Last-Event-ID"))
         answered(body, version, answer)
         if isinstance(answer, Stream):
-            return _event_stream(answer)
+            return _event_stream(answer, hangups, request.environ)
         payload, status = answer
         return _json(payload, status)
 
@@ -103,7 +119,7 @@ def create_app(
         except RequestError as error:
             return _refused(error, None)
         version = wanted_version(requested, request.path == LEGACY_CARD_PATH, settings.card_compat)
-        url = settings.url or request.host_url
+        url, from_host = browsers.base_url(request)
         security = authenticator.card_schemes()
         document = build_card(
             settings,
@@ -121,7 +137,9 @@ def create_app(
         response.set_etag(tag)
         response.headers["Last-Modified"] = started
         response.headers["Cache-Control"] = f"public, max-age={MAX_AGE}"
-        response.headers["Vary"] = "A2A-Version"
+        response.vary.add("A2A-Version")
+        if from_host:
+            response.vary.add("Host")
         return response
 
     for path in (CARD_PATH, LEGACY_CARD_PATH):
@@ -194,18 +212,19 @@ def _refused(error: RequestError, version: str | None) -> Response:
     return reply
 
 
-def _event_stream(stream: Stream) -> Response:
-    items = observed_stream(stream.items)
+def _event_stream(stream: Stream, hangups: HangupMonitor, environ: dict[str, Any]) -> Response:
+    observed = stream_observer()  # now, while the request is current
 
     def lines() -> Iterator[bytes]:
         yield b": stream open\n\n"  # headers go out now, not with the first event
-        for item in items:
-            if item is None:
-                yield b": keepalive\n\n"
-                continue
-            seq, payload = item
-            head = f"id: {seq}\n" if seq else ""
-            yield f"{head}data: {encode(payload)}\n\n".encode()
+        with hangups.watching(environ) as hangup:
+            for item in observed(stream.open(hangup)):
+                if item is None:
+                    yield b": keepalive\n\n"
+                    continue
+                seq, payload = item
+                head = f"id: {seq}\n".encode() if seq else b""
+                yield head + b"data: " + encode_bytes(payload) + b"\n\n"
 
     response = Response(lines(), mimetype="text/event-stream")
     response.headers["Cache-Control"] = "no-store"
@@ -262,4 +281,4 @@ def _unexpected_error(error: Exception) -> Response:
 
 
 def _json(payload: Mapping[str, Any], status: int) -> Response:
-    return Response(encode(payload), status=status, mimetype="application/json")
+    return Response(encode_bytes(payload), status=status, mimetype="application/json")

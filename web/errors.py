@@ -90,6 +90,18 @@ class Unauthorized(RequestError):
     """`POST /` without a valid bearer token while tokens are configured."""
 
 
+class AuthUnavailable(RequestError):
+    """A bearer token could not be checked now (the issuer's key set is down)."""
+
+
+class HostNotAllowed(InvalidRequest):
+    """A `Host` this server does not answer to (DNS rebinding, a forged name)."""
+
+
+class OriginNotAllowed(InvalidRequest):
+    """A browser request from a page whose origin is not allowed."""
+
+
 class TaskError(ToolnexusError):
     """`cause` happened to a task that was already saved; the peer hears the
     cause, plus the task id so it can read the task's recorded failure."""
@@ -119,6 +131,8 @@ class WireError:
 _TABLE: Final[tuple[tuple[type[Exception], int, str, int], ...]] = (
     (ParseError, -32700, "PARSE_ERROR", 200),
     (BodyTooLarge, -32600, "REQUEST_TOO_LARGE", 413),
+    (HostNotAllowed, -32600, "HOST_NOT_ALLOWED", 400),
+    (OriginNotAllowed, -32600, "ORIGIN_NOT_ALLOWED", 403),
     (InvalidRequest, -32600, "INVALID_REQUEST", 200),
     (MethodNotFound, -32601, "METHOD_NOT_FOUND", 200),
     (InvalidParams, -32602, "INVALID_PARAMS", 200),
@@ -133,6 +147,7 @@ _TABLE: Final[tuple[tuple[type[Exception], int, str, int], ...]] = (
     (ExtendedCardNotConfigured, -32007, "EXTENDED_AGENT_CARD_NOT_CONFIGURED", 200),
     (VersionNotSupported, -32009, "VERSION_NOT_SUPPORTED", 200),
     (Unauthorized, -32000, "UNAUTHENTICATED", 401),
+    (AuthUnavailable, -32603, "AUTH_UNAVAILABLE", 503),
 )
 
 

@@ -1,9 +1,10 @@
-"""ListTasks (A2A 1.0): filter, newest first, cursor pages.
+"""ListTasks (A2A 1.0): the caller's tasks, newest status first, in pages.
 
-Needs a store with `all()` (`shared.store.ListableStore`: every built-in
-store has it); with any other store the method answers UnsupportedOperation.
-The cursor is the (status timestamp, id) of the last task on a page, so a
-task saved between two page requests never shifts a later page.
+The store answers (see `shared.listing`): natively when it can read just
+the page (Redis), else by reading all its tasks (memory, file, any store
+with `all()`); any other store answers UnsupportedOperation. The page token
+carries the moment the listing began and the position of the last task
+shown, so the pages of one listing hold still while tasks change.
 """
 
 from __future__ import annotations
@@ -11,17 +12,17 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from shared.store import ListableStore, TaskStore
-from shared.task import Task, state_of
+from shared.listing import WINDOW, Listing, Position, Query, list_by_scan
+from shared.store import ListableStore, ListingStore, TaskStore
+from shared.task import Task
 from web.errors import InvalidParams, UnsupportedOperation
 from web.methods import with_history
 from web.params import ListQuery
-
-Cursor = tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -33,53 +34,41 @@ class Page:
 
 
 def list_tasks(store: TaskStore, query: ListQuery, owner: str) -> Page:
-    if not isinstance(store, ListableStore):
-        raise UnsupportedOperation(
-            "ListTasks needs a task store that can list its tasks (memory, file or Redis)"
+    as_of, after = _decode(query.page_token) if query.page_token else (time.time(), None)
+    if time.time() - as_of > WINDOW:
+        raise InvalidParams(
+            "pageToken has expired (a listing's pages hold still for"
+            f" {WINDOW:g} s): list again from the first page",
+            field="pageToken",
         )
-    after = _instant(query.updated_after, "statusTimestampAfter") if query.updated_after else None
-    cursor = _decode(query.page_token) if query.page_token else None
-    matching = [
-        task
-        for task in store.all().values()
-        if task.get("owner", "") == owner and _matches(task, query, after)
-    ]
-    matching.sort(key=_position, reverse=True)
-    remaining = [task for task in matching if cursor is None or _position(task) < cursor]
-    page = remaining[: query.page_size]
-    token = _encode(_position(page[-1])) if len(remaining) > len(page) else ""
-    shown = [_shape(task, query) for task in page]
-    return Page(shown, token, query.page_size, len(matching))
+    updated_after = None
+    if query.updated_after:
+        updated_after = _instant(query.updated_after, "statusTimestampAfter").timestamp()
+    wanted = Query(
+        owner, query.context_id, query.state, updated_after, query.page_size, as_of, after
+    )
+    listing = _answer(store, wanted)
+    token = _encode(as_of, listing.last) if listing.last is not None else ""
+    shown = [_shape(task, query) for task in listing.tasks]
+    return Page(shown, token, query.page_size, listing.total)
 
 
-def _matches(task: Task, query: ListQuery, after: datetime | None) -> bool:
-    if query.context_id is not None and task.get("contextId") != query.context_id:
-        return False
-    if query.state is not None and state_of(task) != query.state:
-        return False
-    if after is not None:
-        stamp = _timestamp(task)
-        try:
-            return _instant(stamp, "") > after
-        except InvalidParams:
-            return False
-    return True
+def _answer(store: TaskStore, query: Query) -> Listing:
+    if isinstance(store, ListingStore):
+        return store.listing(query)
+    if isinstance(store, ListableStore):
+        # A store that keeps no history: tasks that change after a listing
+        # began drop out of its later pages.
+        return list_by_scan(store.all().values(), lambda task_id: [], query)
+    raise UnsupportedOperation(
+        "ListTasks needs a task store that can list its tasks (memory, file or Redis)"
+    )
 
 
 def _shape(task: Task, query: ListQuery) -> Task:
     if not query.include_artifacts:
         task.pop("artifacts", None)
     return with_history(task, query.history_length)
-
-
-def _timestamp(task: Task) -> str:
-    status = task.get("status")
-    stamp = status.get("timestamp") if isinstance(status, dict) else None
-    return stamp if isinstance(stamp, str) else ""
-
-
-def _position(task: Task) -> Cursor:
-    return (_timestamp(task), str(task.get("id", "")))
 
 
 def _instant(text: str, field: str) -> datetime:
@@ -92,15 +81,20 @@ def _instant(text: str, field: str) -> datetime:
     return moment
 
 
-def _encode(cursor: Cursor) -> str:
-    return base64.urlsafe_b64encode(json.dumps(list(cursor)).encode()).decode()
+def _encode(as_of: float, last: Position) -> str:
+    return base64.urlsafe_b64encode(json.dumps([as_of, *last]).encode()).decode()
 
 
-def _decode(token: str) -> Cursor:
+def _decode(token: str) -> tuple[float, Position]:
     try:
         value: Any = json.loads(base64.urlsafe_b64decode(token.encode()))
-    except (ValueError, binascii.Error):
+    except (ValueError, binascii.Error, RecursionError):  # "[[[[…": too deep for json
         value = None
-    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
+    if not (
+        isinstance(value, list)
+        and len(value) == 3
+        and all(isinstance(v, float | int) and not isinstance(v, bool) for v in value[:2])
+        and isinstance(value[2], str)
+    ):
         raise InvalidParams("pageToken is not a token this server issued", field="pageToken")
-    return (value[0], value[1])
+    return float(value[0]), (float(value[1]), value[2])

@@ -28,7 +28,7 @@ from shared.errors import (
 from shared.events import Event, message_added, status_update, to_state
 from shared.following import follow
 from shared.settings import Settings
-from shared.store import EventStore, TaskStore, digest
+from shared.store import EventStore, TaskStore, message_key
 from shared.task import (
     CANCELED,
     FAILED,
@@ -38,6 +38,7 @@ from shared.task import (
     Task,
     agent_message,
     is_terminal,
+    latest_user_message,
     new_task,
     state_of,
 )
@@ -59,11 +60,6 @@ class Sent:
     task: Task
     seq: int
     reply: Message | None = None
-
-
-def message_key(owner: str, message_id: str) -> str:
-    """The store key of a caller's message id: one task per (caller, messageId)."""
-    return digest("message", owner, message_id)
 
 
 def owned(task: Task | None, task_id: str, owner: str) -> Task:
@@ -143,6 +139,11 @@ class Tasks:
             created = self.store.create(task, key)
         except ContextTaken as error:
             raise InvalidParams(str(error), field="message.contextId") from None
+        if not created.created and _moved_on(created.task, params.message):
+            # The caller continued or canceled the task this message id made:
+            # it cannot be a retry of a lost reply (that caller never knew the
+            # task), so it is a new message that reuses the id.
+            created = self.store.create(task, key, supersedes=created.task["id"])
         if created.created:
             return Sent(created.task, 1), True
         return self._as_it_stands(created.task["id"]), False
@@ -150,7 +151,6 @@ class Tasks:
     def _resume(self, params: SendParams, owner: str) -> tuple[Sent, bool]:
         assert params.task_id is not None
         task_id = params.task_id
-        message_id = params.message["messageId"]
         task = owned(self.store.get(task_id), task_id, owner)
         if params.context_id and params.context_id != task.get("contextId"):
             raise InvalidParams(
@@ -159,7 +159,7 @@ class Tasks:
             )
 
         def resume(current: Task) -> list[Event]:
-            if self.idempotent and _has_message(current, message_id):
+            if self.idempotent and _is_latest(current, params.message):
                 return []  # this very message was applied already
             return [
                 message_added(current, params.message),
@@ -171,7 +171,7 @@ class Tasks:
             raise TaskNotFound(f"task {task_id} not found")
         if outcome.applied:
             return Sent(outcome.record.task, outcome.record.seq), True
-        if self.idempotent and _has_message(outcome.record.task, message_id):
+        if self.idempotent and _is_latest(outcome.record.task, params.message):
             return self._as_it_stands(task_id), False
         raise InvalidTransition(
             f"task {task_id} is {state_of(outcome.record.task)}:"
@@ -228,8 +228,20 @@ class Tasks:
         return Sent(record.task, max(seq, record.seq), reply if done else None)
 
 
-def _has_message(task: Task, message_id: str) -> bool:
-    return any(message.get("messageId") == message_id for message in task.get("history") or [])
+def _is_latest(task: Task, message: Message) -> bool:
+    """The caller's latest message to `task` is `message` (same id, same parts):
+    sending it again is a retry, not a new word."""
+    latest = latest_user_message(task)
+    return (
+        latest is not None
+        and latest.get("messageId") == message["messageId"]
+        and latest.get("parts") == message["parts"]
+    )
+
+
+def _moved_on(task: Task, message: Message) -> bool:
+    """The caller canceled `task`, or said more to it after `message`."""
+    return state_of(task) == CANCELED or not _is_latest(task, message)
 
 
 def _poll_until_settled(store: TaskStore, task: Task, deadline: float) -> Task:

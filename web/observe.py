@@ -3,7 +3,7 @@ metrics of every request, and `GET /metrics`.
 
 `observe(app, authenticator)` installs it. The JSON-RPC view reports what it
 answered with `answered(...)`; the event-stream response passes its items
-through `observed_stream(...)`, so a stream counts as open while it lasts
+through `stream_observer()`, so a stream counts as open while it lasts
 and its line is written when it closes, with its whole duration.
 
 The request id is the caller's `X-Request-ID` when that is a safe token, or
@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -107,13 +107,15 @@ def answered(body: bytes, version_header: str | None, answer: object) -> None:
         observed.outcome, observed.task_id = outcome_of(answer[0])
 
 
-def observed_stream(items: Iterator[T]) -> Iterator[T]:
-    """`items` of an event stream, counted as an open stream until they end."""
+def stream_observer() -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """Called while answering with an event stream (the request is current);
+    applied to the stream's items when they flow: they count as an open
+    stream until they end, and the request's line is written then."""
     observed: Observed | None = g.get(_OBSERVED)
     if observed is None:
-        return items
+        return lambda items: items
     observed.streaming = True
-    return _following(observed, items)
+    return lambda items: _following(observed, items)
 
 
 def _following(observed: Observed, items: Iterator[T]) -> Iterator[T]:

@@ -29,6 +29,12 @@ from web.media import part_media_type
 MAX_PAGE_SIZE: Final = 100
 DEFAULT_PAGE_SIZE: Final = 50
 MAX_ID_LENGTH: Final = 1024  # messageId, contextId: a client's own ids, bounded
+# How deep a client's own JSON (a data part, metadata) may nest. Protobuf
+# parsers (the a2a-sdk's 1.0 types) stop at 100 messages, and each level of
+# a JSON value costs two (Value, then Struct or ListValue): a task holding
+# data 48 levels deep no longer parses as a Task in a ListTasks reply,
+# breaking every other client's listing. 32 leaves room for the wrappers.
+MAX_VALUE_DEPTH: Final = 32
 _OPAQUE: Final = frozenset({"metadata", "data"})
 
 
@@ -93,7 +99,7 @@ def send_params(params: object) -> SendParams:
     task_id = _optional_task_id(message.get("taskId"), "message.taskId")
     context_id = _optional_text(message.get("contextId"), "message.contextId", MAX_ID_LENGTH)
     if "metadata" in message:
-        stored["metadata"] = dict(_object(message["metadata"], "message.metadata"))
+        stored["metadata"] = dict(_value(message["metadata"], "message.metadata", object_only=True))
     if "extensions" in message:
         stored["extensions"] = _strings(message["extensions"], "message.extensions")
     if "referenceTaskIds" in message:
@@ -183,7 +189,9 @@ def _parts(parts: object) -> list[Part]:
 
 def _check_part(part: Part, sent: Mapping[str, Any], where: str) -> None:
     if "metadata" in sent:
-        _object(sent["metadata"], f"{where}.metadata")
+        _value(sent["metadata"], f"{where}.metadata", object_only=True)
+    if part["kind"] == "data":
+        _value(part["data"], f"{where}.data")
     for name in ("filename", "mediaType"):
         if name in sent:
             _text(sent[name], f"{where}.{name}", 1024)
@@ -239,6 +247,27 @@ def _history_length(body: Mapping[str, Any], field: str) -> int | None:
 def _object(value: object, field: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise InvalidParams(f"{field} must be an object", field=field)
+    return value
+
+
+def _value(value: object, field: str, *, object_only: bool = False) -> Any:
+    """A client's own JSON, nested at most MAX_VALUE_DEPTH levels."""
+    if object_only:
+        _object(value, field)
+    pending: list[tuple[object, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, Mapping):
+            children: list[object] = list(item.values())
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth >= MAX_VALUE_DEPTH:
+            raise InvalidParams(
+                f"{field} is nested deeper than {MAX_VALUE_DEPTH} levels", field=field
+            )
+        pending.extend((child, depth + 1) for child in children)
     return value
 
 

@@ -17,13 +17,14 @@ task stops for the peer (input-required, auth-required) during the stream.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from shared.errors import StoreError
 from shared.events import Event
-from shared.following import follow, is_final
+from shared.following import Interrupt, follow, is_final
 from shared.store import EventStore, Record
 from shared.task import WORKING, is_terminal, state_of
 from web.dialects import V03, event_for, task_for
@@ -38,17 +39,13 @@ Item = tuple[int, dict[str, Any]] | None
 
 
 @dataclass(frozen=True)
-class Stream:
-    items: Iterator[Item]
-
-
-@dataclass(frozen=True)
 class Wire:
-    """How one stream's responses are shaped."""
+    """How one stream's responses are shaped, and who is listening."""
 
     version: str
     request_id: object
     keepalive: float
+    interrupt: Interrupt | None = None  # set when the client hangs up
 
     def result(self, seq: int, payload: dict[str, Any]) -> Item:
         return seq, {"jsonrpc": "2.0", "id": self.request_id, "result": payload}
@@ -67,6 +64,20 @@ class Wire:
         return 0, error_body(wire, self.request_id, typed_data=self.version != V03)
 
 
+@dataclass(frozen=True)
+class Stream:
+    """A checked request whose answer is a stream: `open` starts it, once the
+    connection it goes out on is known (so a hang-up can end it at once)."""
+
+    wire: Wire
+    task_id: str
+    body: Callable[[Wire], Iterator[Item]]
+
+    def open(self, interrupt: Interrupt | None = None) -> Iterator[Item]:
+        wire = replace(self.wire, interrupt=interrupt)
+        return _guarded(wire, self.task_id, self.body(wire))
+
+
 def send_stream(
     tasks: Tasks, request: SendParams, owner: str, wire: Wire, resume_after: int | None
 ) -> Stream:
@@ -74,10 +85,8 @@ def send_stream(
     sent = tasks.accept(request, owner)
     record = Record(sent.task, sent.seq, 0)
     if resume_after is not None:
-        return Stream(
-            _guarded(wire, record.task["id"], _resumed(store, wire, record, resume_after))
-        )
-    return Stream(_guarded(wire, record.task["id"], _first_output(store, wire, record)))
+        return Stream(wire, record.task["id"], partial(_resumed, store, record, resume_after))
+    return Stream(wire, record.task["id"], partial(_first_output, store, record))
 
 
 def subscription(
@@ -88,12 +97,12 @@ def subscription(
     owned(record.task if record else None, task_id, owner)
     assert record is not None
     if resume_after is not None and resume_after < record.seq:
-        return Stream(_guarded(wire, task_id, _resumed(store, wire, record, resume_after)))
+        return Stream(wire, task_id, partial(_resumed, store, record, resume_after))
     if is_terminal(state_of(record.task)):
         raise UnsupportedOperation(
             f"task {task_id} is {state_of(record.task)}: a finished task has no more events"
         )
-    return Stream(_guarded(wire, task_id, _from_snapshot(store, wire, record)))
+    return Stream(wire, task_id, partial(_from_snapshot, store, record))
 
 
 def _events_store(tasks: Tasks) -> EventStore:
@@ -102,7 +111,7 @@ def _events_store(tasks: Tasks) -> EventStore:
     return tasks.store
 
 
-def _first_output(store: EventStore, wire: Wire, created: Record) -> Iterator[Item]:
+def _first_output(store: EventStore, created: Record, wire: Wire) -> Iterator[Item]:
     """Hold back until the agent first says something: a direct reply is sent
     alone; anything else is preceded by the Task as it was created."""
     following = _following(store, wire, created.task["id"], created.seq)
@@ -126,19 +135,19 @@ def _first_output(store: EventStore, wire: Wire, created: Record) -> Iterator[It
         yield from _shown(wire, following)
 
 
-def _from_snapshot(store: EventStore, wire: Wire, record: Record) -> Iterator[Item]:
+def _from_snapshot(store: EventStore, record: Record, wire: Wire) -> Iterator[Item]:
     yield wire.task(record)
     yield from _shown(wire, _following(store, wire, record.task["id"], record.seq))
 
 
-def _resumed(store: EventStore, wire: Wire, record: Record, after: int) -> Iterator[Item]:
+def _resumed(store: EventStore, record: Record, after: int, wire: Wire) -> Iterator[Item]:
     task_id = record.task["id"]
     missed = store.events(task_id, after)
     if missed and missed[0][0] != after + 1:
         # The log no longer reaches back that far: start over from the task itself.
         log.info("task %s: resume after %d is past the kept log", task_id, after)
         current = store.read(task_id) or record
-        yield from _from_snapshot(store, wire, current)
+        yield from _from_snapshot(store, current, wire)
         return
     yield from _shown(wire, _following(store, wire, task_id, after))
 
@@ -146,7 +155,14 @@ def _resumed(store: EventStore, wire: Wire, record: Record, after: int) -> Itera
 def _following(
     store: EventStore, wire: Wire, task_id: str, after: int
 ) -> Iterator[tuple[int, Event] | None]:
-    return follow(store, task_id, after, deadline=float("inf"), idle=wire.keepalive)
+    return follow(
+        store,
+        task_id,
+        after,
+        deadline=float("inf"),
+        idle=wire.keepalive,
+        interrupt=wire.interrupt,
+    )
 
 
 def _shown(wire: Wire, items: Any) -> Iterator[Item]:

@@ -29,6 +29,7 @@ from shared.settings import Settings
 from shared.startup import masked, startup_line
 from shared.wiring import open_store
 from web import create_app
+from web.http_errors import JsonErrorRequestHandler
 from web.observe import CountingDispatcher
 from worker.agent import load_agent
 from worker.inprocess import InProcessDispatcher, default_threads
@@ -100,8 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     dispatcher = InProcessDispatcher(store, agent, settings)
     server: BaseWSGIServer | None = None
     try:
-        app = create_app(settings, store=store, dispatcher=CountingDispatcher(dispatcher))
-        server = _bind(settings.host, settings.port, app)
+        app = create_app(
+            settings, store=store, dispatcher=CountingDispatcher(dispatcher), strict_hosts=True
+        )
+        server = _bind(settings.host, settings.port, app, settings.idle_timeout)
         if resumed := resend_waiting(store, dispatcher.enqueue, time.time(), 0.0):
             log.info("queued %d task(s) left submitted by a previous run", len(resumed))
     except (ToolnexusError, OSError) as error:  # bad skills dir, store down, port taken
@@ -169,12 +172,16 @@ def _serve_until_signalled(server: BaseWSGIServer) -> None:
             signal.signal(sig, handler)
 
 
-def _bind(host: str, port: int, app: Any) -> BaseWSGIServer:
+def _bind(host: str, port: int, app: Any, idle_timeout: float) -> BaseWSGIServer:
     """Bind first, so a taken port is one OSError here rather than werkzeug's
-    own message and exit."""
+    own message and exit. Each connection costs a thread here, so one that
+    sends nothing for `idle_timeout` seconds is closed."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    handler = type("Handler", (JsonErrorRequestHandler,), {"timeout": idle_timeout})
     with socket.create_server((host, port), family=family) as listening:
-        return make_server(host, port, app, threaded=True, fd=listening.fileno())
+        return make_server(
+            host, port, app, threaded=True, fd=listening.fileno(), request_handler=handler
+        )
 
 
 def _tell(settings: Settings, text: str) -> None:

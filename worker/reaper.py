@@ -11,7 +11,9 @@
    store's waiting index says when each was last sent; one range query
    finds them whatever the broker did. A copy of a message that was not
    lost after all finds the task claimed and does nothing.
-3. Record the time of the run, so every front end can tell (`/readyz`)
+3. Purge finished tasks past their time to live, on stores that do not
+   expire them by themselves (Redis does).
+4. Record the time of the run, so every front end can tell (`/readyz`)
    that the reaper still runs.
 """
 
@@ -22,7 +24,7 @@ import threading
 from collections.abc import Callable
 
 from shared.errors import StoreError
-from shared.store import BeatRecord, StaleIndex, TaskStore, WaitingIndex
+from shared.store import BeatRecord, Expiring, StaleIndex, TaskStore, WaitingIndex
 from shared.task import WORKING
 from shared.transitions import OnTerminal, transition
 from worker.metrics import worker_metrics
@@ -93,6 +95,8 @@ def sweep(
     """One run of the reaper: reap, resend, and record that it ran."""
     reaped = reap_stale(store, now, stale_after, on_terminal)
     resend_waiting(store, send, now, stale_after)
+    if isinstance(store, Expiring) and (purged := store.purge_expired()):
+        log.info("reaper: purged %d finished task(s) past their time to live", purged)
     if isinstance(store, BeatRecord):
         store.record_beat()
     return reaped

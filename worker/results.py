@@ -20,6 +20,7 @@ import base64
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from shared.codec import strict_json
 from shared.events import Change, Event, artifact_update, message_added, status_update
 from shared.task import (
     AUTH_REQUIRED,
@@ -143,6 +144,10 @@ def _stored_part(item: object) -> Part:
     if isinstance(item, str):
         return {"kind": "text", "text": item}
     if isinstance(item, Data):
+        try:
+            strict_json(item.value)
+        except (TypeError, ValueError) as error:
+            raise UnsupportedResult(f"Data({shown(item.value)}) is not JSON: {error}") from None
         return {"kind": "data", "data": item.value}
     if isinstance(item, File):
         file: dict[str, str] = {}

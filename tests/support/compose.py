@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
+import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -64,17 +68,39 @@ def compose(env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def service_environment(service: Mapping[str, Any]) -> dict[str, str]:
+    """The service's own `environment` block."""
     environment = service.get("environment") or {}
     if isinstance(environment, list):
         environment = dict(item.split("=", 1) for item in environment)
     return {key: "" if value is None else str(value) for key, value in environment.items()}
 
 
+def container_environment(service: Mapping[str, Any], dotenv: Mapping[str, str]) -> dict[str, str]:
+    """What the container gets: its `env_file` (compose.yaml's names only
+    `.env`, whose contents are `dotenv`), then its `environment`, which wins."""
+    env_files = service.get("env_file") or []
+    env_files = [env_files] if isinstance(env_files, str) else env_files
+    assert set(env_files) <= {".env"}, f"unexpected env_file {env_files}"
+    return {**(dotenv if env_files else {}), **service_environment(service)}
+
+
+# compose's Redis URLs, `redis://:<password>@redis:6379/<db>`.
+_COMPOSE_REDIS = re.compile(r"redis://(?P<login>[^@/]*@)?redis:6379")
+
+
 def localised(environment: Mapping[str, str], redis_url: str) -> dict[str, str]:
     """The service's environment as it would be inside the image, on this host:
-    the `redis` host is a local server and the image's /app is this checkout."""
+    the `redis` host is a local server and the image's /app is this checkout.
+    The URL keeps compose's own password when the local server has one (which
+    must then be the same); a server without one refuses any password."""
+    local = urlsplit(redis_url)
+
+    def to_local(match: re.Match[str]) -> str:
+        login = (match["login"] or "") if local.password else ""
+        return f"redis://{login}{local.hostname}:{local.port}"
+
     return {
-        key: value.replace("redis://redis:6379", redis_url).replace("/app/", f"{ROOT}/")
+        key: _COMPOSE_REDIS.sub(to_local, value).replace("/app/", f"{ROOT}/")
         for key, value in environment.items()
     }
 
@@ -120,12 +146,25 @@ class ServiceProcess:
         return self.process.returncode
 
 
+def dotenv_for(overrides: Mapping[str, str] | None, redis_password: str | None) -> dict[str, str]:
+    """A `.env` as an operator would write it: the two passwords compose
+    demands, then `overrides`."""
+    return {
+        "FLOWER_BASIC_AUTH": "admin:secret",
+        # Compose refuses an empty one; a local server without a password
+        # never sees it (see `localised`).
+        "REDIS_PASSWORD": redis_password or "unused-locally",
+        **(overrides or {}),
+    }
+
+
 class LocalStack:
     """compose.yaml's project services run here against a local Redis.
 
-    `overrides` feed compose's interpolation (like a .env file); web and
-    flower get free ports. Services can be started, stopped and restarted
-    one by one, which is what the reliability scenarios need.
+    `overrides` are the `.env` file: they feed compose's interpolation and
+    reach the services through `env_file`, as in a container; web and flower
+    get free ports. Services can be started, stopped and restarted one by
+    one, which is what the reliability scenarios need.
     """
 
     def __init__(
@@ -134,18 +173,20 @@ class LocalStack:
         from tests.support.redis_server import free_port
 
         self.folder = folder
-        self.services: dict[str, Any] = compose(
-            {"FLOWER_BASIC_AUTH": "admin:secret", **(overrides or {})}
-        )["services"]
+        self.dotenv = dotenv_for(overrides, urlsplit(redis_url).password)
+        self.services: dict[str, Any] = compose(self.dotenv)["services"]
         self.web_port, self.flower_port = free_port(), free_port()
         extra = {
             "web": {"GUNICORN_CMD_ARGS": f"--bind=127.0.0.1:{self.web_port}"},
             "flower": {"FLOWER_PORT": str(self.flower_port), "FLOWER_ADDRESS": "127.0.0.1"},
         }
+        # `python` in a command is this interpreter, as in the image it is the image's.
+        path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
         self.environments = {
             name: {
-                **localised(service_environment(self.services[name]), redis_url),
+                **localised(container_environment(self.services[name], self.dotenv), redis_url),
                 **extra.get(name, {}),
+                "PATH": path,
             }
             for name in ("web", "worker", "beat", "flower")
         }
@@ -198,11 +239,53 @@ class LocalStack:
 def local_stack(
     folder: Path, overrides: Mapping[str, str] | None = None, *, appendonly: bool = False
 ) -> Iterator[tuple[RedisServer, LocalStack]]:
-    """A private Redis and a LocalStack on it, both torn down afterwards."""
-    redis = RedisServer(appendonly=appendonly).start()
-    stack = LocalStack(redis.url, folder, overrides)
+    """A private Redis run with compose.yaml's own redis arguments (its
+    password and memory policy), and a LocalStack on it, both torn down
+    afterwards."""
+    dotenv = dotenv_for(overrides, secrets.token_hex(16))
+    password = dotenv["REDIS_PASSWORD"]
+    arguments = compose(dotenv)["services"]["redis"]["command"][1:]
+    redis = RedisServer(appendonly=appendonly, password=password, args=arguments).start()
+    stack = LocalStack(redis.url, folder, dotenv)
     try:
         yield redis, stack
     finally:
         stack.close()
         redis.close()
+
+
+def dotenv_values(text: str) -> dict[str, str]:
+    """The assignments of a `.env` file (compose reads values literally)."""
+    pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line)
+    return {name.strip(): value for name, value in pairs if not name.lstrip().startswith("#")}
+
+
+def compose_cli() -> list[str] | None:
+    """`docker compose` (v2) or `docker-compose` (v1), whichever is here."""
+    if shutil.which("docker"):
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True)
+        if probe.returncode == 0:
+            return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    return None
+
+
+def cli_config(
+    cli: Sequence[str], folder: Path, dotenv: Mapping[str, str], *extra_files: str
+) -> subprocess.CompletedProcess[str]:
+    """`compose config` run by the real client on copies of the compose files
+    in `folder`, beside a `.env` holding `dotenv`: what compose would deploy."""
+    files = ["compose.yaml", *extra_files]
+    for name in files:
+        shutil.copy(ROOT / name, folder / name)
+    (folder / ".env").write_text("".join(f"{key}={value}\n" for key, value in dotenv.items()))
+    selected = [part for name in files for part in ("-f", str(folder / name))]
+    return subprocess.run(
+        [*cli, *selected, "config"],
+        capture_output=True,
+        text=True,
+        cwd=folder,
+        # Nothing from this shell: only the .env may feed the interpolation.
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(folder)},
+    )

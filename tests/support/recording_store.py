@@ -41,9 +41,11 @@ class RecordingStore:
             self._record(task)
         return saved  # type: ignore[no-any-return]
 
-    def create(self, task: Task, message_key: str | None = None) -> Created:
+    def create(
+        self, task: Task, message_key: str | None = None, supersedes: str | None = None
+    ) -> Created:
         with self._write_lock:
-            created: Created = self.inner.create(task, message_key)
+            created: Created = self.inner.create(task, message_key, supersedes)
             if created.created:
                 self._record(task)
         return created

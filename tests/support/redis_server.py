@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 
 def free_port() -> int:
@@ -25,10 +23,20 @@ def free_port() -> int:
 
 class RedisServer:
     """One redis-server on a free port; `stop()` and `start()` again keep the
-    port and the data directory, so a test can stage an outage."""
+    port and the data directory, so a test can stage an outage.
+
+    `args` go first on its command line (compose.yaml's redis command, say);
+    the port, directory, persistence and `password` given here win over them.
+    """
 
     def __init__(
-        self, *, appendonly: bool = False, port: int | None = None, extra: Sequence[str] = ()
+        self,
+        *,
+        appendonly: bool = False,
+        port: int | None = None,
+        password: str | None = None,
+        args: Sequence[str] = (),
+        bind: str = "127.0.0.1",
     ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
@@ -36,41 +44,39 @@ class RedisServer:
         self.binary = binary
         self.port = port or free_port()
         self.appendonly = appendonly
-        self.extra = tuple(extra)  # more redis-server options, e.g. ("--requirepass", "x")
+        self.password = password
+        self.args = list(args)
+        self.bind = bind  # "* -::*": every interface (protected-mode tests)
         self.directory = Path(tempfile.mkdtemp(prefix="toolnexus-redis-"))
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}"
+        login = f":{self.password}@" if self.password else ""
+        return f"redis://{login}127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 10.0) -> RedisServer:
         command = [
             self.binary,
+            *self.args,
             "--port", str(self.port),
-            "--bind", "127.0.0.1",
+            "--bind", self.bind,
             "--dir", str(self.directory),
             "--save", "",
             "--appendonly", "yes" if self.appendonly else "no",
             "--appendfsync", "always",
             "--logfile", str(self.directory / "redis.log"),
-            *self.extra,
+            *(["--requirepass", self.password] if self.password else []),
         ]  # fmt: skip
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout
-        # No client-side retries: this loop is the retry, and an answer that
-        # asks for a password must end it at once.
-        client = redis.Redis(
-            port=self.port, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0)
-        )
+        client = redis.Redis(port=self.port, password=self.password, socket_connect_timeout=0.2)
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"redis-server exited: {self.process.stderr!r}")
             try:
                 client.ping()
                 return self
-            except redis.AuthenticationError:
-                return self  # it answers: it wants a password (--requirepass)
             except redis.ConnectionError:
                 time.sleep(0.02)
         raise TimeoutError(f"redis-server on port {self.port} did not answer in {timeout}s")
@@ -78,6 +84,13 @@ class RedisServer:
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
+            self.process.wait(10)
+        self.process = None
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, with no chance to write anything on the way out."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
             self.process.wait(10)
         self.process = None
 

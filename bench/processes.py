@@ -1,0 +1,172 @@
+"""The processes a benchmark starts and tears down itself, and how to look at them.
+
+Every server gets a free port on 127.0.0.1 and runs in its own process
+group, so stopping it also stops its workers. `rss_kib` and `children`
+read /proc, so memory is measured without extra packages.
+"""
+
+from __future__ import annotations
+
+import http.client
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.support.redis_server import free_port  # noqa: E402
+
+# The project's packages and bench/ import from the checkout, whatever the cwd.
+PYTHONPATH = {
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+}
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes], what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode} before listening")
+        try:
+            http.client.HTTPConnection("127.0.0.1", port, timeout=1).connect()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{what} did not listen on port {port} within {timeout:g} s")
+
+
+class Server:
+    """A command serving HTTP on a free port (`{port}` in the command is
+    replaced), in its own process group; ready once the port accepts."""
+
+    def __init__(self, what: str, command: Sequence[str], env: Mapping[str, str]) -> None:
+        self.what = what
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [part.replace("{port}", str(self.port)) for part in command],
+            cwd=ROOT,
+            env={**os.environ, **PYTHONPATH, **env},
+            start_new_session=True,
+        )
+        try:
+            wait_for_port(self.port, self.process, what, timeout=30)
+        except RuntimeError:
+            self.stop()
+            raise
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def workers(self, settle: float = 1.0, timeout: float = 20.0) -> list[int]:
+        """The serving processes: the children of a master (once their number
+        has not changed for `settle` seconds: workers boot one by one), else
+        the process itself."""
+        deadline = time.monotonic() + timeout
+        found, since = children(self.process.pid), time.monotonic()
+        while time.monotonic() - since < settle and time.monotonic() < deadline:
+            time.sleep(0.1)
+            now = children(self.process.pid)
+            if now != found:
+                found, since = now, time.monotonic()
+        return found or [self.process.pid]
+
+    def stop(self) -> None:
+        stop_group(self.process)
+
+
+def gunicorn(app: str, env: Mapping[str, str], what: str | None = None) -> Server:
+    """gunicorn with the project's own gunicorn.conf.py (workers, worker class, timeouts)."""
+    command = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "gunicorn.conf.py")]
+    command += ["-b", "127.0.0.1:{port}", "--log-level", "warning", app]
+    return Server(what or f"gunicorn {app}", command, env)
+
+
+def uvicorn(factory: str, env: Mapping[str, str], workers: int, what: str) -> Server:
+    command = [sys.executable, "-m", "uvicorn", "--factory", factory, "--host", "127.0.0.1"]
+    command += ["--port", "{port}", "--workers", str(workers), "--log-level", "warning"]
+    command += ["--no-access-log"]
+    return Server(what, command, env)
+
+
+class CeleryWorker:
+    """A `celery -A <app> worker` subprocess, ready once it logged `ready`."""
+
+    def __init__(
+        self, app: str, env: Mapping[str, str], name: str, flags: Sequence[str] = ()
+    ) -> None:
+        command = [sys.executable, "-m", "celery", "-A", app, "worker", "-n", f"{name}@%h"]
+        command += [*flags, "-l", "INFO"]
+        self.process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env={**os.environ, **PYTHONPATH, **env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            if " ready." in line:
+                break
+        else:
+            raise RuntimeError(f"celery {app} exited with {self.process.wait()}")
+        # keep draining its log so the pipe never fills and blocks the worker
+        threading.Thread(target=self.process.stderr.read, daemon=True).start()
+
+    def stop(self) -> None:
+        stop_group(self.process, timeout=20)
+
+
+def stop_group(
+    process: subprocess.Popen[bytes] | subprocess.Popen[str], timeout: float = 15
+) -> None:
+    """SIGTERM the process group, SIGKILL it if it lingers."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # the command name is in parentheses and may hold spaces: split after it
+        if int(stat.rpartition(")")[2].split()[1]) == pid:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The nearest-rank percentile (p50: fraction 0.5); NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = min(len(ordered), max(1, math.ceil(fraction * len(ordered))))
+    return ordered[rank - 1]

@@ -1,0 +1,396 @@
+"""Many open event streams on one front-end process, beside the a2a-sdk server.
+
+    python3 bench/streams.py [--streams 1000] [--rate 200] [--seconds 30] [--quick]
+
+Two servers, one after the other, each holding the same N streams of the
+same events:
+
+* this service: a private redis-server, gunicorn with the repo's
+  gunicorn.conf.py and ONE worker process (WEB_CONCURRENCY=1), and Celery
+  workers (--celery-workers processes, thread pool, enough threads for
+  every task to run at once) running `bench.agents:streamer`;
+* the official a2a-sdk server (bench/sdk_peer.py): one uvicorn process,
+  InMemoryTaskStore, the same plan as an SDK executor.
+
+One asyncio client (httpx) opens N SendStreamingMessage streams (A2A 1.0,
+each a task of its own). Every task says "ready", and waits; once every
+stream has its "ready", the benchmark writes the go file and the tasks emit
+their events, `interval` = N / rate seconds apart, spread evenly, so the
+server delivers `rate` events per second in total for `seconds` seconds;
+each event carries the wall-clock time it was made, just before its save.
+Printed for each server: streams held, events delivered (of expected),
+streams lost (ended early, with an error, or missing events), delivery
+latency (made -> received by the client: p50, p99, max), the serving
+process's memory per open stream (RSS before opening and with all open;
+the SDK's includes its running tasks, which live in that process), and
+GetTask latency (p50, p99) for a fresh client (a new connection each time)
+while the streams are open. The client's own event-loop lag is printed too:
+latency includes it. Aim on the 2-core machine: 1,000 streams held, p99
+delivery <= 100 ms at 200 events/s, no stream lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import httpx
+
+from bench.agents import READY, Plan, stamped
+from bench.processes import CeleryWorker, Server, gunicorn, percentile, rss_kib, uvicorn
+from tests.support.redis_server import RedisServer
+
+A2A_10 = {"A2A-Version": "1.0", "Content-Type": "application/json"}
+PROBE_EVERY = 0.1  # seconds between two fresh-client GetTask calls
+
+
+@dataclass
+class Watched:
+    """What one stream received."""
+
+    task_id: str = ""
+    ready: bool = False
+    events: int = 0
+    done: bool = False
+    problem: str = ""
+    latencies: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Outcome:
+    name: str
+    streams: list[Watched]
+    expected_events: int
+    rss_before_kib: int
+    rss_open_kib: int
+    get_latencies: list[float]
+    get_failures: int
+    loop_lag: list[float]
+    open_seconds: float
+
+
+# --- the client --------------------------------------------------------------------------
+
+
+def result_of(line: str) -> dict[str, Any] | None:
+    """The JSON-RPC result of an SSE `data:` line; raises on a JSON-RPC error."""
+    if not line.startswith("data:"):
+        return None
+    reply = json.loads(line[5:])
+    if "error" in reply:
+        raise RuntimeError(f"error event: {reply['error']}")
+    result: dict[str, Any] = reply["result"]
+    return result
+
+
+def texts_of(status: dict[str, Any]) -> list[str]:
+    parts = (status.get("message") or {}).get("parts") or []
+    return [part["text"] for part in parts if "text" in part]
+
+
+async def watch(
+    client: httpx.AsyncClient, url: str, plan: Plan, seen: Watched, opening: asyncio.Semaphore
+) -> None:
+    message = {
+        "role": "ROLE_USER",
+        "messageId": uuid.uuid4().hex,
+        "parts": [{"text": plan.encode()}],
+    }
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendStreamingMessage",
+        "params": {"message": message},
+    }
+    try:
+        await opening.acquire()
+        released = False
+        try:
+            async with client.stream("POST", url, json=body, headers=A2A_10) as response:
+                opening.release()
+                released = True
+                if response.status_code != 200:
+                    raise RuntimeError(f"HTTP {response.status_code}")
+                async for line in response.aiter_lines():
+                    received = time.time()
+                    result = result_of(line)
+                    if result is None:
+                        continue
+                    if "task" in result:
+                        seen.task_id = result["task"]["id"]
+                        continue
+                    status = (result.get("statusUpdate") or {}).get("status")
+                    if status is None:
+                        continue
+                    for text in texts_of(status):
+                        if text == READY:
+                            seen.ready = True
+                        elif (made := stamped(text)) is not None:
+                            seen.events += 1
+                            seen.latencies.append(received - made[1])
+                    if status["state"] == "TASK_STATE_COMPLETED":
+                        seen.done = True
+                        return
+                raise RuntimeError("the stream closed before the task completed")
+        finally:
+            if not released:
+                opening.release()
+    except Exception as error:
+        seen.problem = f"{type(error).__name__}: {error}"
+
+
+async def loop_lag(samples: list[float], stop: asyncio.Event) -> None:
+    """How late this client's event loop wakes up: latency includes it."""
+    while not stop.is_set():
+        start = time.perf_counter()
+        await asyncio.sleep(0.01)
+        samples.append(time.perf_counter() - start - 0.01)
+
+
+def probe_gets(
+    port: int, watched: list[Watched], until: float, out: list[float], failures: list[int]
+) -> None:
+    """GetTask on a random open task, each time on a new connection."""
+    ids = [seen.task_id for seen in watched if seen.task_id]
+    while time.time() < until and ids:
+        body = json.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": random.choice(ids)}}
+        )
+        start = time.perf_counter()
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            connection.request("POST", "/", body, A2A_10)
+            reply = json.loads(connection.getresponse().read())
+            connection.close()
+            if "result" not in reply:
+                raise RuntimeError(str(reply))
+            out.append(time.perf_counter() - start)
+        except (OSError, RuntimeError, ValueError):
+            failures[0] += 1
+        time.sleep(PROBE_EVERY)
+
+
+async def drive(name: str, server: Server, args: argparse.Namespace, folder: Path) -> Outcome:
+    serving = server.workers()
+    assert len(serving) == 1, f"{name}: expected one serving process, found {serving}"
+    go = folder / f"go-{uuid.uuid4().hex[:8]}"
+    interval = args.streams / args.rate
+    events = max(1, round(args.seconds / interval))
+    plans = [
+        Plan(events=events, interval=interval, phase=interval * n / args.streams, go=str(go))
+        for n in range(args.streams)
+    ]
+    watched = [Watched() for _ in plans]
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
+    timeout = httpx.Timeout(30.0, read=None)
+    lag: list[float] = []
+    stop = asyncio.Event()
+    lag_task = asyncio.create_task(loop_lag(lag, stop))
+    rss_before = rss_kib(serving[0])
+    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+        opening = asyncio.Semaphore(args.opening)
+        began = time.monotonic()
+        streams = [
+            asyncio.create_task(watch(client, server.url + "/", plan, seen, opening))
+            for plan, seen in zip(plans, watched, strict=True)
+        ]
+        deadline = began + args.open_timeout
+        while time.monotonic() < deadline:
+            if all(seen.ready or seen.problem for seen in watched):
+                break
+            await asyncio.sleep(0.1)
+        open_seconds = time.monotonic() - began
+        held = sum(seen.ready and not seen.problem for seen in watched)
+        print(
+            f"  {name}: {held} of {args.streams} streams open in {open_seconds:.1f} s", flush=True
+        )
+        rss_open = rss_kib(serving[0])
+        lag.clear()  # the opening burst is not what the latency is measured in
+        start = time.time() + 1.0
+        go.write_text(repr(start))
+        get_latencies: list[float] = []
+        get_failures = [0]
+        prober = threading.Thread(
+            target=probe_gets,
+            args=(server.port, watched, start + args.seconds, get_latencies, get_failures),
+        )
+        await asyncio.sleep(1.0)
+        prober.start()
+        last_due = start + interval * (events - 1) + interval
+        await asyncio.wait(streams, timeout=max(0.0, last_due - time.time()) + 30.0)
+        for stream in streams:
+            if not stream.done():
+                stream.cancel()
+        await asyncio.gather(*streams, return_exceptions=True)
+        await asyncio.to_thread(prober.join)
+    stop.set()
+    await lag_task
+    return Outcome(
+        name,
+        watched,
+        events,
+        rss_before,
+        rss_open,
+        get_latencies,
+        get_failures[0],
+        lag,
+        open_seconds,
+    )
+
+
+# --- the servers -------------------------------------------------------------------------
+
+
+def run_ours(args: argparse.Namespace, folder: Path) -> Outcome:
+    redis_server = RedisServer().start()
+    workers: list[CeleryWorker] = []
+    web: Server | None = None
+    try:
+        env = {
+            "TOOLNEXUS_STORE": f"{redis_server.url}/1",
+            "TOOLNEXUS_BROKER_URL": f"{redis_server.url}/2",
+            "TOOLNEXUS_QUEUE": "bench-streams",
+            "TOOLNEXUS_LOG_LEVEL": "WARNING",
+            "TOOLNEXUS_RUN": "bench.agents:streamer",
+            "TOOLNEXUS_TIME_LIMIT": "3600",
+            "WEB_CONCURRENCY": "1",
+        }
+        threads = math.ceil(args.streams / args.celery_workers) + 10
+        flags = ("-P", "threads", "-c", str(threads), "--without-gossip", "--without-mingle")
+        for n in range(args.celery_workers):
+            workers.append(CeleryWorker("worker", env, f"streams{n}", flags))
+        web = gunicorn("web:create_app()", env, "this service, one gunicorn worker")
+        return asyncio.run(drive("toolnexus", web, args, folder))
+    finally:
+        if web is not None:
+            web.stop()
+        for worker in workers:
+            worker.stop()
+        redis_server.close()
+
+
+def run_sdk(args: argparse.Namespace, folder: Path) -> Outcome:
+    peer = uvicorn("bench.sdk_peer:create_app", {"BENCH_SDK_AGENT": "streamer"}, 1, "a2a-sdk")
+    try:
+        return asyncio.run(drive("a2a-sdk", peer, args, folder))
+    finally:
+        peer.stop()
+
+
+# --- the report --------------------------------------------------------------------------
+
+
+def report(outcome: Outcome, streams: int, rate: float) -> None:
+    watched = outcome.streams
+    held = sum(seen.ready for seen in watched)
+    delivered = sum(seen.events for seen in watched)
+    lost = [seen for seen in watched if not seen.done or seen.events < outcome.expected_events]
+    latencies = [value for seen in watched for value in seen.latencies]
+    per_stream = (outcome.rss_open_kib - outcome.rss_before_kib) / max(held, 1)
+    gets = outcome.get_latencies
+    print(f"\n{outcome.name}")
+    print(
+        f"  streams held          {held} of {streams} (opening took {outcome.open_seconds:.1f} s)"
+    )
+    print(f"  events delivered      {delivered} of {streams * outcome.expected_events}")
+    print(f"  streams lost          {len(lost)}")
+    for seen in lost[:3]:
+        print(
+            f"    e.g. task {seen.task_id or '?'}: {seen.events} events,"
+            f" {seen.problem or 'incomplete'}"
+        )
+    print(
+        f"  delivery latency      p50 {percentile(latencies, 0.5) * 1e3:.1f} ms,"
+        f" p99 {percentile(latencies, 0.99) * 1e3:.1f} ms,"
+        f" max {max(latencies, default=float('nan')) * 1e3:.1f} ms"
+    )
+    print(
+        f"  memory per stream     {per_stream:.1f} KiB"
+        f" (RSS {outcome.rss_before_kib / 1024:.0f} -> {outcome.rss_open_kib / 1024:.0f} MiB)"
+    )
+    print(
+        f"  fresh GetTask         p50 {percentile(gets, 0.5) * 1e3:.1f} ms,"
+        f" p99 {percentile(gets, 0.99) * 1e3:.1f} ms ({len(gets)} calls,"
+        f" {outcome.get_failures} failed)"
+    )
+    print(
+        f"  client loop lag       p50 {percentile(outcome.loop_lag, 0.5) * 1e3:.1f} ms,"
+        f" p99 {percentile(outcome.loop_lag, 0.99) * 1e3:.1f} ms"
+    )
+    if outcome.name == "toolnexus":
+        p99 = percentile(latencies, 0.99)
+        met = held == streams and not lost and p99 <= 0.1
+        print(
+            f"  aim {streams} streams held, p99 <= 100 ms at {rate:g} events/s, none lost:"
+            f" {'met' if met else 'NOT met'}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--streams", type=int, default=1000, help="open streams (default 1000)")
+    parser.add_argument("--rate", type=float, default=200, help="events/s in total (default 200)")
+    parser.add_argument("--seconds", type=float, default=30, help="events for (default 30 s)")
+    parser.add_argument(
+        "--celery-workers", type=int, default=2, help="Celery worker processes (default 2)"
+    )
+    parser.add_argument(
+        "--open-timeout", type=float, default=120, help="seconds to open them all (default 120)"
+    )
+    parser.add_argument(
+        "--opening",
+        type=int,
+        default=100,
+        help="streams being opened at once, until their headers arrive (default 100)",
+    )
+    parser.add_argument(
+        "--only", choices=("toolnexus", "sdk"), help="run one server only (no comparison)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 100 streams, 20 events/s, 10 s"
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.streams, args.rate, args.seconds = 100, 20.0, 10.0
+    interval = args.streams / args.rate
+    print(
+        f"{args.streams} streams, {args.rate:g} events/s in total (one every {interval:g} s"
+        f" per stream) for {args.seconds:g} s; {os.cpu_count()} CPUs",
+        flush=True,
+    )
+    outcomes = []
+    with tempfile.TemporaryDirectory() as folder:
+        if args.only != "sdk":
+            outcomes.append(run_ours(args, Path(folder)))
+        if args.only != "toolnexus":
+            outcomes.append(run_sdk(args, Path(folder)))
+    for outcome in outcomes:
+        report(outcome, args.streams, args.rate)
+    if len(outcomes) == 2:
+        ours, sdk = outcomes
+        ratio = statistics.median(_all(ours)) / statistics.median(_all(sdk))
+        print(f"\ndelivery p50, toolnexus / a2a-sdk: {ratio:.2f}x (lower is better)")
+
+
+def _all(outcome: Outcome) -> list[float]:
+    return [value for seen in outcome.streams for value in seen.latencies] or [float("nan")]
+
+
+if __name__ == "__main__":
+    main()

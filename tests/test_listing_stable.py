@@ -1,0 +1,153 @@
+"""ListTasks pages hold still while tasks change, on every store, and on
+Redis a page costs a page, not a read of every task."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from flask.testing import FlaskClient
+
+from shared import Settings
+from shared.events import to_state
+from shared.file_store import file_store
+from shared.memory_store import memory_store
+from shared.redis_store import redis_store
+from shared.store import message_key
+from shared.task import new_task, text_message
+from shared.transitions import transition
+from tests.support.polling import wait_for
+from tests.test_web_support import PlayingDispatcher, rpc
+from web import create_app
+
+
+@pytest.fixture(params=["memory", "file", "redis"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if request.param == "memory":
+        return memory_store()
+    if request.param == "file":
+        return file_store(tmp_path / "tasks")
+    return redis_store(str(request.getfixturevalue("redis_url")))
+
+
+def client_for(store: Any) -> FlaskClient:
+    return create_app(
+        Settings(), store=store, dispatcher=PlayingDispatcher(store, auto=False)
+    ).test_client()
+
+
+def fill(store: Any, count: int, owner: str = "", context: str | None = None) -> list[str]:
+    ids = []
+    for n in range(count):
+        task = new_task(text_message("user", f"t{n}"), context, owner or None)
+        ids.append(store.create(task, message_key(owner, f"m-{n}-{context}")).task["id"])
+    return ids
+
+
+def page_through(client: FlaskClient, size: int, **filters: Any) -> tuple[list[str], list[int]]:
+    seen: list[str] = []
+    totals: list[int] = []
+    token = ""
+    while True:
+        params = {"pageSize": size, "pageToken": token, **filters}
+        result = rpc(client, "ListTasks", params, version="1.0")["result"]
+        seen += [task["id"] for task in result["tasks"]]
+        totals.append(result["totalSize"])
+        token = result["nextPageToken"]
+        if not token:
+            return seen, totals
+
+
+def test_every_task_appears_exactly_once_while_tasks_keep_changing(store: Any) -> None:
+    ids = fill(store, 120)
+    client = client_for(store)
+    stop = threading.Event()
+
+    def churn() -> None:
+        rng = random.Random(7)
+        while not stop.wait(0.001):  # about a thousand changes a second
+            task_id = rng.choice(ids)
+            transition(store, task_id, to_state("working"))
+            transition(
+                store, task_id, lambda t: to_state("working", text_message("agent", "more"))(t)
+            )
+
+    churner = threading.Thread(target=churn)
+    churner.start()
+    try:
+        seen, totals = page_through(client, 7)
+        fill(store, 5, context="late")  # created after the listing began: not in it
+    finally:
+        stop.set()
+        churner.join(10)
+    assert sorted(seen) == sorted(ids)  # none skipped, none twice
+    assert set(totals) == {120}  # one listing, one total
+
+
+def test_filters_hold_still_too(store: Any) -> None:
+    ids = fill(store, 30, context="c-1")
+    fill(store, 10, context="c-2")
+    client = client_for(store)
+    for task_id in ids[:12]:
+        transition(store, task_id, to_state("working"))
+    seen, totals = page_through(client, 5, contextId="c-1", status="TASK_STATE_WORKING")
+    assert sorted(seen) == sorted(ids[:12]) and set(totals) == {12}
+    seen, totals = page_through(client, 4, status="TASK_STATE_SUBMITTED")
+    assert len(seen) == len(set(seen)) == 28 and set(totals) == {28}
+
+
+def test_each_caller_lists_only_its_own_tasks(store: Any) -> None:
+    mine = fill(store, 8, owner="alice")
+    fill(store, 5, owner="bob")
+    client = create_app(
+        Settings(api_tokens=("alice:a-token", "bob:b-token")),
+        store=store,
+        dispatcher=PlayingDispatcher(store, auto=False),
+    ).test_client()
+    reply = rpc(
+        client,
+        "ListTasks",
+        {"pageSize": 100},
+        version="1.0",
+        headers={"Authorization": "Bearer a-token"},
+    )["result"]
+    assert sorted(task["id"] for task in reply["tasks"]) == sorted(mine)
+    assert reply["totalSize"] == 8
+
+
+def test_a_redis_page_reads_the_page_not_every_task(redis_url: str) -> None:
+    store = redis_store(redis_url)
+    big = "x" * 100_000
+    for n in range(60):
+        store.create(new_task(text_message("user", big)), message_key("", f"big-{n}"))
+    client = client_for(store)
+    counter = redis.Redis.from_url(redis_url)
+    counter.config_resetstat()
+    result = rpc(client, "ListTasks", {"pageSize": 1}, version="1.0")["result"]
+    assert len(result["tasks"]) == 1 and result["totalSize"] == 60
+    stats = counter.info("commandstats")
+    reads = stats.get("cmdstat_hmget", {}).get("calls", 0) + stats.get("cmdstat_get", {}).get(
+        "calls", 0
+    )
+    assert reads <= 4, stats  # the one task shown; not the 60 stored (6 MB)
+
+
+def test_expired_tasks_leave_the_redis_indexes(redis_url: str) -> None:
+    store = redis_store(redis_url, terminal_ttl=1)
+    done, running = fill(store, 2)
+    for task_id in (done, running):
+        transition(store, task_id, to_state("working"))
+    transition(store, done, to_state("completed"))
+    client = client_for(store)
+    assert rpc(client, "ListTasks", {}, version="1.0")["result"]["totalSize"] == 2
+    wait_for(lambda: store.get(done) is None, timeout=5, what="Redis to expire the task")
+    time.sleep(0.01)
+    assert store.purge_expired() == 1  # what the reaper does on each run
+    result = rpc(client, "ListTasks", {}, version="1.0")["result"]
+    assert [task["id"] for task in result["tasks"]] == [running]
+    assert result["totalSize"] == 1

@@ -1,0 +1,195 @@
+"""The event-store contract, one suite over every built-in store: tasks as an
+ordered log of events appended atomically with each change, idempotent
+creation by message key, context ownership, live watches across processes
+and finished tasks forgotten after their time to live."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.errors import ContextTaken
+from shared.events import artifact_update, status_update, to_state
+from shared.file_store import file_store
+from shared.memory_store import memory_store
+from shared.redis_store import redis_store
+from shared.resolve import resolve_store
+from shared.store import Commit, EventStore, message_key
+from shared.task import COMPLETED, WORKING, new_task, state_of, text_message
+from shared.transitions import SNAPSHOT_EVERY, transition
+from tests.support.polling import wait_for
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(params=["memory", "file", "redis"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Any:
+    if kind == "memory":
+        return memory_store()
+    if kind == "file":
+        return file_store(tmp_path / "tasks")
+    return redis_store(str(request.getfixturevalue("redis_url")))
+
+
+def a_task(owner: str | None = None, context: str | None = None, text: str = "hi") -> Any:
+    return new_task(text_message("user", text), context, owner)
+
+
+def chunk(task: Any, text: str, append: bool = True) -> Any:
+    artifact = {"artifactId": "a-1", "parts": [{"kind": "text", "text": text}]}
+    return artifact_update(task, artifact, append=append, last_chunk=False)  # type: ignore[arg-type]
+
+
+def test_every_built_in_store_is_an_event_store(store: Any) -> None:
+    assert isinstance(store, EventStore)
+
+
+def test_creation_is_event_one_and_each_change_appends_in_order(store: Any) -> None:
+    created = store.create(a_task())
+    assert created.created
+    task_id = created.task["id"]
+    record = store.read(task_id)
+    assert (record.seq, record.tail) == (1, 0)
+    transition(store, task_id, to_state(WORKING))
+    transition(store, task_id, lambda t: [chunk(t, "a", append=False), chunk(t, "b")])
+    transition(store, task_id, to_state(COMPLETED))
+    logged = store.events(task_id, 0)
+    assert [seq for seq, _ in logged] == [1, 2, 3, 4, 5]
+    assert [e["kind"] for _, e in logged] == [
+        "status-update",
+        "status-update",
+        "artifact-update",
+        "artifact-update",
+        "status-update",
+    ]
+    assert [seq for seq, _ in store.events(task_id, 3)] == [4, 5]
+    assert store.events(task_id, 5) == []
+    assert store.get(task_id)["artifacts"][0]["parts"] == [
+        {"kind": "text", "text": "a"},
+        {"kind": "text", "text": "b"},
+    ]
+
+
+def test_a_commit_after_an_event_the_writer_did_not_see_is_refused(store: Any) -> None:
+    task = store.create(a_task()).task
+    stale = store.read(task["id"])
+    assert transition(store, task["id"], to_state(WORKING)).applied
+    late = Commit(task, [status_update(task, "canceled")], stale.seq, snapshot=False)
+    assert not store.commit(late)
+    assert state_of(store.get(task["id"])) == WORKING
+    assert len(store.events(task["id"], 0)) == 2  # no event for the write that lost
+
+
+def test_a_read_folds_the_tail_the_same_as_a_snapshot(store: Any) -> None:
+    task_id = store.create(a_task()).task["id"]
+    transition(store, task_id, to_state(WORKING))
+    texts = [f"{n} " for n in range(SNAPSHOT_EVERY * 2 + 5)]
+    for n, text in enumerate(texts):
+        transition(store, task_id, lambda t, text=text, n=n: [chunk(t, text, append=n > 0)])
+        record = store.read(task_id)
+        assert record.tail < SNAPSHOT_EVERY  # snapshots keep the tail short
+        assert [p["text"] for p in record.task["artifacts"][0]["parts"]] == texts[: n + 1]
+
+
+def test_a_message_key_creates_one_task(store: Any) -> None:
+    key = message_key("alice", "m-1")
+    first = store.create(a_task("alice"), key)
+    again = store.create(a_task("alice"), key)
+    assert first.created and not again.created
+    assert again.task["id"] == first.task["id"]
+    assert len(store.all()) == 1
+    other = store.create(a_task("bob"), message_key("bob", "m-1"))
+    assert other.created  # the same message id of another caller is another message
+
+
+def test_a_context_belongs_to_the_caller_that_used_it_first(store: Any) -> None:
+    store.create(a_task("alice", "ctx-1"))
+    store.create(a_task("alice", "ctx-1"))  # the owner may add tasks to it
+    with pytest.raises(ContextTaken):
+        store.create(a_task("mallory", "ctx-1"))
+    assert {t.get("owner") for t in store.all().values()} == {"alice"}
+
+
+def test_a_watch_wakes_when_the_task_changes(store: Any) -> None:
+    task_id = store.create(a_task()).task["id"]
+    with store.watch(task_id) as watch:
+        watch.wait(0.05)  # may wake without a change (spurious wake-ups are allowed)
+        threading.Timer(0.05, lambda: transition(store, task_id, to_state(WORKING))).start()
+        assert wait_for(lambda: watch.wait(0.5), timeout=5, what="a wake-up")
+        watch.wake()
+        assert watch.wait(0)  # woken by hand, e.g. when the client hung up
+
+
+def _commit_later(spec: str, task_id: str, delay: float) -> None:
+    time.sleep(delay)
+    transition(resolve_store(spec), task_id, to_state(WORKING))
+
+
+@pytest.mark.parametrize("shared_kind", ["file", "redis"])
+def test_a_watch_wakes_for_a_change_made_by_another_process(
+    shared_kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    spec = (
+        f"file:{tmp_path / 'tasks'}"
+        if shared_kind == "file"
+        else str(request.getfixturevalue("redis_url"))
+    )
+    store = resolve_store(spec)
+    task_id = store.create(a_task()).task["id"]
+    with store.watch(task_id) as watch:
+        child = multiprocessing.get_context("spawn").Process(
+            target=_commit_later, args=(spec, task_id, 0.5)
+        )
+        child.start()
+        woke = wait_for(lambda: watch.wait(0.5), timeout=20, what="the other process's change")
+        child.join(20)
+    assert woke and state_of(store.get(task_id)) == WORKING
+
+
+@pytest.mark.parametrize("expiring", ["memory", "file", "redis"])
+def test_finished_tasks_and_their_message_keys_expire(
+    expiring: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    clock = Clock()
+    if expiring == "memory":
+        store = memory_store(clock, terminal_ttl=60)
+    elif expiring == "file":
+        store = file_store(tmp_path / "tasks", clock, terminal_ttl=60)
+    else:
+        store = redis_store(str(request.getfixturevalue("redis_url")), terminal_ttl=1)
+    key = message_key("", "m-ttl")
+    done = store.create(a_task(), key).task["id"]
+    alive = store.create(a_task()).task["id"]
+    transition(store, done, to_state(WORKING))
+    transition(store, done, to_state(COMPLETED))
+    transition(store, alive, to_state(WORKING))
+    clock.now += 61
+    if expiring == "redis":
+        wait_for(lambda: store.get(done) is None, timeout=5, what="Redis to expire the task")
+    else:
+        assert store.get(done) is None  # past its time: read as gone at once
+        assert store.purge_expired() == 1  # and removed by the reaper's sweep
+        assert store.purge_expired() == 0
+    assert store.get(alive) is not None  # a task still running never expires
+    assert store.events(done, 0) == []
+    again = store.create(a_task(), key)
+    assert again.created and again.task["id"] != done  # the key went with the task
+    if expiring == "file":
+        leftovers = [p.name for p in (tmp_path / "tasks").rglob(f"*{done}*")]
+        assert leftovers == []

@@ -1,0 +1,272 @@
+"""Streams over real HTTP, served in one process: the front end and the
+fulfilment core running real example agents on threads (the embedded
+composition), so each event is what a worker really saved."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from shared import Settings
+from shared.memory_store import MemoryStore, memory_store
+from tests.support.a2a import call
+from tests.support.polling import wait_for
+from tests.support.sse import Stream, results
+from tests.test_web_support import live_server
+from web import create_app
+from worker.agent import load_agent
+from worker.inprocess import InProcessDispatcher
+
+Serve = Callable[..., tuple[str, MemoryStore]]
+
+
+@pytest.fixture
+def serve() -> Iterator[Serve]:
+    """Serve the app with an in-process worker running `run`, over HTTP."""
+    stops: list[Callable[[], None]] = []
+
+    def start(run: str, **settings: Any) -> tuple[str, MemoryStore]:
+        config = Settings(run=run, keepalive=settings.pop("keepalive", 15.0), **settings)
+        store = memory_store()
+        dispatcher = InProcessDispatcher(store, load_agent(config), config, threads=4)
+        app = create_app(config, store=store, dispatcher=dispatcher)
+        served = live_server(app)
+        url, _ = served.__enter__()
+        stops.append(lambda: (served.__exit__(None, None, None), dispatcher.close(timeout=5)))
+        return url, store
+
+    yield start
+    for stop in stops:
+        stop()
+
+
+def user(text: str, **extra: Any) -> dict[str, Any]:
+    message = {"role": "ROLE_USER", "messageId": str(uuid.uuid4()), "parts": [{"text": text}]}
+    return {**message, **extra}
+
+
+def started(url: str, text: str) -> str:
+    """Send without waiting (the toolnexus dialect); the new task's id."""
+    reply = call(url, "SendMessage", {"message": user(text)})
+    return str(reply["result"]["id"])
+
+
+def kinds(payloads: list[dict[str, Any]]) -> list[str]:
+    """The 1.0 stream response kind of each payload, with the state for status updates."""
+    shown = []
+    for payload in payloads:
+        (kind, body), *_ = payload.items()
+        state = body["status"]["state"] if kind in ("task", "statusUpdate") else ""
+        shown.append(f"{kind} {state}".strip())
+    return shown
+
+
+def test_a_send_stream_is_the_task_then_every_event_in_order(serve: Serve) -> None:
+    url, store = serve("examples.agents:countdown")
+    stream = Stream(url, "SendStreamingMessage", {"message": user("2")})
+    assert stream.is_stream
+    assert stream.response.headers["Cache-Control"] == "no-store"
+    events = list(stream)  # ends by itself: the stream closes after the terminal state
+    payloads = results(events)
+    assert kinds(payloads) == [
+        "task TASK_STATE_SUBMITTED",
+        "statusUpdate TASK_STATE_WORKING",
+        "statusUpdate TASK_STATE_WORKING",  # the agent's progress message
+        "artifactUpdate",
+        "artifactUpdate",
+        "artifactUpdate",
+        "statusUpdate TASK_STATE_COMPLETED",
+    ]
+    assert [event.id for event in events] == list(range(1, 8))  # the task's own event numbers
+    chunks = [p["artifactUpdate"] for p in payloads if "artifactUpdate" in p]
+    assert [c["artifact"]["parts"][0]["text"] for c in chunks] == ["2... ", "1... ", "liftoff!"]
+    assert [(c["append"], c["lastChunk"]) for c in chunks] == [
+        (False, False),
+        (True, False),
+        (True, True),
+    ]
+    assert len({c["artifact"]["artifactId"] for c in chunks}) == 1
+    progress = payloads[2]["statusUpdate"]["status"]["message"]
+    assert progress["parts"] == [{"text": "counting down from 2"}]
+    assert all("kind" not in body and "final" not in body for p in payloads for body in p.values())
+    # What was streamed is what was saved.
+    task_id = payloads[0]["task"]["id"]
+    saved = store.get(task_id)
+    assert saved is not None and saved["artifacts"][0]["parts"] == [
+        {"kind": "text", "text": text} for text in ("2... ", "1... ", "liftoff!")
+    ]
+
+
+def test_0_3_streams_carry_kind_and_final(serve: Serve) -> None:
+    url, _ = serve("examples.agents:echo")
+    message = {"kind": "message", "role": "user", "messageId": str(uuid.uuid4())}
+    message["parts"] = [{"kind": "text", "text": "hi"}]
+    payloads = results(list(Stream(url, "message/stream", {"message": message}, version=None)))
+    assert [p["kind"] for p in payloads] == [
+        "task",
+        "status-update",
+        "artifact-update",
+        "status-update",
+    ]
+    assert [p.get("final") for p in payloads if p["kind"] == "status-update"] == [False, True]
+    assert payloads[-1]["status"]["state"] == "completed"
+
+
+def test_a_message_reply_is_the_one_event_of_its_stream(serve: Serve) -> None:
+    url, _ = serve("examples.agents:answer")
+    payloads = results(list(Stream(url, "SendStreamingMessage", {"message": user("abc")})))
+    assert len(payloads) == 1
+    reply = payloads[0]["message"]
+    assert reply["role"] == "ROLE_AGENT"
+    assert reply["parts"] == [{"text": "You said 3 characters."}]
+
+
+def test_a_stream_stops_when_the_task_waits_for_input_and_a_follow_up_streams_on(
+    serve: Serve,
+) -> None:
+    url, _ = serve("examples.agents:ask_back")
+    first = results(list(Stream(url, "SendStreamingMessage", {"message": user("hi")})))
+    assert kinds(first)[-1] == "statusUpdate TASK_STATE_INPUT_REQUIRED"
+    task = first[0]["task"]
+    follow_up = user("Ada", taskId=task["id"])
+    second = results(list(Stream(url, "SendStreamingMessage", {"message": follow_up})))
+    assert kinds(second)[0] == "task TASK_STATE_SUBMITTED"
+    assert second[0]["task"]["history"][-1]["parts"] == [{"text": "Ada"}]
+    assert kinds(second)[-1] == "statusUpdate TASK_STATE_COMPLETED"
+    last = second[-1]["statusUpdate"]["status"]["message"]
+    assert last["parts"] == [{"text": "Hello, Ada!"}]
+
+
+def test_subscribing_gives_the_task_as_it_stands_then_live_events(serve: Serve) -> None:
+    url, _ = serve("examples.agents:countdown")
+    task_id = started(url, "0.3 3")
+    events = list(Stream(url, "SubscribeToTask", {"id": task_id}))
+    payloads = results(events)
+    assert "task" in payloads[0]
+    assert kinds(payloads)[-1] == "statusUpdate TASK_STATE_COMPLETED"
+    assert [e.id for e in events] == list(range(events[0].id or 0, events[-1].id + 1))  # type: ignore[operator]
+
+
+def test_subscribing_to_a_finished_or_unknown_task_is_a_plain_error(serve: Serve) -> None:
+    url, _ = serve("examples.agents:echo")
+    done = call(url, "SendMessage", {"message": user("x")})["result"]
+    finished = Stream(url, "SubscribeToTask", {"id": done["id"]}, version=None)
+    assert not finished.is_stream
+    assert finished.json()["error"]["code"] == -32004
+    unknown = Stream(url, "SubscribeToTask", {"id": "no-such-task"})
+    assert not unknown.is_stream
+    assert unknown.json()["error"]["code"] == -32001
+
+
+def test_a_reconnect_with_last_event_id_gets_exactly_the_missed_events(serve: Serve) -> None:
+    url, _ = serve("examples.agents:countdown")
+    message = user("0.2 4")
+    first = Stream(url, "SendStreamingMessage", {"message": message})
+    seen = []
+    for event in first:
+        seen.append(event)
+        if len(seen) == 3:
+            break
+    first.close()  # the connection drops after event 3
+    # The client sends the same message again (same messageId) with Last-Event-ID.
+    rest = list(Stream(url, "SendStreamingMessage", {"message": message}, last_event_id=3))
+    ids = [event.id for event in seen + rest]
+    assert ids == list(range(1, len(ids) + 1))  # no gap, no duplicate
+    assert kinds(results(rest))[-1] == "statusUpdate TASK_STATE_COMPLETED"
+    # A subscriber resuming after the end gets the missed tail, then the stream closes.
+    task_id = results(seen)[0]["task"]["id"]
+    tail = list(Stream(url, "SubscribeToTask", {"id": task_id}, last_event_id=ids[-3]))
+    assert [event.id for event in tail] == ids[-2:]
+
+
+def test_many_subscribers_see_the_same_events_and_one_leaving_disturbs_none(
+    serve: Serve,
+) -> None:
+    url, store = serve("examples.agents:countdown")
+    task_id = started(url, "0.2 4")
+    streams = [Stream(url, "SubscribeToTask", {"id": task_id}) for _ in range(4)]
+    collected: list[list[Any]] = [[] for _ in streams]
+
+    def read(index: int) -> None:
+        for event in streams[index]:
+            collected[index].append((event.id, event.data["result"]))
+            if index == 0 and len(collected[0]) == 2:
+                streams[0].close()
+                return
+
+    readers = [threading.Thread(target=read, args=(n,)) for n in range(len(streams))]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join(30)
+    full = [events for events in collected[1:]]
+    assert full[0] == full[1] == full[2]
+    assert kinds([p for _, p in full[0][1:]])[-1] == "statusUpdate TASK_STATE_COMPLETED"
+    # Everything a subscriber held is let go once it is gone.
+    wait_for(lambda: len(store._notifier) == 0, timeout=5, what="every watch released")
+
+
+def test_a_client_that_hangs_up_is_let_go_at_once(serve: Serve) -> None:
+    url, store = serve("examples.agents:ticking", keepalive=60.0)
+    task_id = started(url, "20 long")
+    stream = Stream(url, "SubscribeToTask", {"id": task_id})
+    next(iter(stream))  # the task: the stream is open and waiting
+    assert len(store._notifier) == 1
+    stream.close()
+    # Well before the next keepalive (60 s) or event would reveal it.
+    wait_for(lambda: len(store._notifier) == 0, timeout=3, what="the watch of a hung-up stream")
+    call(url, "CancelTask", {"id": task_id})
+
+
+def test_an_idle_stream_gets_keepalive_comments(serve: Serve) -> None:
+    url, _ = serve("examples.agents:slow", keepalive=0.1)
+    stream = Stream(url, "SendStreamingMessage", {"message": user("0.6 wait")})
+    events = list(stream)
+    assert kinds(results(events))[-1] == "statusUpdate TASK_STATE_COMPLETED"
+    assert stream.comments >= 3  # the opening comment and keepalives while it slept
+
+
+class CountingStore(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def read(self, task_id: str) -> Any:
+        self.reads += 1
+        return super().read(task_id)
+
+
+def test_a_blocking_send_waits_on_events_not_by_polling() -> None:
+    config = Settings(run="examples.agents:slow", blocking_timeout=10)
+    store = CountingStore()
+    dispatcher = InProcessDispatcher(store, load_agent(config), config, threads=2)
+    client = create_app(config, store=store, dispatcher=dispatcher).test_client()
+    try:
+        started = time.monotonic()
+        reply = client.post(
+            "/",
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "message/send",
+                "params": {
+                    "message": {
+                        "role": "user",
+                        "messageId": "m-poll",
+                        "parts": [{"kind": "text", "text": "1.5 nap"}],
+                    }
+                },
+            },
+        )
+        assert reply.get_json()["result"]["status"]["state"] == "completed"
+        assert time.monotonic() - started >= 1.5
+        # A poll every 5-100 ms would read the task dozens of times in 1.5 s;
+        # following the events reads it a fixed few times (claim, result, reply).
+        assert store.reads < 10, store.reads
+    finally:
+        dispatcher.close(timeout=5)
