@@ -235,7 +235,14 @@ def _record(observed: Observed, status: int, *, events: int | None = None) -> No
     metrics = web_metrics()
     metrics.requests.labels(method, outcome).inc()
     metrics.latency.labels(method).observe(elapsed)
-    quiet = observed.path in QUIET_PATHS and status < 400
+    level = logging.DEBUG if observed.path in QUIET_PATHS and status < 400 else logging.INFO
+    if log.isEnabledFor(level):
+        _log_line(observed, level, outcome, status, elapsed, events)
+
+
+def _log_line(
+    observed: Observed, level: int, outcome: str, status: int, elapsed: float, events: int | None
+) -> None:
     words = [observed.http_method, observed.path]
     if observed.rpc_method:
         words += [observed.rpc_method, f"dialect={observed.dialect}"]
@@ -244,21 +251,20 @@ def _record(observed: Observed, status: int, *, events: int | None = None) -> No
     if events is not None:
         words.append(f"events={events}")
     words += [f"outcome={outcome}", f"status={status}", f"duration_ms={elapsed * 1000:.1f}"]
-    log.log(
-        logging.DEBUG if quiet else logging.INFO,
-        " ".join(words),
-        extra={
-            "request_id": observed.request_id,
-            **fields(
-                http_method=observed.http_method,
-                path=observed.path,
-                method=observed.rpc_method or None,
-                dialect=observed.dialect or None,
-                task_id=observed.task_id or None,
-                events=events,
-                outcome=outcome,
-                status=status,
-                duration_ms=round(elapsed * 1000, 1),
-            ),
-        },
-    )
+    extra = {
+        "request_id": observed.request_id,
+        **fields(
+            http_method=observed.http_method,
+            path=observed.path,
+            method=observed.rpc_method or None,
+            dialect=observed.dialect or None,
+            task_id=observed.task_id or None,
+            events=events,
+            outcome=outcome,
+            status=status,
+            duration_ms=round(elapsed * 1000, 1),
+        ),
+    }
+    # makeRecord + handle is log.log without the caller lookup (a walk up the
+    # stack on every request); the line's origin is this function either way.
+    log.handle(log.makeRecord(log.name, level, __file__, 0, " ".join(words), (), None, extra=extra))
