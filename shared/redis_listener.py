@@ -5,6 +5,8 @@ the write). A daemon thread here listens on its own connection and wakes
 this process's waiters for that task; they then read the events from the
 task's stream by number. When the connection drops, every waiter is woken
 to re-read (and hear of the outage), and the listener reconnects with backoff.
+A process with nothing to wait for lets the listener go after a while (and
+its connection with it); the next watch starts it again.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 import redis
@@ -26,6 +29,8 @@ log = logging.getLogger(__name__)
 # reading anyway; a missed wake-up then only delays an event to the next poll.
 READY_TIMEOUT = 2.0
 _POLL = 1.0
+# Seconds without a watcher after which the listener stops.
+IDLE_EXIT = 30.0
 
 
 class Listener:
@@ -42,24 +47,39 @@ class Listener:
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self._pid = -1
+        self._running = False
+        self._wanted = 0.0  # when a watch last asked for the listener
 
     def ensure_listening(self) -> None:
-        """Start the listener in this process (again after a fork) and wait
-        briefly for its subscription, so no event after this call is missed."""
+        """Start the listener in this process (again after a fork, or after it
+        went idle) and wait briefly for its subscription, so no event after
+        this call is missed."""
         with self._lock:
-            if self._pid != os.getpid():
-                self._pid = os.getpid()
+            self._wanted = time.monotonic()
+            if self._pid != os.getpid() or not self._running:
+                if self._pid != os.getpid():
+                    self._pool.reset()
+                self._pid, self._running = os.getpid(), True
                 self._ready = threading.Event()
-                self._pool.reset()
-                thread = threading.Thread(target=self._run, name="toolnexus-events", daemon=True)
+                thread = threading.Thread(
+                    target=self._run, args=(self._ready,), name="toolnexus-events", daemon=True
+                )
                 thread.start()
-        if not self._ready.wait(READY_TIMEOUT):
+            ready = self._ready
+        if not ready.wait(READY_TIMEOUT):
             raise StoreError("task store unavailable: cannot subscribe to task events")
 
-    def _run(self) -> None:
+    def _idle(self) -> bool:
+        """True (and the listener marked stopped) when nobody has watched for a while."""
+        with self._lock:
+            if len(self.notifier) or time.monotonic() - self._wanted < IDLE_EXIT:
+                return False
+            self._running = False
+            return True
+
+    def _run(self, ready: threading.Event) -> None:
         backoff = Backoff(initial=0.05, cap=2.0)
-        ready = self._ready
-        while True:
+        while not self._idle():
             client: Any = redis.Redis(connection_pool=self._pool)
             pubsub = client.pubsub()
             try:
@@ -67,6 +87,8 @@ class Listener:
                 while True:
                     message = pubsub.get_message(timeout=_POLL)
                     if message is None:
+                        if self._idle():
+                            return
                         continue
                     if message["type"] == "subscribe":
                         ready.set()
