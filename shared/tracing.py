@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Final
 
@@ -80,6 +80,21 @@ def trace_flask(app: Any, service: str = "toolnexus-web") -> None:
     """A server span for each HTTP request to `app`."""
     if enable(service):
         FlaskInstrumentor().instrument_app(app, excluded_urls=UNTRACED_PATHS)  # type: ignore[no-untyped-call]
+
+
+def serving(
+    method: str, path: str, headers: Iterable[tuple[str, str]]
+) -> AbstractContextManager[object]:
+    """A server span for one request handled outside Flask (the JSON-RPC
+    endpoint), continuing a trace the caller's headers may carry."""
+    if not _enabled:
+        return nullcontext()
+    parent = propagate.extract({key.lower(): value for key, value in headers})
+    tracer = trace.get_tracer(TRACER_NAME)
+    attributes = {"http.request.method": method, "url.path": path}
+    return tracer.start_as_current_span(
+        f"{method} {path}", context=parent, kind=trace.SpanKind.SERVER, attributes=attributes
+    )
 
 
 @contextmanager

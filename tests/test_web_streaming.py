@@ -215,8 +215,8 @@ def test_a_client_that_hangs_up_is_let_go_at_once(serve: Serve) -> None:
     url, store = serve("examples.agents:ticking", keepalive=60.0)
     task_id = started(url, "20 long")
     stream = Stream(url, "SubscribeToTask", {"id": task_id})
-    next(iter(stream))  # the task: the stream is open and waiting
-    assert len(store._notifier) == 1
+    next(iter(stream))  # the task: the stream is open, and about to wait
+    wait_for(lambda: len(store._notifier) == 1, timeout=3, what="the stream's watch")
     stream.close()
     # Well before the next keepalive (60 s) or event would reveal it.
     wait_for(lambda: len(store._notifier) == 0, timeout=3, what="the watch of a hung-up stream")

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from email.utils import formatdate
 from typing import Any
 
 from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers import Response as BaseResponse
 
 from shared.codec import encode_bytes
 from shared.dispatch import Dispatcher
@@ -29,22 +30,19 @@ from web.browsers import browser_policy
 from web.card import MAX_AGE, build_card, entity_tag, wanted_version, with_v03_fields
 from web.dialects import V03
 from web.dispatch import CeleryDispatcher
+from web.endpoint import RpcEndpoint, front, refused
 from web.errors import (
     BROKER_UNAVAILABLE,
     STORE_UNAVAILABLE,
-    BodyTooLarge,
-    ContentTypeNotSupported,
     InvalidRequest,
     RequestError,
     describe,
     error_body,
 )
-from web.hangups import HangupMonitor
 from web.methods import Tasks
-from web.observe import answered, observe, stream_observer
-from web.rpc import handle, typed_errors, wire_version
+from web.observe import observe
+from web.rpc import wire_version
 from web.skills import load_skills
-from web.streaming import Stream
 
 log = logging.getLogger(__name__)
 
@@ -79,45 +77,25 @@ def create_app(
     tasks = Tasks(settings, task_store, dispatcher, load_hook(settings))
     card_overrides = {**(settings.card or {}), **(card or {})}
     started = formatdate(time.time(), usegmt=True)
-    hangups = HangupMonitor()
 
     app = Flask(__name__)
-    # One byte over: Werkzeug cuts a chunked body at this length without a
-    # word, so `_body` must see the extra byte to refuse it as too large.
-    app.config["MAX_CONTENT_LENGTH"] = settings.max_body + 1
     app.extensions["toolnexus"] = tasks
     observe(app, authenticator)
 
     @app.before_request
-    def screen() -> Response | None:
+    def screen() -> BaseResponse | None:
         try:
             return browsers.screen(request)
         except RequestError as error:
-            return _refused(error, request.headers.get(VERSION_HEADER))
+            return refused(error, request.headers.get(VERSION_HEADER))
 
     app.after_request(lambda response: browsers.with_cors(request, response))
 
-    @app.post("/")
-    def rpc() -> Response:
-        version = request.headers.get(VERSION_HEADER) or request.args.get(VERSION_HEADER)
-        try:
-            owner = authenticator.principal(request.headers.get("Authorization"))
-            body = _body(settings.max_body)
-            _require_json(request.mimetype)
-        except RequestError as error:
-            return _refused(error, version)
-        answer = handle(body, version, tasks, owner, request.headers.get("Last-Event-ID"))
-        answered(body, version, answer)
-        if isinstance(answer, Stream):
-            return _event_stream(answer, hangups, request.environ)
-        payload, status = answer
-        return _json(payload, status)
-
-    def agent_card() -> Response:
+    def agent_card() -> BaseResponse:
         try:
             requested = wire_version(request.headers.get(VERSION_HEADER))
         except RequestError as error:
-            return _refused(error, None)
+            return refused(error, None)
         version = wanted_version(requested, request.path == LEGACY_CARD_PATH, settings.card_compat)
         url, from_host = browsers.base_url(request)
         security = authenticator.card_schemes()
@@ -181,55 +159,9 @@ def create_app(
 
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected_error)
+    endpoint = RpcEndpoint(tasks, authenticator, browsers, settings.max_body)
+    app.wsgi_app = front(app.wsgi_app, endpoint)  # type: ignore[method-assign, assignment]
     return app
-
-
-def _require_json(mimetype: str) -> None:
-    """JSON-RPC bodies are JSON. Refusing anything else also keeps browsers
-    out: a page can send text/plain or a form without asking, not JSON."""
-    if mimetype != "application/json" and not mimetype.endswith("+json"):
-        shown = mimetype or "none"
-        raise ContentTypeNotSupported(
-            f"Content-Type {shown!r} is not supported: send application/json"
-        )
-
-
-def _body(limit: int) -> bytes:
-    try:
-        body: bytes | None = request.get_data(cache=False)
-    except RequestEntityTooLarge:
-        body = None
-    if body is None or len(body) > limit:
-        raise BodyTooLarge(f"request body too large: the limit is {limit} bytes")
-    return body
-
-
-def _refused(error: RequestError, version: str | None) -> Response:
-    wire = describe(error)
-    reply = _json(error_body(wire, None, typed_data=typed_errors(version)), wire.http_status)
-    if wire.http_status == 401:
-        reply.headers["WWW-Authenticate"] = 'Bearer realm="toolnexus"'
-    return reply
-
-
-def _event_stream(stream: Stream, hangups: HangupMonitor, environ: dict[str, Any]) -> Response:
-    observed = stream_observer()  # now, while the request is current
-
-    def lines() -> Iterator[bytes]:
-        yield b": stream open\n\n"  # headers go out now, not with the first event
-        with hangups.watching(environ) as hangup:
-            for item in observed(stream.open(hangup)):
-                if item is None:
-                    yield b": keepalive\n\n"
-                    continue
-                seq, payload = item
-                head = f"id: {seq}\n".encode() if seq else b""
-                yield head + b"data: " + encode_bytes(payload) + b"\n\n"
-
-    response = Response(lines(), mimetype="text/event-stream")
-    response.headers["Cache-Control"] = "no-store"
-    response.headers["X-Accel-Buffering"] = "no"  # nginx: pass events through at once
-    return response
 
 
 def _readiness(store: TaskStore, dispatcher: Dispatcher, settings: Settings) -> dict[str, str]:

@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
 
-from flask import Request, Response
+from werkzeug.wrappers import Response
 
 from shared.settings import Settings
 from shared.text import shown
 from web.errors import HostNotAllowed, OriginNotAllowed
+from web.wsgi import HttpRequest
 
 ANY: Final = "*"
 ALLOWED_METHODS: Final = "GET, POST, OPTIONS"
@@ -93,7 +94,7 @@ class BrowserPolicy:
     def allows_origin(self, origin: str) -> bool:
         return ANY in self.origins or origin.lower().rstrip("/") in self.origins
 
-    def screen(self, request: Request) -> Response | None:
+    def screen(self, request: HttpRequest) -> Response | None:
         """Refuse (raise) a request this policy does not serve; answer a CORS
         preflight of an allowed origin; None: go on."""
         host = _host_header(request)
@@ -122,18 +123,28 @@ class BrowserPolicy:
             return answer
         return None
 
-    def with_cors(self, request: Request, response: Response) -> Response:
+    def with_cors(self, request: HttpRequest, response: Response) -> Response:
         """`response` with the CORS headers an allowed origin gets."""
-        if not self.origins:
-            return response
-        response.vary.add("Origin")
-        origin = request.headers.get("Origin")
-        if origin is not None and self.allows_origin(origin):
-            response.headers["Access-Control-Allow-Origin"] = origin
-            response.headers["Access-Control-Expose-Headers"] = EXPOSED_HEADERS
+        if self.origins:
+            response.vary.add("Origin")
+        for name, value in self.cors_headers(request):
+            response.headers[name] = value
         return response
 
-    def base_url(self, request: Request) -> tuple[str, bool]:
+    def cors_headers(self, request: HttpRequest) -> list[tuple[str, str]]:
+        """The CORS headers of the answer to `request` (none when no origin is
+        allowed; `Vary: Origin` goes with them when some are)."""
+        if not self.origins:
+            return []
+        origin = request.headers.get("Origin")
+        if origin is None or not self.allows_origin(origin):
+            return []
+        return [
+            ("Access-Control-Allow-Origin", origin),
+            ("Access-Control-Expose-Headers", EXPOSED_HEADERS),
+        ]
+
+    def base_url(self, request: HttpRequest) -> tuple[str, bool]:
         """The card's base URL, and whether it came from the request's Host."""
         if self.url:
             return self.url, False
@@ -143,7 +154,7 @@ class BrowserPolicy:
         return self._listening_url(request), False
 
     @staticmethod
-    def _listening_url(request: Request) -> str:
+    def _listening_url(request: HttpRequest) -> str:
         """The address the server listens on (werkzeug and gunicorn both set
         SERVER_NAME/PORT from the bound socket, not from the request)."""
         environ = request.environ
@@ -157,7 +168,7 @@ class BrowserPolicy:
         return f"{request.scheme}://{name}{shown_port}/"
 
 
-def _host_header(request: Request) -> str | None:
+def _host_header(request: HttpRequest) -> str | None:
     """The Host the request names (werkzeug puts an absolute-form request
     target's host here too), as sent: never X-Forwarded-Host."""
     host = request.environ.get("HTTP_HOST")

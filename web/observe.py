@@ -1,10 +1,11 @@
 """What the web tier tells an operator: a request id, one log line and the
 metrics of every request, and `GET /metrics`.
 
-`observe(app, authenticator)` installs it. The JSON-RPC view reports what it
-answered with `answered(...)`; the event-stream response passes its items
-through `stream_observer()`, so a stream counts as open while it lasts
-and its line is written when it closes, with its whole duration.
+`observe(app, authenticator)` installs it on the Flask routes; the JSON-RPC
+endpoint (`web.endpoint`, outside Flask) calls the same steps itself:
+`begin`, `answered` (what the method answered), `finish`; an event stream
+passes its items through `following(...)`, so it counts as open while it
+lasts and its line is written when it closes, with its whole duration.
 
 The request id is the caller's `X-Request-ID` when that is a safe token, or
 a new one; it is echoed in the response, bound for the request's log lines
@@ -16,7 +17,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -32,6 +33,7 @@ from web.auth import Authenticator
 from web.errors import RequestError
 from web.metrics import web_metrics
 from web.rpc import METHODS, choose_dialect, wire_version
+from web.wsgi import HttpRequest
 
 log = logging.getLogger("web.requests")
 
@@ -93,11 +95,8 @@ def observe(app: Flask, authenticator: Authenticator) -> None:
     app.add_url_rule(METRICS_PATH, endpoint="metrics", view_func=metrics, methods=["GET"])
 
 
-def answered(body: bytes, version_header: str | None, answer: object) -> None:
-    """The JSON-RPC view's reply (a `(payload, status)` pair, or a stream)."""
-    observed: Observed | None = g.get(_OBSERVED)
-    if observed is None:
-        return
+def answered(observed: Observed, body: bytes, version_header: str | None, answer: object) -> None:
+    """What the JSON-RPC endpoint answered (a `(payload, status)` pair, or a stream)."""
     observed.rpc_method = rpc_method(body)
     try:
         observed.dialect = choose_dialect(wire_version(version_header), observed.rpc_method).name
@@ -107,18 +106,10 @@ def answered(body: bytes, version_header: str | None, answer: object) -> None:
         observed.outcome, observed.task_id = outcome_of(answer[0])
 
 
-def stream_observer() -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """Called while answering with an event stream (the request is current);
-    applied to the stream's items when they flow: they count as an open
-    stream until they end, and the request's line is written then."""
-    observed: Observed | None = g.get(_OBSERVED)
-    if observed is None:
-        return lambda items: items
+def following(observed: Observed, items: Iterator[T]) -> Iterator[T]:
+    """A stream's items as they flow: they count as an open stream until
+    they end, and the request's line is written then."""
     observed.streaming = True
-    return lambda items: _following(observed, items)
-
-
-def _following(observed: Observed, items: Iterator[T]) -> Iterator[T]:
     gauge = web_metrics().streams_open
     gauge.inc()
     events = 0
@@ -194,17 +185,29 @@ def _task_in_error(data: object) -> str:
     return ""
 
 
-def _begin() -> None:
+def begin(request: HttpRequest, route: str) -> Observed:
+    """A request arrives: its id (the caller's, if safe), bound to its log lines."""
     request_id = accepted_request_id(request.headers.get(REQUEST_ID_HEADER))
-    observed = Observed(
+    return Observed(
         request_id,
         time.monotonic(),
         bind(request=request_id),
         http_method=request.method,
         path=request.path,
-        route=request.url_rule.rule if request.url_rule is not None else "unmatched",
+        route=route,
     )
-    setattr(g, _OBSERVED, observed)
+
+
+def finish(observed: Observed, status: int) -> None:
+    """The response goes out: unless it is a stream (which `following`
+    records when it ends), the request is recorded."""
+    if not observed.streaming:
+        _record(observed, status)
+
+
+def _begin() -> None:
+    rule = request.url_rule.rule if request.url_rule is not None else "unmatched"
+    setattr(g, _OBSERVED, begin(request, rule))
 
 
 def _finish(response: Response) -> Response:
@@ -212,13 +215,11 @@ def _finish(response: Response) -> Response:
     if observed is not None:
         response.headers[REQUEST_ID_HEADER] = observed.request_id
         if not observed.outcome and response.mimetype == "application/json":
-            # Refused before the method ran (auth, size, content type): the
-            # JSON-RPC error code is still the outcome.
+            # Refused before it ran: a JSON-RPC error code is still the outcome.
             payload = response.get_json(silent=True)
             if isinstance(payload, Mapping) and "jsonrpc" in payload:
                 observed.outcome = outcome_of(payload)[0]
-        if not observed.streaming:
-            _record(observed, response.status_code)
+        finish(observed, response.status_code)
     return response
 
 

@@ -1,0 +1,107 @@
+"""A request read straight from the WSGI environ, and answers written
+straight to the server: what the JSON-RPC endpoint needs of HTTP, without
+building request and response objects on every call.
+
+`HttpRequest` is what `web.browsers` and `web.observe` read of a request;
+werkzeug's (and Flask's) `Request` has the same attributes, so the Flask
+routes pass theirs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from http import HTTPStatus
+from typing import Any, Protocol
+from urllib.parse import parse_qs
+
+Headers = Sequence[tuple[str, str]]
+_SPECIAL = {"CONTENT_TYPE": "CONTENT_TYPE", "CONTENT_LENGTH": "CONTENT_LENGTH"}
+
+
+class HeaderLookup(Protocol):
+    def get(self, key: str, default: Any = None) -> Any: ...
+
+
+class HttpRequest(Protocol):
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def scheme(self) -> str: ...
+
+    @property
+    def environ(self) -> Any: ...
+
+    @property
+    def headers(self) -> Any: ...
+
+
+class EnvironHeaders:
+    __slots__ = ("_environ",)
+
+    def __init__(self, environ: dict[str, Any]) -> None:
+        self._environ = environ
+
+    def get(self, key: str, default: Any = None) -> Any:
+        name = key.upper().replace("-", "_")
+        value = self._environ.get(_SPECIAL.get(name) or "HTTP_" + name)
+        return default if value is None else value
+
+    def items(self) -> Iterable[tuple[str, str]]:
+        for key, value in self._environ.items():
+            if key.startswith("HTTP_"):
+                yield key[5:].replace("_", "-").title(), value
+
+
+class WsgiRequest:
+    """One request, read from its environ as it is asked for."""
+
+    __slots__ = ("environ", "headers")
+
+    def __init__(self, environ: dict[str, Any]) -> None:
+        self.environ = environ
+        self.headers = EnvironHeaders(environ)
+
+    @property
+    def method(self) -> str:
+        return str(self.environ.get("REQUEST_METHOD", "GET")).upper()
+
+    @property
+    def path(self) -> str:
+        return str(self.environ.get("PATH_INFO") or "/")
+
+    @property
+    def scheme(self) -> str:
+        return str(self.environ.get("wsgi.url_scheme", "http"))
+
+    @property
+    def mimetype(self) -> str:
+        return str(self.environ.get("CONTENT_TYPE", "")).split(";", 1)[0].strip().lower()
+
+    def arg(self, name: str) -> str | None:
+        query = self.environ.get("QUERY_STRING")
+        if not query:
+            return None
+        values = parse_qs(query).get(name)
+        return values[0] if values else None
+
+
+def status_line(status: int) -> str:
+    try:
+        return f"{status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"{status} Unknown"
+
+
+def answer(
+    start_response: Any, status: int, body: bytes, content_type: str, headers: Headers = ()
+) -> list[bytes]:
+    """Send a whole body: status, headers, the bytes."""
+    start_response(
+        status_line(status),
+        [("Content-Type", content_type), ("Content-Length", str(len(body))), *headers],
+    )
+    return [body]
