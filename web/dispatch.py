@@ -17,6 +17,7 @@ from celery import Celery
 from shared.correlation import CELERY_HEADER, request_id
 from shared.dispatch import FULFIL_TASK
 from shared.errors import BrokerError
+from shared.redis_broker import broker_transport
 from shared.settings import Settings
 from shared.tracing import publishing
 from web.metrics import web_metrics
@@ -39,6 +40,7 @@ class CeleryDispatcher:
         self.queue = settings.queue
         self.app = Celery("toolnexus-web", broker=settings.broker_url, set_as_current=False)
         self.app.conf.update(
+            broker_transport=broker_transport(settings.broker_url),
             broker_connection_timeout=CONNECT_TIMEOUT,
             broker_connection_max_retries=RETRY_POLICY["max_retries"],
             broker_transport_options={

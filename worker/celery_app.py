@@ -27,6 +27,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from shared.dispatch import FULFIL_TASK, REAP_TASK
 from shared.errors import StoreError
+from shared.redis_broker import broker_transport
 from shared.settings import Settings
 from shared.store import TaskStore
 from shared.tracing import continuing, enable
@@ -56,6 +57,7 @@ def visibility_timeout(settings: Settings) -> float:
 def celery_config(settings: Settings) -> dict[str, Any]:
     config: dict[str, Any] = {
         "broker_url": settings.broker_url,
+        "broker_transport": broker_transport(settings.broker_url),
         "broker_connection_retry_on_startup": True,
         "broker_transport_options": {"visibility_timeout": visibility_timeout(settings)},
         "task_default_queue": settings.queue,

@@ -1,0 +1,85 @@
+"""The Redis broker transport: one client per channel, whatever kombu does per command."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import redis
+from kombu import Connection
+from kombu.transport import redis as kombu_redis
+
+from shared import Settings
+from shared.memory_store import MemoryStore
+from shared.redis_broker import Channel, Transport, broker_transport
+from web.dispatch import CeleryDispatcher
+from worker.celery_app import celery_config, create_celery
+
+QUEUE = "toolnexus-broker-test"
+
+
+def test_kombu_still_has_what_the_transport_builds_on() -> None:
+    # If a kombu upgrade moves these, the shared client would silently stop
+    # being used (or break): fail here first, by name.
+    for name in ("conn_or_acquire", "_create_client", "pool", "_disconnect_pools"):
+        assert hasattr(kombu_redis.Channel, name), f"kombu's Redis Channel lost {name}"
+    assert issubclass(Transport, kombu_redis.Transport)
+    assert Transport.Channel is Channel
+
+
+def test_redis_brokers_get_the_transport_and_others_keep_theirs() -> None:
+    assert broker_transport("redis://localhost:6379/0") == "shared.redis_broker:Transport"
+    assert broker_transport("REDISS://localhost:6380/0") == "shared.redis_broker:Transport"
+    assert broker_transport("amqp://guest@localhost//") is None
+    assert broker_transport("sentinel://localhost:26379") is None
+    assert celery_config(Settings(broker_url="amqp://localhost//"))["broker_transport"] is None
+
+
+def test_a_channel_reuses_its_client_until_its_pool_is_made_again(redis_url: str) -> None:
+    with Connection(redis_url, transport=Transport) as connection:
+        channel = connection.channel()
+        with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
+            assert first is second
+            assert first.ping()
+        given = redis.Redis.from_url(redis_url)
+        with channel.conn_or_acquire(given) as passed:
+            assert passed is given
+        channel._disconnect_pools()  # as kombu does when a connection is lost
+        with channel.conn_or_acquire() as fresh:
+            assert fresh is not first
+            assert fresh.connection_pool is channel.pool
+            assert fresh.ping()
+        channel.close()
+
+
+def test_sends_create_no_client_per_message(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[Any] = []
+    create = Channel._create_client
+
+    def counted(channel: Channel, *args: Any, **kwargs: Any) -> Any:
+        made.append(channel)
+        return create(channel, *args, **kwargs)
+
+    monkeypatch.setattr(Channel, "_create_client", counted)
+    dispatcher = CeleryDispatcher(Settings(broker_url=redis_url, queue=QUEUE))
+    try:
+        dispatcher.enqueue("task-0")
+        after_first = len(made)
+        for number in range(1, 11):
+            dispatcher.enqueue(f"task-{number}")
+    finally:
+        dispatcher.close()
+    assert after_first >= 1  # the transport is the one in use
+    assert len(made) == after_first  # ten more sends (and task-sent events), no new client
+    queued = redis.Redis.from_url(redis_url).lrange(QUEUE, 0, -1)
+    ids = sorted(json.loads(message)["headers"]["id"] for message in queued)
+    assert ids == sorted(f"task-{number}" for number in range(11))
+
+
+def test_the_worker_app_uses_the_transport(redis_url: str) -> None:
+    app = create_celery(Settings(broker_url=redis_url, queue=QUEUE), store=MemoryStore())
+    with app.connection_for_write() as connection:
+        assert isinstance(connection.transport, Transport)
