@@ -124,11 +124,16 @@ class RedisStore:
     def read(self, task_id: str) -> Record | None:
         if not is_safe_id(task_id):
             return None
+        key = self._key("task", task_id)
         with self._reachable():
             try:
-                doc, seq, tail = self._read(
-                    keys=[self._key("task", task_id), self._key("tail", task_id)]
-                )
+                # One plain command when the snapshot holds every event (a new
+                # task, or one at rest); else the snapshot and the events after
+                # it, read together by the script.
+                doc, seq, base = self.client.hmget(key, "doc", "seq", "base")
+                tail = None
+                if seq != base:
+                    doc, seq, tail = self._read(keys=[key, self._key("tail", task_id)])
             except redis.ResponseError as error:
                 if _wrong_type(error):
                     return None  # a key of the wrong type is unreadable data

@@ -18,7 +18,7 @@ from typing import Any
 from shared.errors import StoreError
 from shared.events import Change, fold
 from shared.store import AtomicStore, Commit, EventStore, Record, TaskStore
-from shared.task import Task, can_transition, is_terminal, state_of
+from shared.task import INTERRUPTED_STATES, Task, can_transition, is_terminal, state_of
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,9 @@ log = logging.getLogger(__name__)
 # running out of attempts means something is badly wrong, not busy.
 _ATTEMPTS = 50
 # A store writes the whole task once this many events have been appended
-# since it last did; in between a change costs only its events.
+# since it last did; in between a change costs only its events. A task that
+# comes to rest (terminal, or waiting for its caller) is written whole too:
+# it is read far more often than it changes from then on.
 SNAPSHOT_EVERY = 32
 
 OnTerminal = Callable[[str, str, Task], Any]
@@ -86,7 +88,7 @@ def transition(
         proposed = fold(task, events)
         if events_store is not None:
             tail = record.tail + len(events)
-            snapshot = tail >= SNAPSHOT_EVERY
+            snapshot = tail >= SNAPSHOT_EVERY or _at_rest(state_of(proposed))
             commit = Commit(proposed, events, record.seq, snapshot)
             if not events_store.commit(commit):
                 continue
@@ -101,6 +103,10 @@ def transition(
             _notify(on_terminal, proposed)
         return Outcome(True, saved)
     raise StoreError(f"task {task_id}: gave up after {_ATTEMPTS} conflicting writes")
+
+
+def _at_rest(state: str) -> bool:
+    return is_terminal(state) or state in INTERRUPTED_STATES
 
 
 def read_record(store: TaskStore, task_id: str) -> Record | None:

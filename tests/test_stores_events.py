@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from shared.errors import ContextTaken
 from shared.events import artifact_update, status_update, to_state
@@ -20,9 +21,19 @@ from shared.memory_store import memory_store
 from shared.redis_store import redis_store
 from shared.resolve import resolve_store
 from shared.store import Commit, EventStore, message_key
-from shared.task import COMPLETED, WORKING, new_task, state_of, text_message
+from shared.task import (
+    COMPLETED,
+    INPUT_REQUIRED,
+    SUBMITTED,
+    WORKING,
+    new_task,
+    state_of,
+    text_message,
+)
 from shared.transitions import SNAPSHOT_EVERY, transition
 from tests.support.polling import wait_for
+
+SCRIPT_COMMANDS = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_evalsha_ro")
 
 
 class Clock:
@@ -105,6 +116,42 @@ def test_a_read_folds_the_tail_the_same_as_a_snapshot(store: Any) -> None:
         record = store.read(task_id)
         assert record.tail < SNAPSHOT_EVERY  # snapshots keep the tail short
         assert [p["text"] for p in record.task["artifacts"][0]["parts"]] == texts[: n + 1]
+
+
+def test_a_task_that_comes_to_rest_is_written_whole(store: Any) -> None:
+    task_id = store.create(a_task()).task["id"]
+    transition(store, task_id, to_state(WORKING))
+    transition(store, task_id, lambda t: [chunk(t, "partial ", append=False)])
+    assert store.read(task_id).tail == 2  # in between, a change writes only its events
+    transition(store, task_id, to_state(INPUT_REQUIRED))
+    assert store.read(task_id).tail == 0  # waiting for its caller: read, not changed
+    for state in (SUBMITTED, WORKING, COMPLETED):  # as a follow-up message does
+        assert transition(store, task_id, to_state(state)).applied
+    record = store.read(task_id)
+    assert (record.tail, record.seq) == (0, 7)
+    assert state_of(record.task) == COMPLETED
+    assert record.task["artifacts"][0]["parts"][0]["text"] == "partial "
+
+
+def test_redis_reads_a_task_with_nothing_after_its_snapshot_in_one_command(
+    redis_url: str,
+) -> None:
+    store = redis_store(redis_url)
+    client = redis.Redis.from_url(redis_url)
+    task_id = store.create(a_task()).task["id"]
+
+    def scripts_run() -> int:
+        stats = client.info("commandstats")
+        return sum(int(stats.get(name, {}).get("calls", 0)) for name in SCRIPT_COMMANDS)
+
+    before = scripts_run()
+    assert state_of(store.read(task_id).task) == "submitted"  # new: its snapshot is all of it
+    assert scripts_run() == before
+    transition(store, task_id, to_state(WORKING))  # an event after the snapshot
+    before = scripts_run()
+    record = store.read(task_id)
+    assert (state_of(record.task), record.tail) == (WORKING, 1)
+    assert scripts_run() == before + 1  # snapshot and tail read together, atomically
 
 
 def test_a_message_key_creates_one_task(store: Any) -> None:

@@ -215,7 +215,10 @@ def test_a_client_that_hangs_up_is_let_go_at_once(serve: Serve) -> None:
     url, store = serve("examples.agents:ticking", keepalive=60.0)
     task_id = started(url, "20 long")
     stream = Stream(url, "SubscribeToTask", {"id": task_id})
-    next(iter(stream))  # the task: the stream is open, and about to wait
+    # Kept: a dropped iterator is closed when collected, and closing urllib3's
+    # chunked reader closes the connection, a hang-up of its own.
+    events = iter(stream)
+    next(events)  # the task: the stream is open, and about to wait
     wait_for(lambda: len(store._notifier) == 1, timeout=3, what="the stream's watch")
     stream.close()
     # Well before the next keepalive (60 s) or event would reveal it.
