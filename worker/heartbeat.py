@@ -1,9 +1,20 @@
-"""Keep a running task's entry in the store's working index fresh."""
+"""Keep running tasks' entries in the store's working index fresh.
+
+One thread per process beats for every task running in it: a thread, not a
+signal, so the beat goes on while a fulfilment function blocks in C code or
+I/O; it dies with the process, which is the point: a worker that is gone
+stops beating and the reaper notices. One for all, not one per task, so a
+task costs a registration rather than a thread start and join.
+"""
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
+import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -15,35 +26,88 @@ log = logging.getLogger(__name__)
 
 @contextmanager
 def heartbeating(store: TaskStore, task_id: str, every: float) -> Iterator[None]:
-    """Call `store.heartbeat(task_id)` every `every` seconds until the block ends.
-
-    A thread, not a signal, so the beat goes on while the fulfilment function
-    blocks in C code or I/O; it dies with the process, which is the point:
-    a worker that is gone stops beating and the reaper notices. Stores
-    without a stale index get no heartbeat (and no reaper).
-    """
+    """Call `store.heartbeat(task_id)` every `every` seconds until the block
+    ends. Stores without a stale index get no heartbeat (and no reaper)."""
     if not isinstance(store, StaleIndex):
         yield
         return
-    stop = threading.Event()
-    beat = threading.Thread(
-        target=_beat,
-        args=(store, task_id, every, stop),
-        name=f"heartbeat-{task_id}",
-        daemon=True,
-    )
-    beat.start()
+    beats = _process_beats()
+    token = beats.add(store, task_id, every)
     try:
         yield
     finally:
-        stop.set()
-        beat.join()
+        beats.remove(token)
 
 
-def _beat(store: StaleIndex, task_id: str, every: float, stop: threading.Event) -> None:
-    while not stop.wait(every):
-        try:
-            store.heartbeat(task_id)
-        except StoreError as error:
-            # One missed beat is harmless (stale_after spans several); keep trying.
-            log.warning("task %s: heartbeat failed: %s", task_id, error)
+class _Beats:
+    """The tasks this process runs, each due for its next beat at a time."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._running: dict[int, tuple[StaleIndex, str, float]] = {}
+        self._due: list[tuple[float, int]] = []  # a heap; entries of removed tasks are skipped
+        self._tokens = itertools.count()
+        threading.Thread(target=self._beat_forever, name="heartbeats", daemon=True).start()
+
+    def add(self, store: StaleIndex, task_id: str, every: float) -> int:
+        with self._changed:
+            token = next(self._tokens)
+            self._running[token] = (store, task_id, every)
+            heapq.heappush(self._due, (time.monotonic() + every, token))
+            self._changed.notify()
+            return token
+
+    def remove(self, token: int) -> None:
+        with self._changed:
+            self._running.pop(token, None)
+
+    def _beat_forever(self) -> None:
+        while True:
+            for store, task_id in self._next_due():
+                try:
+                    store.heartbeat(task_id)
+                except StoreError as error:
+                    # One missed beat is harmless (stale_after spans several); keep trying.
+                    log.warning("task %s: heartbeat failed: %s", task_id, error)
+                except Exception:
+                    log.exception("task %s: heartbeat failed", task_id)
+
+    def _next_due(self) -> list[tuple[StaleIndex, str]]:
+        """Wait until some task is due; those tasks, each rescheduled."""
+        with self._changed:
+            while True:
+                while self._due and self._due[0][1] not in self._running:
+                    heapq.heappop(self._due)  # its task ended
+                now = time.monotonic()
+                due: list[tuple[StaleIndex, str]] = []
+                while self._due and self._due[0][0] <= now:
+                    _, token = heapq.heappop(self._due)
+                    if token in self._running:
+                        store, task_id, every = self._running[token]
+                        due.append((store, task_id))
+                        heapq.heappush(self._due, (now + every, token))
+                if due:
+                    return due
+                self._changed.wait(self._due[0][0] - now if self._due else None)
+
+
+_beats: _Beats | None = None
+_beats_lock = threading.Lock()
+
+
+def _process_beats() -> _Beats:
+    global _beats
+    with _beats_lock:
+        if _beats is None:
+            _beats = _Beats()
+        return _beats
+
+
+def _forget_in_child() -> None:
+    """A forked child (a prefork pool process) makes its own beats: the
+    parent's thread did not come along, and its lock may be held."""
+    global _beats, _beats_lock
+    _beats, _beats_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
