@@ -50,8 +50,6 @@ VERSION_HEADER = "A2A-Version"
 CARD_PATH = "/.well-known/agent-card.json"
 LEGACY_CARD_PATH = "/.well-known/agent.json"
 _READINESS_PROBE_ID = "readyz-probe"
-# The reaper runs every reap_every seconds; this many missed runs means it stopped.
-MISSED_BEATS = 3
 
 
 def create_app(
@@ -174,7 +172,7 @@ def _readiness(store: TaskStore, dispatcher: Dispatcher, settings: Settings) -> 
             store.get(_READINESS_PROBE_ID)
         if isinstance(store, BeatRecord):
             last = store.last_beat()
-            allowed = MISSED_BEATS * settings.reap_every
+            allowed = settings.beat_overdue_after
             if last is None:
                 problems["reaper"] = "the reaper has not run yet: is beat running?"
             elif time.time() - last > allowed:
