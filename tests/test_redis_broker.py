@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import redis
-from kombu import Connection
+from kombu import Connection, pools
 from kombu.transport import redis as kombu_redis
 
 from shared import Settings
@@ -64,6 +64,9 @@ def test_sends_create_no_client_per_message(
         return create(channel, *args, **kwargs)
 
     monkeypatch.setattr(Channel, "_create_client", counted)
+    # Celery keeps producers in kombu's process-wide pools, keyed by broker
+    # URL: start as a new process would, not with an earlier test's channel.
+    pools.reset()
     dispatcher = CeleryDispatcher(Settings(broker_url=redis_url, queue=QUEUE))
     try:
         dispatcher.enqueue("task-0")

@@ -38,9 +38,17 @@ RETRY_POLICY: Final = {
 class CeleryDispatcher:
     def __init__(self, settings: Settings) -> None:
         self.queue = settings.queue
+        transport = broker_transport(settings.broker_url)
+        # On Redis a queue is a list that needs no declaring: publish straight
+        # to it through the default exchange, instead of Celery copying and
+        # binding the queue's declaration for every message. Other brokers
+        # (RabbitMQ drops a message for an undeclared queue) keep Celery's way.
+        self._route: dict[str, Any] = {"queue": self.queue}
+        if transport is not None:
+            self._route.update(exchange="", routing_key=self.queue, declare=[])
         self.app = Celery("toolnexus-web", broker=settings.broker_url, set_as_current=False)
         self.app.conf.update(
-            broker_transport=broker_transport(settings.broker_url),
+            broker_transport=transport,
             broker_connection_timeout=CONNECT_TIMEOUT,
             broker_connection_max_retries=RETRY_POLICY["max_retries"],
             broker_transport_options={
@@ -58,12 +66,15 @@ class CeleryDispatcher:
                     FULFIL_TASK,
                     args=[task_id],
                     task_id=task_id,
-                    queue=self.queue,
+                    # What Flower shows, made here rather than by Celery's saferepr.
+                    argsrepr=repr([task_id]),
+                    kwargsrepr="{}",
                     retry=True,
                     retry_policy=RETRY_POLICY,
                     # The worker logs the request id beside the task id and
                     # continues the trace (worker.observe, shared.tracing).
                     headers={CELERY_HEADER: request_id(), **trace_headers},
+                    **self._route,
                 )
         except Exception as error:  # kombu/redis raise many types; all mean "not queued"
             raise BrokerError(f"broker unavailable: {_reason(error)}") from error
