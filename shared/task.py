@@ -141,6 +141,11 @@ def is_terminal(state: str) -> bool:
     return state in TERMINAL_STATES
 
 
+def is_at_rest(state: str) -> bool:
+    """Nothing happens to the task until the peer acts: terminal, or waiting for it."""
+    return is_terminal(state) or state in INTERRUPTED_STATES
+
+
 def state_of(task: Mapping[str, Any] | None) -> str:
     """The task's state, or "" for a task without a readable status."""
     status = task.get("status") if isinstance(task, Mapping) else None

@@ -18,7 +18,7 @@ from typing import Any
 from shared.errors import StoreError
 from shared.events import Change, fold
 from shared.store import AtomicStore, Commit, EventStore, Record, TaskStore
-from shared.task import INTERRUPTED_STATES, Task, can_transition, is_terminal, state_of
+from shared.task import Task, can_transition, is_at_rest, is_terminal, state_of
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def transition(
         proposed = fold(task, events)
         if events_store is not None:
             tail = record.tail + len(events)
-            snapshot = tail >= SNAPSHOT_EVERY or _at_rest(state_of(proposed))
+            snapshot = tail >= SNAPSHOT_EVERY or is_at_rest(state_of(proposed))
             commit = Commit(proposed, events, record.seq, snapshot)
             if not events_store.commit(commit):
                 continue
@@ -103,10 +103,6 @@ def transition(
             _notify(on_terminal, proposed)
         return Outcome(True, saved)
     raise StoreError(f"task {task_id}: gave up after {_ATTEMPTS} conflicting writes")
-
-
-def _at_rest(state: str) -> bool:
-    return is_terminal(state) or state in INTERRUPTED_STATES
 
 
 def read_record(store: TaskStore, task_id: str) -> Record | None:

@@ -9,6 +9,7 @@ would send.
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 
 import pytest
@@ -222,6 +223,19 @@ def test_framing_errors_are_json(laptop: tuple[str, int], case: str) -> None:
     else:
         assert "error" in answer, answer
     assert b"<html" not in reply.body.lower()
+
+
+def test_a_body_cut_short_is_a_json_400_not_an_internal_error(laptop: tuple[str, int]) -> None:
+    head = b"Content-Type: application/json\r\nContent-Length: 100\r\n"
+    with socket.create_connection(laptop, timeout=10) as connection:
+        connection.sendall(b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\n" + head + b'\r\n{"jsonrpc"')
+        connection.shutdown(socket.SHUT_WR)  # the client stops sending: 90 bytes never come
+        received = b"".join(iter(lambda: connection.recv(65536), b""))
+    status, _, rest = received.partition(b"\r\n")
+    assert status.split()[1] == b"400", received[:300]
+    answer = json.loads(rest.partition(b"\r\n\r\n")[2])
+    assert answer["error"]["code"] == -32600
+    assert "incomplete" in answer["error"]["message"]
 
 
 def test_the_server_serves_on_after_the_framing_errors(laptop: tuple[str, int]) -> None:

@@ -53,6 +53,7 @@ def test_card_defaults_are_a_1_0_card() -> None:
     ("path", "headers", "settings"),
     [
         (CARD_PATHS[0], {"A2A-Version": "0.3"}, Settings()),
+        (CARD_PATHS[0] + "?A2A-Version=0.3", {}, Settings()),  # as POST / takes it too
         (CARD_PATHS[1], {}, Settings()),
         (CARD_PATHS[0], {}, Settings(card_compat="0.3")),
     ],

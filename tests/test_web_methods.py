@@ -375,6 +375,16 @@ class TestContinue:
             assert reply["error"]["code"] == -32001
         assert manual.enqueued == []
 
+    def test_follow_up_errors_name_the_task_as_get_and_cancel_do(self, client: FlaskClient) -> None:
+        task = result_of(rpc(client, "SendMessage", {"message": user_message()}))
+        for task_id, code in ((task["id"], -32004), ("nope", -32001)):
+            message = {"message": user_message(taskId=task_id)}
+            old = rpc(client, "SendMessage", message)["error"]
+            assert (old["code"], old["data"]["taskId"]) == (code, task_id)
+            new = rpc(client, "SendMessage", message, version="1.0")["error"]
+            (info,) = [d for d in new["data"] if d["@type"].endswith("ErrorInfo")]
+            assert (new["code"], info["metadata"]) == (code, {"taskId": task_id})
+
     def test_mismatched_context_is_rejected(self, client: FlaskClient, store: Any) -> None:
         task = result_of(rpc(client, "SendMessage", {"message": user_message(ASK)}))
         ask_back(store, task["id"])

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import requests
 
 from shared import Settings
 from shared.memory_store import MemoryStore, memory_store
@@ -182,6 +183,50 @@ def test_a_reconnect_with_last_event_id_gets_exactly_the_missed_events(serve: Se
     task_id = results(seen)[0]["task"]["id"]
     tail = list(Stream(url, "SubscribeToTask", {"id": task_id}, last_event_id=ids[-3]))
     assert [event.id for event in tail] == ids[-2:]
+
+
+def test_a_repeated_send_stream_is_the_task_as_it_stands_never_a_replay(serve: Serve) -> None:
+    # A client that lost the first stream's reply sends the same message again.
+    url, _ = serve("examples.agents:countdown")
+    message = user("2")
+    first = results(list(Stream(url, "SendStreamingMessage", {"message": message})))
+    again = list(Stream(url, "SendStreamingMessage", {"message": message}))
+    assert kinds(results(again)) == ["task TASK_STATE_COMPLETED"]  # and closed: it is done
+    assert results(again)[0]["task"]["id"] == first[0]["task"]["id"]
+    assert again[0].id == max(event.id or 0 for event in again)  # the latest event's number
+    # A task waiting for the peer: the Task alone as well, the stream does not hang.
+    url, _ = serve("examples.agents:ask_back")
+    asking = user("hi")
+    list(Stream(url, "SendStreamingMessage", {"message": asking}))
+    waiting = results(list(Stream(url, "SendStreamingMessage", {"message": asking}, timeout=5)))
+    assert kinds(waiting) == ["task TASK_STATE_INPUT_REQUIRED"]
+
+
+def test_resuming_at_the_latest_event_of_a_live_task_gets_what_comes_next(serve: Serve) -> None:
+    url, _ = serve("examples.agents:ticking")
+    task_id = started(url, "3 ticks")
+    first = Stream(url, "SubscribeToTask", {"id": task_id})
+    events = iter(first)
+    snapshot = next(events)
+    first.close()
+    resumed = list(Stream(url, "SubscribeToTask", {"id": task_id}, last_event_id=snapshot.id))
+    assert "task" not in results(resumed)[0]  # it has the task: only what came after it
+    assert resumed[0].id == (snapshot.id or 0) + 1
+    assert kinds(results(resumed))[-1] == "statusUpdate TASK_STATE_COMPLETED"
+
+
+def test_last_event_id_concerns_streams_only(serve: Serve) -> None:
+    url, _ = serve("examples.agents:echo")
+    done = call(url, "SendMessage", {"message": user("x")})["result"]
+    reply = requests.post(
+        f"{url}/",
+        json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": done["id"]}},
+        headers={"Last-Event-ID": "not-a-number"},
+        timeout=10,
+    ).json()
+    assert reply["result"]["id"] == done["id"]
+    bad = Stream(url, "SubscribeToTask", {"id": done["id"]}, last_event_id=-5)
+    assert bad.json()["error"]["code"] == -32600
 
 
 def test_many_subscribers_see_the_same_events_and_one_leaving_disturbs_none(

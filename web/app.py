@@ -91,7 +91,8 @@ def create_app(
 
     def agent_card() -> BaseResponse:
         try:
-            requested = wire_version(request.headers.get(VERSION_HEADER))
+            asked = request.headers.get(VERSION_HEADER) or request.args.get(VERSION_HEADER)
+            requested = wire_version(asked)
         except RequestError as error:
             return refused(error, None)
         version = wanted_version(requested, request.path == LEGACY_CARD_PATH, settings.card_compat)

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
 from werkzeug.wrappers import Response
 from werkzeug.wsgi import get_input_stream
 
@@ -27,7 +27,14 @@ from shared.correlation import REQUEST_ID_HEADER
 from shared.tracing import serving
 from web.auth import Authenticator
 from web.browsers import BrowserPolicy
-from web.errors import BodyTooLarge, ContentTypeNotSupported, RequestError, describe, error_body
+from web.errors import (
+    BodyIncomplete,
+    BodyTooLarge,
+    ContentTypeNotSupported,
+    RequestError,
+    describe,
+    error_body,
+)
 from web.hangups import HangupMonitor
 from web.methods import Tasks
 from web.observe import Observed, answered, begin, finish, following
@@ -137,6 +144,10 @@ class RpcEndpoint:
             body = stream.read()
         except RequestEntityTooLarge:
             body = None
+        except ClientDisconnected:
+            raise BodyIncomplete(
+                "request body incomplete: fewer bytes arrived than its Content-Length says"
+            ) from None
         if body is None or len(body) > self._max_body:
             raise BodyTooLarge(f"request body too large: the limit is {self._max_body} bytes")
         return bytes(body)

@@ -57,6 +57,10 @@ class BodyTooLarge(InvalidRequest):
     """The body is over the configured limit."""
 
 
+class BodyIncomplete(InvalidRequest):
+    """The client stopped sending before the body its Content-Length announced."""
+
+
 class MethodNotFound(RequestError):
     """No such method in any dialect."""
 
@@ -131,6 +135,7 @@ class WireError:
 _TABLE: Final[tuple[tuple[type[Exception], int, str, int], ...]] = (
     (ParseError, -32700, "PARSE_ERROR", 200),
     (BodyTooLarge, -32600, "REQUEST_TOO_LARGE", 413),
+    (BodyIncomplete, -32600, "REQUEST_INCOMPLETE", 400),
     (HostNotAllowed, -32600, "HOST_NOT_ALLOWED", 400),
     (OriginNotAllowed, -32600, "ORIGIN_NOT_ALLOWED", 403),
     (InvalidRequest, -32600, "INVALID_REQUEST", 200),

@@ -60,6 +60,7 @@ class Sent:
     task: Task
     seq: int
     reply: Message | None = None
+    repeated: bool = False  # an earlier send of the same message made the task
 
 
 def owned(task: Task | None, task_id: str, owner: str) -> Task:
@@ -184,11 +185,11 @@ class Tasks:
         if isinstance(self.store, EventStore):
             record = self.store.read(task_id)
             if record is not None:
-                return Sent(record.task, 1)
+                return Sent(record.task, 1, repeated=True)
         task = self.store.get(task_id)
         if task is None:
             raise TaskNotFound(f"task {task_id} not found")
-        return Sent(task, 0)
+        return Sent(task, 0, repeated=True)
 
     def _enqueue(self, task: Task) -> None:
         """Queue fulfilment; if that fails the task is failed with the reason,

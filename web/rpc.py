@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
@@ -65,7 +65,12 @@ class Call:
     dialect: Dialect
     owner: str
     request_id: object
-    resume_after: int | None  # Last-Event-ID: the stream event the peer saw last
+    last_event_id: str | None  # the Last-Event-ID header: only streams read it
+
+    @property
+    def resume_after(self) -> int | None:
+        """The stream event the peer saw last, if it says so."""
+        return _last_event(self.last_event_id)
 
     @property
     def wire(self) -> Wire:
@@ -163,7 +168,7 @@ def handle(
         parsed = _PARSERS[kind](params)
         if request_id is _NOTIFICATION:
             raise InvalidRequest("id is required: notifications are not supported")
-        call = Call(tasks, dialect, owner, request_id, _last_event(last_event_id))
+        call = Call(tasks, dialect, owner, request_id, last_event_id)
         result = _RUNNERS[kind](call, parsed)
     except Exception as error:
         wire = describe(error)
@@ -179,7 +184,8 @@ def handle(
 
 def _send(call: Call, request: check.SendParams) -> Any:
     blocking = call.dialect.blocking if request.blocking is None else request.blocking
-    sent = call.tasks.send(request, call.owner, blocking=blocking)
+    with _about_follow_up(request):
+        sent = call.tasks.send(request, call.owner, blocking=blocking)
     return _sent_result(call.dialect, sent, request.history_length)
 
 
@@ -192,7 +198,8 @@ def _sent_result(dialect: Dialect, sent: Sent, history_length: int | None) -> An
 
 
 def _stream(call: Call, request: check.SendParams) -> Stream:
-    return send_stream(call.tasks, request, call.owner, call.wire, call.resume_after)
+    with _about_follow_up(request):
+        return send_stream(call.tasks, request, call.owner, call.wire, call.resume_after)
 
 
 def _get(call: Call, query: check.TaskQuery) -> Any:
@@ -261,6 +268,11 @@ def _about(task_id: str) -> Iterator[None]:
         raise
     except ToolnexusError as error:
         raise TaskError(error, task_id) from error
+
+
+def _about_follow_up(request: check.SendParams) -> AbstractContextManager[None]:
+    """A follow-up's errors name the task it continues, as Get's and Cancel's do."""
+    return _about(request.task_id) if request.task_id is not None else nullcontext()
 
 
 # --- the envelope ----------------------------------------------------------------

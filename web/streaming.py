@@ -10,6 +10,9 @@ task stops for the peer (input-required, auth-required) during the stream.
   if the agent answers with a message, the stream is that message alone.
 - A reconnecting client sends `Last-Event-ID: N` and gets exactly the
   events after N, then live ones (without a Task first: it has it).
+- A send repeated without `Last-Event-ID` (the same messageId: a client
+  that lost the first stream's reply) is answered as a subscribe is: the
+  Task as it stands, then what follows; a finished task is that Task alone.
 - The user's own follow-up messages are in the Task's history, and are not
   repeated as events.
 """
@@ -26,7 +29,7 @@ from shared.errors import StoreError
 from shared.events import Event
 from shared.following import Interrupt, follow, is_final
 from shared.store import EventStore, Record
-from shared.task import WORKING, is_terminal, state_of
+from shared.task import WORKING, is_at_rest, is_terminal, state_of
 from web.dialects import V03, event_for, task_for
 from web.errors import UnsupportedOperation, describe, error_body
 from web.methods import Tasks, owned
@@ -83,10 +86,14 @@ def send_stream(
 ) -> Stream:
     store = _events_store(tasks)
     sent = tasks.accept(request, owner)
+    task_id = sent.task["id"]
     record = Record(sent.task, sent.seq, 0)
     if resume_after is not None:
-        return Stream(wire, record.task["id"], partial(_resumed, store, record, resume_after))
-    return Stream(wire, record.task["id"], partial(_first_output, store, record))
+        return Stream(wire, task_id, partial(_resumed, store, record, resume_after))
+    if sent.repeated:
+        current = store.read(task_id) or record
+        return Stream(wire, task_id, partial(_from_snapshot, store, current, ends_at_rest=True))
+    return Stream(wire, task_id, partial(_first_output, store, record))
 
 
 def subscription(
@@ -96,9 +103,13 @@ def subscription(
     record = store.read(task_id)
     owned(record.task if record else None, task_id, owner)
     assert record is not None
-    if resume_after is not None and resume_after < record.seq:
+    finished = is_terminal(state_of(record.task))
+    # At the latest event of a live task a resume is simply what comes next.
+    if resume_after is not None and (
+        resume_after < record.seq or (resume_after == record.seq and not finished)
+    ):
         return Stream(wire, task_id, partial(_resumed, store, record, resume_after))
-    if is_terminal(state_of(record.task)):
+    if finished:
         raise UnsupportedOperation(
             f"task {task_id} is {state_of(record.task)}: a finished task has no more events"
         )
@@ -135,9 +146,15 @@ def _first_output(store: EventStore, created: Record, wire: Wire) -> Iterator[It
         yield from _shown(wire, following)
 
 
-def _from_snapshot(store: EventStore, record: Record, wire: Wire) -> Iterator[Item]:
+def _from_snapshot(
+    store: EventStore, record: Record, wire: Wire, *, ends_at_rest: bool = False
+) -> Iterator[Item]:
+    """The Task, then what follows it; nothing follows a finished task, nor,
+    for a send (`ends_at_rest`), one that waits for the peer."""
     yield wire.task(record)
-    yield from _shown(wire, _following(store, wire, record.task["id"], record.seq))
+    state = state_of(record.task)
+    if not (is_terminal(state) or (ends_at_rest and is_at_rest(state))):
+        yield from _shown(wire, _following(store, wire, record.task["id"], record.seq))
 
 
 def _resumed(store: EventStore, record: Record, after: int, wire: Wire) -> Iterator[Item]:
