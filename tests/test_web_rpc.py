@@ -169,6 +169,15 @@ def test_bad_send_params_are_32602_naming_the_field(
     assert dispatcher.enqueued == []
 
 
+def test_a_part_of_unknown_kind_is_named_for_what_it_is(client: FlaskClient) -> None:
+    bogus = {"role": "user", "messageId": "m", "parts": [{"kind": "bogus", "text": "x"}]}
+    error = error_of(rpc(client, "SendMessage", {"message": bogus}))
+    assert error["code"] == -32602
+    assert "unknown kind 'bogus'" in error["message"]
+    empty = {"role": "user", "messageId": "m", "parts": [{"note": "x"}]}
+    assert "has no text" in error_of(rpc(client, "SendMessage", {"message": empty}))["message"]
+
+
 @pytest.mark.parametrize("method", ["GetTask", "tasks/get", "CancelTask", "tasks/cancel"])
 @pytest.mark.parametrize("params", [None, {}, {"id": 5}, {"id": ""}, {"id": ["a"]}])
 def test_bad_task_id_params_are_32602(client: FlaskClient, method: str, params: Any) -> None:

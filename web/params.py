@@ -181,7 +181,13 @@ def _parts(parts: object) -> list[Part]:
             raise InvalidParams(f"{where} must be an object", field=where)
         converted = stored_part(part)
         if converted is None:
-            raise InvalidParams(f"{where} has no text, file or data", field=where)
+            kind = part.get("kind")
+            problem = (
+                f"is of unknown kind {shown(kind, 40)}: expected text, file or data"
+                if kind is not None and kind not in ("text", "file", "data")
+                else "has no text, file or data"
+            )
+            raise InvalidParams(f"{where} {problem}", field=where)
         _check_part(converted, part, where)
         stored.append(converted)
     return stored
