@@ -34,7 +34,8 @@ if ARGV[6] == '1' then
 end
 local owner = redis.call('GET', KEYS[5])
 if owner and owner ~= ARGV[5] then return {'context', ''} end
-if not owner then redis.call('SET', KEYS[5], ARGV[5]) end
+-- A context's owner record is kept while a task in it lives (see COMMIT).
+if owner then redis.call('PERSIST', KEYS[5]) else redis.call('SET', KEYS[5], ARGV[5]) end
 local mkey = ''
 if ARGV[6] == '1' then
   mkey = KEYS[4]
@@ -118,6 +119,11 @@ if ttl > 0 then
   if mkey and mkey ~= '' then redis.call('EXPIRE', mkey, ttl) end
   local member = id .. '|' .. ARGV[11] .. '|' .. ARGV[12] .. '|' .. state
   redis.call('ZADD', KEYS[7], tonumber(ARGV[4]) + ttl, member)
+  -- The context's owner record goes with the last of its finished tasks
+  -- (a later task in the context makes it lasting again, in CREATE).
+  local context = ARGV[9] .. 'ctx:' .. ARGV[12]
+  local left = redis.call('TTL', context)
+  if left == -1 or (left >= 0 and left < ttl) then redis.call('EXPIRE', context, ttl) end
 end
 redis.call('PUBLISH', ARGV[7], id)
 return 1

@@ -23,7 +23,7 @@ from shared.events import Change, to_state
 from shared.file_store import FileStore
 from shared.redis_store import RedisStore, redis_store
 from shared.resolve import resolve_store
-from shared.store import EventStore, StaleIndex
+from shared.store import EventStore, StaleIndex, digest
 from shared.task import (
     CANCELED,
     COMPLETED,
@@ -282,6 +282,20 @@ def test_redis_terminal_tasks_expire_when_asked(redis_url: str) -> None:
     assert store.client.ttl(f"toolnexus:task:{task['id']}") == -1
     transition(store, task["id"], to(COMPLETED))
     assert 3500 < store.client.ttl(f"toolnexus:task:{task['id']}") <= 3600
+
+
+def test_redis_context_records_expire_with_the_last_finished_task(redis_url: str) -> None:
+    store = resolve_store(redis_url, terminal_ttl=3600)
+    first = store.create(a_task("ctx-1"), None).task
+    context_key = f"toolnexus:ctx:{digest(first['contextId'])}"
+    assert store.client.ttl(context_key) == -1  # kept while the task lives
+    transition(store, first["id"], to(CANCELED))
+    assert 3500 < store.client.ttl(context_key) <= 3600  # else one key per context, for ever
+    later = a_task("ctx-2") | {"contextId": first["contextId"]}
+    store.create(later, None)
+    assert store.client.ttl(context_key) == -1  # a live task in the context keeps it
+    transition(store, later["id"], to(CANCELED))
+    assert 3500 < store.client.ttl(context_key) <= 3600
 
 
 def test_all_lists_every_task(builtin: Any) -> None:
