@@ -48,7 +48,12 @@ def resolve_store(spec: object = None, *, terminal_ttl: float | None = None) -> 
         return redis_store(spec, terminal_ttl=terminal_ttl)
     target = load_object(spec, "TOOLNEXUS_STORE")
     if isinstance(target, type) or (callable(target) and not _is_store(target)):
-        target = target()
+        try:
+            target = target()
+        except Exception as error:  # the user's factory: any failure is a configuration one
+            raise ConfigError(
+                f"TOOLNEXUS_STORE: {spec!r} raised {type(error).__name__}: {error}"
+            ) from error
     if not _is_store(target):
         raise ConfigError(
             f"TOOLNEXUS_STORE: {spec!r} has no get() and save(); it is not a task store"

@@ -64,6 +64,15 @@ def test_reference_to_a_factory_is_called() -> None:
     assert isinstance(resolve_store(f"{__name__}:store_factory"), MemoryStore)
 
 
+def failing_factory() -> Any:
+    raise RuntimeError("database unreachable")
+
+
+def test_a_factory_that_raises_is_a_one_line_configuration_error() -> None:
+    with pytest.raises(ConfigError, match=r"TOOLNEXUS_STORE: .* raised RuntimeError: database"):
+        resolve_store(f"{__name__}:failing_factory")
+
+
 def test_reference_to_a_store_class_is_instantiated() -> None:
     assert isinstance(resolve_store(f"{__name__}:StoreClass"), StoreClass)
 

@@ -29,7 +29,7 @@ from shared.transitions import transition
 from tests.support.compose import ROOT, LocalStack
 from tests.support.polling import wait_for
 from web.dispatch import CeleryDispatcher
-from worker.reaper import resend_waiting
+from worker.reaper import resend_waiting, sweep
 
 DYING_CONSUMER = """
 import os, signal, sys
@@ -81,6 +81,23 @@ def test_only_tasks_waiting_too_long_are_sent_again(clocked: tuple[Any, Clock]) 
     transition(store, old, to_state(WORKING))  # claimed at last: it leaves the index
     clock.now += 1000
     assert resend_waiting(store, sent.append, clock.now, older_than=60) == [young]
+
+
+def test_a_broker_that_cannot_take_the_resend_does_not_stop_the_reaper(
+    clocked: tuple[Any, Clock],
+) -> None:
+    store, clock = clocked
+    waiting = store.save(new_task(text_message("user", "waiting")))["id"]
+    clock.now += 120
+
+    def broker_down(task_id: str) -> None:
+        raise ConnectionError("broker unavailable")
+
+    sweep(store, broker_down, clock.now, stale_after=60)
+    assert store.last_beat() == clock.now  # the run is recorded: /readyz blames the broker only
+    sent: list[str] = []
+    sweep(store, sent.append, clock.now + 1, stale_after=60)
+    assert sent == [waiting]  # not re-scored by the failed try: the next run sends it
 
 
 def submit(store_url: str, broker_url: str) -> str:

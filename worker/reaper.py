@@ -94,7 +94,12 @@ def sweep(
 ) -> list[str]:
     """One run of the reaper: reap, resend, and record that it ran."""
     reaped = reap_stale(store, now, stale_after, on_terminal)
-    resend_waiting(store, send, now, stale_after)
+    try:
+        resend_waiting(store, send, now, stale_after)
+    except StoreError:
+        raise
+    except Exception as error:  # the broker: /readyz says so; the reaper itself ran
+        log.warning("reaper: could not send waiting tasks again (next run retries): %s", error)
     if isinstance(store, Expiring) and (purged := store.purge_expired()):
         log.info("reaper: purged %d finished task(s) past their time to live", purged)
     if isinstance(store, BeatRecord):
