@@ -87,11 +87,14 @@ class Tasks:
         self._hook = hook
 
     def send(self, params: SendParams, owner: str, *, blocking: bool) -> Sent:
+        # The bound counts from the request, not from the end of saving and
+        # queueing it, which a flood of sends can stretch.
+        deadline = time.monotonic() + self.blocking_timeout
         sent = self.accept(params, owner)
         if not blocking:
             return sent
         try:
-            return self._settle(sent, time.monotonic() + self.blocking_timeout)
+            return self._settle(sent, deadline)
         except StoreError as error:
             raise TaskError(error, sent.task["id"]) from error
 
