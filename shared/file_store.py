@@ -185,9 +185,10 @@ class FileStore:
     def _statuses(self, task_id: str) -> StatusHistory:
         return history_of(self.events(task_id, 0))
 
-    def heartbeat(self, task_id: str) -> None:
-        if is_safe_id(task_id):
-            _touch_existing(self._working / task_id, self._clock())
+    def heartbeat(self, *task_ids: str) -> None:
+        now = self._clock()
+        for task_id in filter(is_safe_id, task_ids):
+            _touch_existing(self._working / task_id, now)
 
     def stale(self, cutoff: float) -> list[str]:
         return _older(self._working, cutoff)

@@ -158,10 +158,12 @@ class MemoryStore:
             entry = self._entries.get(task_id)
             return list(entry.statuses) if entry else []
 
-    def heartbeat(self, task_id: str) -> None:
+    def heartbeat(self, *task_ids: str) -> None:
         with self._lock:
-            if task_id in self._heartbeats:
-                self._heartbeats[task_id] = self._clock()
+            now = self._clock()
+            for task_id in task_ids:
+                if task_id in self._heartbeats:
+                    self._heartbeats[task_id] = now
 
     def stale(self, cutoff: float) -> list[str]:
         with self._lock:

@@ -186,10 +186,13 @@ class RedisStore:
                 tasks[key.decode()[start:]] = task
         return tasks
 
-    def heartbeat(self, task_id: str) -> None:
+    def heartbeat(self, *task_ids: str) -> None:
+        if not task_ids:
+            return
+        now = self._clock()
         with self._reachable():
             # XX: refresh only; a task that left `working` must stay out.
-            self.client.zadd(self._working, {task_id: self._clock()}, xx=True)
+            self.client.zadd(self._working, dict.fromkeys(task_ids, now), xx=True)
 
     def stale(self, cutoff: float) -> list[str]:
         return self._older(self._working, cutoff)

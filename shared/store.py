@@ -177,12 +177,14 @@ class StaleIndex(Protocol):
 
     A task enters the index when it is saved in `working` (scored with the
     store's clock) and leaves it when it is saved in any other state.
-    `heartbeat` refreshes the score of a task still in the index and never
-    re-adds one that left. `stale(cutoff)` is a range query: the ids whose
-    last heartbeat is older than `cutoff` (seconds since the epoch).
+    `heartbeat` refreshes the scores of the given tasks still in the index
+    and never re-adds one that left; a process beats for all its running
+    tasks in one call, so a thousand tasks cost one round trip, not a burst
+    of a thousand. `stale(cutoff)` is a range query: the ids whose last
+    heartbeat is older than `cutoff` (seconds since the epoch).
     """
 
-    def heartbeat(self, task_id: str) -> None: ...
+    def heartbeat(self, *task_ids: str) -> None: ...
 
     def stale(self, cutoff: float) -> list[str]: ...
 

@@ -461,6 +461,12 @@ def test_stale_enumeration_with_an_injected_clock(clocked: tuple[Any, FakeClock]
     store.heartbeat(done["id"])
     assert store.stale(1e12) == [old["id"]]
 
+    clock.now = 400.0  # one call for several: only the ones still working move
+    store.heartbeat(young["id"], old["id"], done["id"], "never-saved")
+    store.heartbeat()
+    assert store.stale(350.0) == []
+    assert store.stale(1e12) == [old["id"]]
+
 
 def test_stale_query_on_an_empty_index(builtin: Any) -> None:
     assert builtin.stale(1e12) == []

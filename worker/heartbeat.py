@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 @contextmanager
 def heartbeating(store: TaskStore, task_id: str, every: float) -> Iterator[None]:
-    """Call `store.heartbeat(task_id)` every `every` seconds until the block
+    """Beat for `task_id` in `store` every `every` seconds until the block
     ends. Stores without a stale index get no heartbeat (and no reaper)."""
     if not isinstance(store, StaleIndex):
         yield
@@ -63,31 +63,34 @@ class _Beats:
 
     def _beat_forever(self) -> None:
         while True:
-            for store, task_id in self._next_due():
+            # Tasks started together fall due together: one call per store
+            # for all of them, not a burst of round trips holding up the
+            # process's running tasks.
+            for store, task_ids in self._next_due():
                 try:
-                    store.heartbeat(task_id)
+                    store.heartbeat(*task_ids)
                 except StoreError as error:
                     # One missed beat is harmless (stale_after spans several); keep trying.
-                    log.warning("task %s: heartbeat failed: %s", task_id, error)
+                    log.warning("heartbeat of %d task(s) failed: %s", len(task_ids), error)
                 except Exception:
-                    log.exception("task %s: heartbeat failed", task_id)
+                    log.exception("heartbeat of %d task(s) failed", len(task_ids))
 
-    def _next_due(self) -> list[tuple[StaleIndex, str]]:
-        """Wait until some task is due; those tasks, each rescheduled."""
+    def _next_due(self) -> list[tuple[StaleIndex, list[str]]]:
+        """Wait until some task is due; those tasks by store, each rescheduled."""
         with self._changed:
             while True:
                 while self._due and self._due[0][1] not in self._running:
                     heapq.heappop(self._due)  # its task ended
                 now = time.monotonic()
-                due: list[tuple[StaleIndex, str]] = []
+                due: dict[int, tuple[StaleIndex, list[str]]] = {}
                 while self._due and self._due[0][0] <= now:
                     _, token = heapq.heappop(self._due)
                     if token in self._running:
                         store, task_id, every = self._running[token]
-                        due.append((store, task_id))
+                        due.setdefault(id(store), (store, []))[1].append(task_id)
                         heapq.heappush(self._due, (now + every, token))
                 if due:
-                    return due
+                    return list(due.values())
                 self._changed.wait(self._due[0][0] - now if self._due else None)
 
 

@@ -67,10 +67,11 @@ class RecordingStore:
         with self.inner.watch(task_id) as waiter:
             yield waiter
 
-    def heartbeat(self, task_id: str) -> None:
+    def heartbeat(self, *task_ids: str) -> None:
         with self._lock:
-            self.heartbeats[task_id] = self.heartbeats.get(task_id, 0) + 1
-        self.inner.heartbeat(task_id)
+            for task_id in task_ids:
+                self.heartbeats[task_id] = self.heartbeats.get(task_id, 0) + 1
+        self.inner.heartbeat(*task_ids)
 
     def stale(self, cutoff: float) -> list[str]:
         return self.inner.stale(cutoff)  # type: ignore[no-any-return]
