@@ -71,6 +71,7 @@ class DataPart(TypedDict):
 
 
 Part = TextPart | FilePart | DataPart
+PART_KINDS: Final = frozenset({"text", "file", "data"})
 
 
 class Message(TypedDict):

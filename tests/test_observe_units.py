@@ -42,6 +42,7 @@ from shared.task import (
 )
 from tests.support.polling import wait_for
 from tests.support.redis_server import free_port
+from tests.test_web_support import NoBroker
 from web import create_app
 from worker.outcome import TaskFailed, celery_result
 
@@ -187,17 +188,6 @@ def test_a_delivery_that_found_the_task_taken_reports_nothing(state: str) -> Non
 
 
 # --- /metrics behind the bearer tokens ---------------------------------------------------
-
-
-class NoBroker:
-    def enqueue(self, task_id: str) -> None:
-        pass
-
-    def revoke(self, task_id: str) -> None:
-        pass
-
-    def check(self) -> None:
-        pass
 
 
 def test_metrics_need_a_token_when_tokens_are_configured() -> None:

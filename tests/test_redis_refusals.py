@@ -15,22 +15,10 @@ import redis
 
 from shared.settings import Settings
 from tests.support.redis_server import RedisServer, ci
+from tests.test_web_support import NoBroker
 from web import create_app
 
 PASSWORD = "s3cret-pass"
-
-
-class NoBroker:
-    """The broker is not what these tests are about: it always answers."""
-
-    def enqueue(self, task_id: str) -> None:
-        pass
-
-    def revoke(self, task_id: str) -> None:
-        pass
-
-    def check(self) -> None:
-        pass
 
 
 @pytest.fixture

@@ -63,6 +63,20 @@ def _text(text: str) -> dict[str, str]:
     return {"kind": "text", "text": text}
 
 
+class NoBroker:
+    """A dispatcher whose broker always answers and never runs anything: for
+    tests about something else."""
+
+    def enqueue(self, task_id: str) -> None:
+        pass
+
+    def revoke(self, task_id: str) -> None:
+        pass
+
+    def check(self) -> None:
+        pass
+
+
 class PlayingDispatcher:
     def __init__(self, store: TaskStore, *, auto: bool = True) -> None:
         self.store = store

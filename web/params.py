@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from shared.store import is_safe_id
-from shared.task import Message, Part
+from shared.task import PART_KINDS, Message, Part
 from shared.text import shown
 from web.dialects import stored_part, stored_role, stored_state
 from web.errors import InvalidParams
@@ -184,7 +184,7 @@ def _parts(parts: object) -> list[Part]:
             kind = part.get("kind")
             problem = (
                 f"is of unknown kind {shown(kind, 40)}: expected text, file or data"
-                if kind is not None and kind not in ("text", "file", "data")
+                if kind is not None and kind not in PART_KINDS
                 else "has no text, file or data"
             )
             raise InvalidParams(f"{where} {problem}", field=where)
