@@ -23,11 +23,12 @@ from shared.store import (
     AtomicStore,
     EventStore,
     ListableStore,
+    Outcome,
     StaleIndex,
     TaskStore,
     WaitingIndex,
 )
-from shared.transitions import Outcome, transition
+from shared.transitions import transition
 
 __all__ = [
     "AtomicStore",

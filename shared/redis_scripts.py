@@ -3,7 +3,8 @@
 A task is a hash (`doc`: the JSON snapshot; `seq`: its last event's
 number; `base`: the event the snapshot includes; `state` and `ts` (its
 status time, seconds since the epoch); `o` and `c`: digests of its owner
-and context; `mkey`: the message key that created it), a tail string (the
+and context; `cj`: its contextId as JSON; `mkey`: the message key that
+created it), a tail string (the
 events since the snapshot, one JSON per line), a stream (the event log,
 entry ids `0-<seq>`), a list of its status changes (`hist`: "ts|state",
 for listings that hold still, see `shared.listing`) and its entries in the
@@ -23,7 +24,7 @@ from shared.listing import WINDOW
 #       index, status history
 # ARGV: snapshot, first event, task id, now, owner, has message key ("1"/"0"),
 #       key prefix, channel, log limit, the task id the key may be moved from
-#       (""), status time, owner digest, context digest
+#       (""), status time, owner digest, context digest, the context id as JSON
 CREATE: Final = """
 if ARGV[6] == '1' then
   local earlier = redis.call('GET', KEYS[4])
@@ -43,7 +44,7 @@ if ARGV[6] == '1' then
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[7])
 redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'seq', 1, 'base', 1, 'state', 'submitted',
-  'mkey', mkey, 'ts', ARGV[11], 'o', ARGV[12], 'c', ARGV[13])
+  'mkey', mkey, 'ts', ARGV[11], 'o', ARGV[12], 'c', ARGV[13], 'cj', ARGV[14])
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[9], '0-1', 'e', ARGV[2])
 redis.call('ZADD', KEYS[6], ARGV[4], ARGV[3])
 redis.call('RPUSH', KEYS[7], ARGV[11] .. '|submitted')
@@ -55,40 +56,30 @@ redis.call('PUBLISH', ARGV[8], ARGV[3])
 return {'created', ARGV[3]}
 """
 
-# KEYS: task, tail, log, working index, waiting index, status history,
-#       expiring index
-# ARGV: expected seq ('' = overwrite whatever is there: `save`), snapshot
-#       ('' = append to the tail only), new state, now, ttl seconds (0 = keep),
-#       task id, channel, log limit, key prefix, status time, owner digest,
-#       context digest, then one JSON event per argument
-COMMIT: Final = f"""
-local seq
-if ARGV[1] == '' then
-  if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then redis.call('DEL', KEYS[1]) end
-  seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
-else
-  seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '-1')
-  if seq ~= tonumber(ARGV[1]) then return 0 end
-end
+# What COMMIT and CLAIM do once they decided to write: append the events
+# (the Lua table `events`) after `seq`, write the snapshot (ARGV[2]; '' =
+# append to the tail only) and keep every index in step with the new state,
+# filed under the digests `owner` and `context_digest`. KEYS and
+# ARGV[2..10] as COMMIT's.
+_APPEND: Final = f"""
 local state, ts, id = ARGV[3], ARGV[10], ARGV[6]
 local was = redis.call('HMGET', KEYS[1], 'state', 'ts')
-local first = 13
-for i = first, #ARGV do
+for _, event in ipairs(events) do
   seq = seq + 1
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '0-' .. seq, 'e', ARGV[i])
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '0-' .. seq, 'e', event)
 end
 if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[1], 'doc', ARGV[2], 'seq', seq, 'base', seq)
   redis.call('DEL', KEYS[2])
 else
   redis.call('HSET', KEYS[1], 'seq', seq)
-  for i = first, #ARGV do redis.call('APPEND', KEYS[2], ARGV[i] .. '\\n') end
+  for _, event in ipairs(events) do redis.call('APPEND', KEYS[2], event .. '\\n') end
 end
 if was[1] ~= state or was[2] ~= ts then
-  redis.call('HSET', KEYS[1], 'state', state, 'ts', ts, 'o', ARGV[11], 'c', ARGV[12])
-  local listed = ARGV[9] .. 'lidx:' .. ARGV[11]
+  redis.call('HSET', KEYS[1], 'state', state, 'ts', ts, 'o', owner, 'c', context_digest)
+  local listed = ARGV[9] .. 'lidx:' .. owner
   redis.call('ZADD', listed, ts, id)
-  redis.call('ZADD', listed .. ':ctx:' .. ARGV[12], ts, id)
+  redis.call('ZADD', listed .. ':ctx:' .. context_digest, ts, id)
   if was[1] and was[1] ~= state then redis.call('ZREM', listed .. ':state:' .. was[1], id) end
   redis.call('ZADD', listed .. ':state:' .. state, ts, id)
   redis.call('RPUSH', KEYS[6], ts .. '|' .. state)
@@ -117,16 +108,63 @@ if ttl > 0 then
   redis.call('EXPIRE', KEYS[6], ttl)
   local mkey = redis.call('HGET', KEYS[1], 'mkey')
   if mkey and mkey ~= '' then redis.call('EXPIRE', mkey, ttl) end
-  local member = id .. '|' .. ARGV[11] .. '|' .. ARGV[12] .. '|' .. state
+  local member = id .. '|' .. owner .. '|' .. context_digest .. '|' .. state
   redis.call('ZADD', KEYS[7], tonumber(ARGV[4]) + ttl, member)
   -- The context's owner record goes with the last of its finished tasks
   -- (a later task in the context makes it lasting again, in CREATE).
-  local context = ARGV[9] .. 'ctx:' .. ARGV[12]
+  local context = ARGV[9] .. 'ctx:' .. context_digest
   local left = redis.call('TTL', context)
   if left == -1 or (left >= 0 and left < ttl) then redis.call('EXPIRE', context, ttl) end
 end
 redis.call('PUBLISH', ARGV[7], id)
+"""
+
+# KEYS: task, tail, log, working index, waiting index, status history,
+#       expiring index
+# ARGV: expected seq ('' = overwrite whatever is there: `save`), snapshot
+#       ('' = append to the tail only), new state, now, ttl seconds (0 = keep),
+#       task id, channel, log limit, key prefix, status time, owner digest,
+#       context digest, the context id as JSON, then one JSON event per argument
+COMMIT: Final = f"""
+local seq
+if ARGV[1] == '' then
+  if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then redis.call('DEL', KEYS[1]) end
+  seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
+  redis.call('HSET', KEYS[1], 'cj', ARGV[13])
+else
+  seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '-1')
+  if seq ~= tonumber(ARGV[1]) then return 0 end
+end
+local owner, context_digest = ARGV[11], ARGV[12]
+local events = {{}}
+for i = 14, #ARGV do events[#events + 1] = ARGV[i] end
+{_APPEND}
 return 1
+"""
+
+# The worker's claim in one step: if the task is in the expected state, its
+# status update is appended (made here from the two halves of the event
+# around the context id, which the task records as JSON at creation) and the
+# task is returned as the claim left it; otherwise as it stands.
+# KEYS: as COMMIT's. ARGV: expected state, '' (no snapshot), then ARGV[3..10]
+# as COMMIT's, two unused, then the event's text before and after its
+# context id.
+# Returns {outcome, doc, seq, tail}: outcome 'claimed', 'refused', 'unknown',
+# or 'unsupported' (a task saved before contexts were recorded).
+CLAIM: Final = f"""
+local found = redis.call('HMGET', KEYS[1], 'state', 'seq', 'doc', 'cj', 'o', 'c')
+if not found[3] or not found[2] then return {{'unknown'}} end
+if found[1] == ARGV[1] and found[4] then
+  local owner, context_digest = found[5], found[6]
+  local seq = tonumber(found[2])
+  local events = {{ARGV[13] .. found[4] .. ARGV[14]}}
+  {_APPEND}
+  local now = redis.call('HMGET', KEYS[1], 'doc', 'seq')
+  return {{'claimed', now[1], now[2], redis.call('GET', KEYS[2])}}
+end
+local outcome = 'refused'
+if found[1] == ARGV[1] then outcome = 'unsupported' end
+return {{outcome, found[3], found[2], redis.call('GET', KEYS[2])}}
 """
 
 # One task, as one reply: its snapshot, event number and tail, read together

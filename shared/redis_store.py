@@ -29,12 +29,21 @@ from redis.retry import Retry
 
 from shared.codec import decode, encode
 from shared.errors import ContextTaken, StoreError
-from shared.events import Event, current_status, fold
+from shared.events import Event, StatusUpdate, current_status, fold
 from shared.listing import Listing, Query
 from shared.redis_listener import Listener
 from shared.redis_listing import RedisListing
-from shared.redis_scripts import COMMIT, CREATE, FORGET_EXPIRED, READ
-from shared.store import LOG_LIMIT, Commit, Created, Record, digest, is_safe_id, require_safe_id
+from shared.redis_scripts import CLAIM, COMMIT, CREATE, FORGET_EXPIRED, READ
+from shared.store import (
+    LOG_LIMIT,
+    Commit,
+    Created,
+    Outcome,
+    Record,
+    digest,
+    is_safe_id,
+    require_safe_id,
+)
 from shared.task import Task, epoch, is_terminal, state_of
 from shared.text import truncated
 from shared.watching import Waiter
@@ -65,6 +74,7 @@ class RedisStore:
         self._clock = clock
         self._create = client.register_script(CREATE)
         self._commit = client.register_script(COMMIT)
+        self._claim = client.register_script(CLAIM)
         self._forget_expired = client.register_script(FORGET_EXPIRED)
         self._read = client.register_script(READ)
         self._listener = Listener(client, self._channel)
@@ -109,6 +119,7 @@ class RedisStore:
             LOG_LIMIT,
             supersedes or "",
             *self._listed(task),
+            encode(task["contextId"]),
         ]
         with self._reachable():
             outcome, found = cast(list[bytes], self._create(keys=keys, args=args))
@@ -138,21 +149,39 @@ class RedisStore:
                 if _wrong_type(error):
                     return None  # a key of the wrong type is unreadable data
                 raise
-        if doc is None or seq is None:
-            return None
-        try:
-            events = [decode(line) for line in cast(bytes, tail or b"").splitlines()]
-            task = decode(doc)
-        except ValueError:
-            return None
-        if not isinstance(task, dict):
-            return None
-        return Record(fold(cast(Task, task), events), int(seq), len(events))
+        return _record(doc, seq, tail)
 
     def commit(self, commit: Commit) -> bool:
         return self._write(
             commit.task, commit.events, expected=commit.expected, snapshot=commit.snapshot
         )
+
+    # --- ClaimingStore ------------------------------------------------------
+
+    def claim(self, task_id: str, from_state: str, event: StatusUpdate) -> Outcome | None:
+        if not is_safe_id(task_id):
+            return Outcome(False, None)
+        # The event as text, split where the script puts the stored context id.
+        before, marker, after = encode({**event, "contextId": _CONTEXT_MARK}).partition(
+            encode(_CONTEXT_MARK)
+        )
+        assert marker, "the event's text holds its context id"
+        state = event["status"]["state"]
+        status_time = repr(epoch(event["status"]["timestamp"]))
+        args: list[str | int] = [from_state, "", state, repr(self._clock()), 0, task_id]
+        args += [self._channel, LOG_LIMIT, self._prefix, status_time, "", "", before, after]
+        with self._reachable():
+            try:
+                found = cast(list[Any], self._claim(keys=self._write_keys(task_id), args=args))
+            except redis.ResponseError as error:
+                if _wrong_type(error):
+                    return Outcome(False, None)  # unreadable data: as if unknown
+                raise
+        outcome = found[0]
+        if outcome == b"unsupported":
+            return None
+        record = _record(*found[1:]) if outcome != b"unknown" else None
+        return Outcome(outcome == b"claimed" and record is not None, record)
 
     def events(self, task_id: str, after: int) -> list[tuple[int, Event]]:
         if not is_safe_id(task_id):
@@ -240,15 +269,7 @@ class RedisStore:
     def _write(self, task: Task, events: Any, *, expected: int | None, snapshot: bool) -> bool:
         task_id = require_safe_id(task.get("id"))
         state = state_of(task)
-        keys = [
-            self._key("task", task_id),
-            self._key("tail", task_id),
-            self._key("log", task_id),
-            self._working,
-            self._waiting,
-            self._key("hist", task_id),
-            self._expiring,
-        ]
+        keys = self._write_keys(task_id)
         args = [
             "" if expected is None else expected,
             encode(task) if snapshot else "",
@@ -260,6 +281,7 @@ class RedisStore:
             LOG_LIMIT,
             self._prefix,
             *self._listed(task),
+            encode(task["contextId"]),
             *(encode(event) for event in events),
         ]
         with self._reachable():
@@ -269,6 +291,18 @@ class RedisStore:
                 if _wrong_type(error):
                     return False  # unreadable data, so not the task the caller read
                 raise
+
+    def _write_keys(self, task_id: str) -> list[str]:
+        """The keys COMMIT and CLAIM touch (see `shared.redis_scripts`)."""
+        return [
+            self._key("task", task_id),
+            self._key("tail", task_id),
+            self._key("log", task_id),
+            self._working,
+            self._waiting,
+            self._key("hist", task_id),
+            self._expiring,
+        ]
 
     def _listed(self, task: Task) -> tuple[str, str, str]:
         """What the listing indexes file a task under: its status time and the
@@ -339,6 +373,24 @@ def _reason(error: redis.RedisError) -> str:
     if isinstance(error, redis.ConnectionError):
         return "cannot connect to Redis"
     return "Redis refused the command"
+
+
+# Stands for the context id in a claim's event text; no context id is this.
+_CONTEXT_MARK = "\u0000context\u0000"
+
+
+def _record(doc: Any, seq: Any, tail: Any) -> Record | None:
+    """A task from its stored snapshot, event number and tail (None: absent or unreadable)."""
+    if doc is None or seq is None:
+        return None
+    try:
+        events = [decode(line) for line in cast(bytes, tail or b"").splitlines()]
+        task = decode(doc)
+    except ValueError:
+        return None
+    if not isinstance(task, dict):
+        return None
+    return Record(fold(cast(Task, task), events), int(seq), len(events))
 
 
 def _wrong_type(error: redis.ResponseError) -> bool:

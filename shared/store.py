@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from shared.errors import InvalidTaskId
-from shared.events import Event
+from shared.events import Event, StatusUpdate
 from shared.listing import Listing, Query
 from shared.task import Task, TaskStatus
 from shared.text import shown
@@ -141,6 +141,34 @@ class Watch(Protocol):
 
     def wake(self) -> None:
         """End the current (or next) `wait` early, from any thread."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a change did: `applied` says whether this caller's change was
+    written; `record` is the task as it now stands (None: no such task)."""
+
+    applied: bool
+    record: Record | None
+
+    @property
+    def task(self) -> Task | None:
+        return self.record.task if self.record is not None else None
+
+
+@runtime_checkable
+class ClaimingStore(Protocol):
+    """Optional, for event stores: the worker's claim in one step instead of a
+    read and a compare-and-append (see `shared.transitions.claim`).
+
+    `claim(id, from_state, event)` appends the status update `event` if the
+    task is in `from_state`, filling in the task's own `contextId`, and
+    returns the task as it then stands, as `transition` would. None means
+    the store cannot claim this task in one step (the caller then does it
+    the long way).
+    """
+
+    def claim(self, task_id: str, from_state: str, event: StatusUpdate) -> Outcome | None: ...
 
 
 @runtime_checkable

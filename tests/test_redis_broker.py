@@ -11,9 +11,9 @@ from kombu import Connection, pools
 from kombu.transport import redis as kombu_redis
 
 from shared import Settings
+from shared.dispatch import FULFIL_TASK
 from shared.memory_store import MemoryStore
 from shared.redis_broker import Channel, Transport, broker_transport
-from web.dispatch import CeleryDispatcher
 from worker.celery_app import celery_config, create_celery
 
 QUEUE = "toolnexus-broker-test"
@@ -67,14 +67,17 @@ def test_sends_create_no_client_per_message(
     # Celery keeps producers in kombu's process-wide pools, keyed by broker
     # URL: start as a new process would, not with an earlier test's channel.
     pools.reset()
-    dispatcher = CeleryDispatcher(Settings(broker_url=redis_url, queue=QUEUE))
+    # The worker's app sends too (the reaper's and beat's resends); the front
+    # end writes to Redis directly (web.redis_queue).
+    app = create_celery(Settings(broker_url=redis_url, queue=QUEUE), store=MemoryStore())
     try:
-        dispatcher.enqueue("task-0")
+        app.send_task(FULFIL_TASK, args=["task-0"], task_id="task-0", queue=QUEUE)
         after_first = len(made)
         for number in range(1, 11):
-            dispatcher.enqueue(f"task-{number}")
+            task_id = f"task-{number}"
+            app.send_task(FULFIL_TASK, args=[task_id], task_id=task_id, queue=QUEUE)
     finally:
-        dispatcher.close()
+        app.close()
     assert after_first >= 1  # the transport is the one in use
     assert len(made) == after_first  # ten more sends (and task-sent events), no new client
     queued = redis.Redis.from_url(redis_url).lrange(QUEUE, 0, -1)

@@ -20,7 +20,7 @@ from shared.file_store import file_store
 from shared.memory_store import memory_store
 from shared.redis_store import redis_store
 from shared.resolve import resolve_store
-from shared.store import Commit, EventStore, message_key
+from shared.store import ClaimingStore, Commit, EventStore, StaleIndex, message_key
 from shared.task import (
     COMPLETED,
     INPUT_REQUIRED,
@@ -30,7 +30,7 @@ from shared.task import (
     state_of,
     text_message,
 )
-from shared.transitions import SNAPSHOT_EVERY, transition
+from shared.transitions import SNAPSHOT_EVERY, claim, transition
 from tests.support.polling import wait_for
 
 SCRIPT_COMMANDS = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_evalsha_ro")
@@ -105,6 +105,58 @@ def test_a_commit_after_an_event_the_writer_did_not_see_is_refused(store: Any) -
     assert not store.commit(late)
     assert state_of(store.get(task["id"])) == WORKING
     assert len(store.events(task["id"], 0)) == 2  # no event for the write that lost
+
+
+def test_a_claim_moves_a_submitted_task_once_and_logs_its_event(store: Any) -> None:
+    # One step on a store that can (Redis), the read-and-commit elsewhere: the same outcome.
+    task = store.create(a_task(context="ctx-claimed")).task
+    first = claim(store, task["id"], to=WORKING, from_state=SUBMITTED)
+    assert first.applied and first.record is not None
+    assert (state_of(first.record.task), first.record.seq) == (WORKING, 2)
+    assert first.record.task["history"] == task["history"]
+    assert first.record.task == store.read(task["id"]).task
+    ((_, event),) = store.events(task["id"], 1)
+    assert event == {
+        "kind": "status-update",
+        "taskId": task["id"],
+        "contextId": "ctx-claimed",
+        "status": first.record.task["status"],
+        "final": False,
+    }
+    again = claim(store, task["id"], to=WORKING, from_state=SUBMITTED)
+    assert not again.applied  # a duplicate delivery finds it working
+    assert again.record is not None and again.record.seq == 2
+    assert claim(store, "no-such-task", to=WORKING, from_state=SUBMITTED).record is None
+    assert state_of(store.get(task["id"])) == WORKING
+    if isinstance(store, StaleIndex):  # the reaper watches it from the claim on
+        assert store.stale(time.time() + 60) == [task["id"]]
+
+
+def test_redis_claims_in_one_script_and_old_tasks_the_long_way(redis_url: str) -> None:
+    store = redis_store(redis_url)
+    client = redis.Redis.from_url(redis_url)
+    assert isinstance(store, ClaimingStore)
+    fresh, old = (store.create(a_task()).task["id"] for _ in range(2))
+    # A task saved before contexts were recorded for claims: the store declines.
+    client.hdel(f"toolnexus:task:{old}", "cj")
+    event = status_update(store.get(old), WORKING)
+    assert store.claim(old, SUBMITTED, event) is None
+    assert claim(store, old, to=WORKING, from_state=SUBMITTED).applied
+
+    sent: list[str] = []
+    execute = store.client.execute_command
+
+    def counted(*args: Any, **options: Any) -> Any:
+        sent.append(str(args[0]))
+        return execute(*args, **options)
+
+    store.client.execute_command = counted  # type: ignore[method-assign]
+    assert claim(store, fresh, to=WORKING, from_state=SUBMITTED).applied
+    assert sent == ["EVALSHA"]  # one round trip: no read before it
+    store.client.execute_command = execute  # type: ignore[method-assign]
+    # A wrong key type is unreadable data: not claimed, nothing raised.
+    client.set("toolnexus:task:broken", "not a hash")
+    assert claim(store, "broken", to=WORKING, from_state=SUBMITTED).record is None
 
 
 def test_a_read_folds_the_tail_the_same_as_a_snapshot(store: Any) -> None:

@@ -21,6 +21,7 @@ from shared.redis_broker import broker_transport
 from shared.settings import Settings
 from shared.tracing import publishing
 from web.metrics import web_metrics
+from web.redis_queue import RedisTaskQueue
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +40,6 @@ class CeleryDispatcher:
     def __init__(self, settings: Settings) -> None:
         self.queue = settings.queue
         transport = broker_transport(settings.broker_url)
-        # On Redis a queue is a list that needs no declaring: publish straight
-        # to it through the default exchange, instead of Celery copying and
-        # binding the queue's declaration for every message. Other brokers
-        # (RabbitMQ drops a message for an undeclared queue) keep Celery's way.
-        self._route: dict[str, Any] = {"queue": self.queue}
-        if transport is not None:
-            self._route.update(exchange="", routing_key=self.queue, declare=[])
         self.app = Celery("toolnexus-web", broker=settings.broker_url, set_as_current=False)
         self.app.conf.update(
             broker_transport=transport,
@@ -58,27 +52,42 @@ class CeleryDispatcher:
             # Published by the sender, so Flower sees a task from the moment it is queued.
             task_send_sent_event=True,
         )
+        # On Redis a queue is a list that needs no declaring: the message and
+        # its task-sent event go straight to it (web.redis_queue). Other brokers
+        # (RabbitMQ drops a message for an undeclared queue) keep Celery's way.
+        self._redis_queue = (
+            RedisTaskQueue(self.app, settings.broker_url, self.queue, timeout=CONNECT_TIMEOUT)
+            if transport is not None
+            else None
+        )
 
     def enqueue(self, task_id: str) -> None:
         try:
             with publishing(FULFIL_TASK, task_id) as trace_headers:
-                self.app.send_task(
-                    FULFIL_TASK,
-                    args=[task_id],
-                    task_id=task_id,
-                    # What Flower shows, made here rather than by Celery's saferepr.
-                    argsrepr=repr([task_id]),
-                    kwargsrepr="{}",
-                    retry=True,
-                    retry_policy=RETRY_POLICY,
-                    # The worker logs the request id beside the task id and
-                    # continues the trace (worker.observe, shared.tracing).
-                    headers={CELERY_HEADER: request_id(), **trace_headers},
-                    **self._route,
-                )
+                # The worker logs the request id beside the task id and
+                # continues the trace (worker.observe, shared.tracing).
+                headers = {CELERY_HEADER: request_id(), **trace_headers}
+                if self._redis_queue is not None:
+                    self._redis_queue.send(task_id, headers)
+                else:
+                    self._send_task(task_id, headers)
         except Exception as error:  # kombu/redis raise many types; all mean "not queued"
             raise BrokerError(f"broker unavailable: {_reason(error)}") from error
         web_metrics().tasks_queued.inc()
+
+    def _send_task(self, task_id: str, headers: dict[str, Any]) -> None:
+        self.app.send_task(
+            FULFIL_TASK,
+            args=[task_id],
+            task_id=task_id,
+            # What Flower shows, made here rather than by Celery's saferepr.
+            argsrepr=repr([task_id]),
+            kwargsrepr="{}",
+            retry=True,
+            retry_policy=RETRY_POLICY,
+            headers=headers,
+            queue=self.queue,
+        )
 
     def revoke(self, task_id: str) -> None:
         try:
@@ -96,6 +105,8 @@ class CeleryDispatcher:
             raise BrokerError(f"broker unavailable: {_reason(error)}") from error
 
     def close(self) -> None:
+        if self._redis_queue is not None:
+            self._redis_queue.close()
         self.app.close()
 
 

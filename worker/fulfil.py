@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from shared.backoff import Backoff
 from shared.errors import StoreError
-from shared.events import Change, to_state
+from shared.events import Change
 from shared.settings import Settings
-from shared.store import Record, TaskStore
+from shared.store import Outcome, Record, TaskStore
 from shared.task import SUBMITTED, WORKING, state_of
-from shared.transitions import Outcome, transition
+from shared.transitions import claim, transition
 from worker.agent import Agent
 from worker.calling import call
 from worker.heartbeat import heartbeating
@@ -44,23 +45,26 @@ def fulfil(
     settings: Settings,
     *,
     timeout_errors: tuple[type[BaseException], ...] = (),
+    on_run: Callable[[], object] | None = None,
 ) -> str:
     """Run one delivery of `task_id`; return the task's state afterwards ("" if unknown).
 
     `timeout_errors` are the exceptions that mean "out of time" (Celery's
     SoftTimeLimitExceeded); they fail the task saying it timed out.
+    `on_run()` is called just before the function runs, if this delivery runs it.
     """
-    # The claim reads the task itself: no separate load, one round trip fewer.
-    claim = transition(store, task_id, to_state(WORKING), from_states={SUBMITTED})
-    if claim.record is None:
+    # The claim reads the task itself: no separate load, one round trip fewer
+    # (and on a store that claims in one step, no separate read either).
+    claimed = claim(store, task_id, to=WORKING, from_state=SUBMITTED)
+    if claimed.record is None:
         log.warning("task %s: not in the store, nothing to run", task_id)
         return ""
-    if not claim.applied:
-        state = state_of(claim.record.task)
+    if not claimed.applied:
+        state = state_of(claimed.record.task)
         log.info("task %s: is %s, not submitted; not running it", task_id, state)
         return state
     with heartbeating(store, task_id, settings.heartbeat):
-        saved = _run(store, agent, claim.record, settings, timeout_errors)
+        saved = _run(store, agent, claimed.record, settings, timeout_errors, on_run)
     final = state_of(saved.task) if saved.task else ""
     if not saved.applied:
         log.info("task %s: became %s while running; result discarded", task_id, final)
@@ -73,12 +77,15 @@ def _run(
     claimed: Record,
     settings: Settings,
     timeout_errors: tuple[type[BaseException], ...],
+    on_run: Callable[[], object] | None,
 ) -> Outcome:
     """Drive the function, saving each yielded item, then its result."""
     if agent.run is None:
         return _save(store, claimed, failed(agent.problem), agent, settings)
     task_id = claimed.task["id"]
     record, progress, produced = claimed, RunProgress(), False
+    if on_run is not None:
+        on_run()
     outputs = call(agent, claimed.task)
     try:
         while True:

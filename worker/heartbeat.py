@@ -53,8 +53,13 @@ class _Beats:
         with self._changed:
             token = next(self._tokens)
             self._running[token] = (store, task_id, every)
-            heapq.heappush(self._due, (time.monotonic() + every, token))
-            self._changed.notify()
+            due = time.monotonic() + every
+            # The thread sleeps until the earliest beat it knows of; waking
+            # it for a later one (every task, since they share `every`) would
+            # only cost the running task a thread switch.
+            if not self._due or due < self._due[0][0]:
+                self._changed.notify()
+            heapq.heappush(self._due, (due, token))
             return token
 
     def remove(self, token: int) -> None:

@@ -9,8 +9,6 @@ redelivered message that finds the task taken counts nothing.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import logging
 import time
 from typing import Any
@@ -45,7 +43,12 @@ def observed_fulfil(
     attributes = {"toolnexus.task_id": task_id, "toolnexus.run": settings.run or ""}
     with span("agent", attributes):
         state = fulfil(
-            store, task_id, _noting_start(agent, started), settings, timeout_errors=timeout_errors
+            store,
+            task_id,
+            agent,
+            settings,
+            timeout_errors=timeout_errors,
+            on_run=lambda: started.append(time.monotonic()),
         )
     # With no function to run, the claiming delivery fails the task itself.
     ran = bool(started) or (agent.run is None and state == FAILED)
@@ -62,20 +65,6 @@ def observed_fulfil(
             extra=fields(outcome=state, duration_ms=round(seconds * 1000, 1)),
         )
     return state
-
-
-def _noting_start(agent: Agent, started: list[float]) -> Agent:
-    """`agent` whose function notes when it is called (it keeps its signature)."""
-    if agent.run is None:
-        return agent
-    run = agent.run
-
-    @functools.wraps(run)
-    def noted(*args: Any, **kwargs: Any) -> object:
-        started.append(time.monotonic())
-        return run(*args, **kwargs)
-
-    return dataclasses.replace(agent, run=noted)
 
 
 def bind_deliveries() -> None:
