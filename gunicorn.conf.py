@@ -64,8 +64,10 @@ graceful_timeout = int(_settings.blocking_timeout) + 5
 keepalive = max(1, round(_settings.idle_timeout))
 loglevel = _settings.log_level.lower()
 errorlog = "-"
-# The app logs one line per request itself (web.observe), with its request id.
+# The app logs one line per request itself (web.observe), with its request
+# id; gunicorn's own access lines only with --access-logfile.
 accesslog = None
+logger_class = "web.gunicorn_worker.AccessOnRequestLogger"
 # gunicorn's own lines in the service's format (TOOLNEXUS_LOG_FORMAT) too.
 logconfig_dict = logging_config(_settings)
 logconfig_dict["loggers"]["gunicorn.error"] = {

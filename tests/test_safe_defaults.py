@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from celery import Celery
@@ -128,3 +129,25 @@ def test_two_workers_on_one_host_get_different_node_names(
     assert not any(name.startswith("celery@") for name in names)
     for log in logs:
         assert "DuplicateNodenameWarning" not in log.read_text()
+
+
+def test_gunicorn_gathers_access_lines_only_for_an_access_log() -> None:
+    from gunicorn.glogging import Logger
+
+    from web.gunicorn_worker import AccessOnRequestLogger
+
+    def enabled(kind: type[Logger], accesslog: str | None) -> bool:
+        logger = kind.__new__(kind)  # no setup: only the decision is under test
+        logger.cfg = SimpleNamespace(
+            accesslog=accesslog,
+            logconfig=None,
+            logconfig_dict={"version": 1},  # gunicorn.conf.py always sets one
+            logconfig_json=None,
+            syslog=False,
+            disable_redirect_access_to_syslog=False,
+        )
+        return bool(logger._compute_access_log_enabled())
+
+    assert enabled(Logger, None)  # gunicorn's own: every request's atoms, then dropped
+    assert not enabled(AccessOnRequestLogger, None)
+    assert enabled(AccessOnRequestLogger, "-")

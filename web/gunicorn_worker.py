@@ -1,9 +1,10 @@
-"""gunicorn's gevent worker, answering requests it cannot parse with JSON.
+"""gunicorn's gevent worker, answering requests it cannot parse with JSON,
+and its logger, building access lines only when asked for.
 
-gunicorn.conf.py names this class as `worker_class`. gunicorn keeps its own
-judgement (which status a broken request gets, what is logged); only the
-page changes: the HTML it writes is swapped, on its way to the socket, for
-the JSON of `web.http_errors`, with the same status.
+gunicorn.conf.py names these as `worker_class` and `logger_class`. gunicorn
+keeps its own judgement (which status a broken request gets, what is
+logged); only the page changes: the HTML it writes is swapped, on its way
+to the socket, for the JSON of `web.http_errors`, with the same status.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
+from gunicorn.glogging import Logger
 from gunicorn.workers.ggevent import GeventWorker
 
 from web.http_errors import framing_error_response
@@ -36,3 +38,14 @@ class _JsonErrorPage:
 class JsonErrorWorker(GeventWorker):  # type: ignore[misc]
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
         super().handle_error(req, _JsonErrorPage(client), addr, exc)
+
+
+class AccessOnRequestLogger(Logger):  # type: ignore[misc]
+    """gunicorn's logger, with access lines only when `--access-logfile` asks.
+
+    gunicorn counts any `logconfig_dict` as asking for them, so it gathered
+    every request's log atoms only to drop the line: the app logs one line
+    per request itself (web.observe)."""
+
+    def _compute_access_log_enabled(self) -> bool:
+        return bool(self.cfg.accesslog)
