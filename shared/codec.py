@@ -38,8 +38,14 @@ def encode(value: Any) -> str:
     return encode_bytes(value).decode("utf-8")
 
 
+def may_hold_long_integer(raw: bytes) -> bool:
+    """True when `raw` may hold an integer beyond 64 bits, which orjson
+    would read as a float: the standard library must read it."""
+    return _LONG_NUMBER.search(raw) is not None
+
+
 def decode(data: str | bytes) -> Any:
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    if _LONG_NUMBER.search(raw):
+    if may_hold_long_integer(raw):
         return json.loads(raw)
     return orjson.loads(raw)

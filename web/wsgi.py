@@ -10,6 +10,7 @@ routes pass theirs.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import cache
 from http import HTTPStatus
 from typing import Any, Protocol
 from urllib.parse import parse_qs
@@ -39,6 +40,14 @@ class HttpRequest(Protocol):
     def headers(self) -> Any: ...
 
 
+@cache
+def _environ_key(header: str) -> str:
+    """Where the environ keeps a header: asked of a handful of names (the
+    code's own constants), a few times per request."""
+    name = header.upper().replace("-", "_")
+    return _SPECIAL.get(name) or "HTTP_" + name
+
+
 class EnvironHeaders:
     __slots__ = ("_environ",)
 
@@ -46,8 +55,7 @@ class EnvironHeaders:
         self._environ = environ
 
     def get(self, key: str, default: Any = None) -> Any:
-        name = key.upper().replace("-", "_")
-        value = self._environ.get(_SPECIAL.get(name) or "HTTP_" + name)
+        value = self._environ.get(_environ_key(key))
         return default if value is None else value
 
     def items(self) -> Iterable[tuple[str, str]]:
@@ -89,6 +97,7 @@ class WsgiRequest:
         return values[0] if values else None
 
 
+@cache
 def status_line(status: int) -> str:
     try:
         return f"{status} {HTTPStatus(status).phrase}"
