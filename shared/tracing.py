@@ -47,6 +47,8 @@ TRACE_HEADERS: Final = ("traceparent", "tracestate")
 _OTLP_VARIABLES: Final = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 
 _enabled = False
+# What a request runs in while tracing is off: one for all (it holds nothing).
+_UNTRACED: Final[AbstractContextManager[object]] = nullcontext()
 
 
 def enable(service: str) -> bool:
@@ -88,7 +90,7 @@ def serving(
     """A server span for one request handled outside Flask (the JSON-RPC
     endpoint), continuing a trace the caller's headers may carry."""
     if not _enabled:
-        return nullcontext()
+        return _UNTRACED
     parent = propagate.extract({key.lower(): value for key, value in headers})
     tracer = trace.get_tracer(TRACER_NAME)
     attributes = {"http.request.method": method, "url.path": path}

@@ -17,7 +17,7 @@ from tests.support.strategies import json_values
 from tests.test_web_support import PlayingDispatcher, rpc, user_message
 from web import create_app
 from web.errors import BAD_REQUEST, ERROR_INFO
-from web.rpc import METHODS
+from web.rpc import METHODS, _plain_loads, _plainly_storable, _strict_loads
 
 
 @pytest.fixture
@@ -438,3 +438,34 @@ def test_generated_requests_always_get_a_json_rpc_reply(
     assert ("result" in reply) != ("error" in reply)
     if "error" in reply:
         assert reply["error"]["code"] != -32603, reply
+
+
+# The envelope is read by orjson when the body is plainly storable, by the
+# standard library otherwise; both must give the same answer, value or error.
+JSON_TOKENS = st.sampled_from(
+    ["0", "1", "-", ".", "e", "E", "+", '"a"', '"', "{", "}", "[", "]", ",", ":", " ", "\n",
+     "true", "false", "null", "NaN", "Infinity", "1e400", "-1e309", "00", "1.", ".5", "-0",
+     "123456789012345678", "99999999999999999999", "\\", '"\\n"', '"\\x"', "\x00", "\x7f"]
+)  # fmt: skip
+
+
+def read_by(reader: Any, body: bytes) -> tuple[str, str]:
+    """What a reader made of `body`: its value (repr: -0.0 is not 0.0), or its error."""
+    try:
+        return "value", repr(reader(body))
+    except ValueError as error:
+        return "error", str(error)
+
+
+@settings(max_examples=3000, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    text=st.one_of(
+        st.lists(JSON_TOKENS, max_size=10).map("".join),
+        json_values().map(json.dumps),
+        st.floats(allow_nan=False).map(lambda number: f'{{"a":[{number!r}]}}'),
+    )
+)
+def test_plain_bodies_read_as_the_standard_library_reads_them(text: str) -> None:
+    body = text.encode()
+    if _plainly_storable(body):
+        assert read_by(_plain_loads, body) == read_by(_strict_loads, body)

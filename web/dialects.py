@@ -16,6 +16,7 @@ from typing import Any, Final, cast
 
 from shared.events import Event
 from shared.task import STATES, Part, Task
+from web.mappings import is_mapping
 
 V03: Final = "0.3"
 V10: Final = "1.0"
@@ -31,6 +32,7 @@ _FILE_KEYS: Final = (
     ("name", "filename"),
 )
 _PRIVATE: Final = frozenset({"owner"})
+_HIDDEN_V10: Final = _PRIVATE | {"kind"}  # 1.0 tasks carry no `kind`
 # 1.0 stream responses: which wrapper each stored event kind goes in.
 _STREAM_KEYS: Final = {
     "task": "task",
@@ -90,10 +92,10 @@ def part_v10(part: Mapping[str, Any]) -> dict[str, Any]:
         out["text"] = part.get("text", "")
     elif kind == "data":
         out["data"] = part.get("data")
-    elif kind == "file" and isinstance(part.get("file"), Mapping):
+    elif kind == "file" and is_mapping(part.get("file")):
         file = part["file"]
         out.update({new: file[old] for old, new in _FILE_KEYS if file.get(old) is not None})
-    if isinstance(part.get("metadata"), Mapping):
+    if is_mapping(part.get("metadata")):
         out["metadata"] = part["metadata"]
     return out
 
@@ -101,14 +103,14 @@ def part_v10(part: Mapping[str, Any]) -> dict[str, Any]:
 def part_v03(part: Mapping[str, Any]) -> Mapping[str, Any]:
     """0.3 data parts hold objects; any other JSON value is wrapped, marked as
     the official SDK marks it, so a 0.3 peer can still parse the part."""
-    if part.get("kind") != "data" or isinstance(part.get("data"), Mapping):
+    if part.get("kind") != "data" or is_mapping(part.get("data")):
         return part
     metadata = {**(part.get("metadata") or {}), "data_part_compat": True}
     return {"kind": "data", "data": {"value": part.get("data")}, "metadata": metadata}
 
 
 def message_for(version: str, message: Mapping[str, Any]) -> dict[str, Any]:
-    parts = [part for part in message.get("parts") or [] if isinstance(part, Mapping)]
+    parts = [part for part in message.get("parts") or [] if is_mapping(part)]
     if version == V03:
         return {**message, "parts": [part_v03(part) for part in parts]}
     out = {key: value for key, value in message.items() if key not in ("kind", "role", "parts")}
@@ -118,7 +120,7 @@ def message_for(version: str, message: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def artifact_for(version: str, artifact: Mapping[str, Any]) -> dict[str, Any]:
-    parts = [part for part in artifact.get("parts") or [] if isinstance(part, Mapping)]
+    parts = [part for part in artifact.get("parts") or [] if is_mapping(part)]
     shaped = part_v10 if version == V10 else part_v03
     return {**artifact, "parts": [shaped(part) for part in parts]}
 
@@ -135,10 +137,10 @@ def status_for(version: str, status: Mapping[str, Any]) -> dict[str, Any]:
 
 def task_for(version: str, task: Task) -> dict[str, Any]:
     """A stored task as `version` shows it (0.3 keeps `kind` and its states)."""
-    skipped = _PRIVATE | {"kind"} if version == V10 else _PRIVATE
+    skipped = _HIDDEN_V10 if version == V10 else _PRIVATE
     out = {key: value for key, value in task.items() if key not in skipped}
     status = task.get("status")
-    out["status"] = status_for(version, status if isinstance(status, Mapping) else {})
+    out["status"] = status_for(version, status if is_mapping(status) else {})
     if "history" in task:
         out["history"] = [message_for(version, message) for message in _items(task["history"])]
     if "artifacts" in task:
@@ -164,4 +166,4 @@ def event_for(version: str, event: Event) -> dict[str, Any]:
 
 
 def _items(value: object) -> list[Any]:
-    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
+    return [item for item in value if is_mapping(item)] if isinstance(value, list) else []

@@ -18,9 +18,8 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
+from werkzeug.exceptions import ClientDisconnected
 from werkzeug.wrappers import Response
-from werkzeug.wsgi import get_input_stream
 
 from shared.codec import encode_bytes
 from shared.correlation import REQUEST_ID_HEADER
@@ -40,7 +39,7 @@ from web.methods import Tasks
 from web.observe import Observed, answered, begin, finish, following
 from web.rpc import handle, typed_errors
 from web.streaming import Stream
-from web.wsgi import Headers, WsgiRequest, answer, status_line
+from web.wsgi import Headers, WsgiRequest, answer, read_body, status_line
 
 log = logging.getLogger(__name__)
 
@@ -137,20 +136,15 @@ class RpcEndpoint:
         return [(REQUEST_ID_HEADER, observed.request_id), *vary, *cors]
 
     def _body(self, request: WsgiRequest) -> bytes:
-        # One byte over the limit: a chunked body is cut at the stream's limit
-        # without a word, so the extra byte is what tells it was too large.
         try:
-            stream = get_input_stream(request.environ, max_content_length=self._max_body + 1)
-            body = stream.read()
-        except RequestEntityTooLarge:
-            body = None
+            body = read_body(request.environ, self._max_body)
         except ClientDisconnected:
             raise BodyIncomplete(
                 "request body incomplete: fewer bytes arrived than its Content-Length says"
             ) from None
-        if body is None or len(body) > self._max_body:
+        if body is None:
             raise BodyTooLarge(f"request body too large: the limit is {self._max_body} bytes")
-        return bytes(body)
+        return body
 
 
 def _events(

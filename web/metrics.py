@@ -1,4 +1,11 @@
-"""The web tier's Prometheus metrics, made on first use (see shared.metrics)."""
+"""The web tier's Prometheus metrics, made on first use (see shared.metrics).
+
+The request metrics' series are looked up once per label set
+(`requests_counted`, `latency_of`): `labels()` checks its arguments and
+takes a lock on every call, which every request would pay twice. Label
+sets are few (the JSON-RPC methods, the routes, the outcomes), and
+prometheus_client keeps each series for good anyway.
+"""
 
 from __future__ import annotations
 
@@ -43,3 +50,15 @@ def web_metrics() -> WebMetrics:
             multiprocess_mode="livesum",
         ),
     )
+
+
+@cache
+def requests_counted(method: str, outcome: str) -> Counter:
+    """The series of `toolnexus_requests` for this method and outcome."""
+    return web_metrics().requests.labels(method, outcome)
+
+
+@cache
+def latency_of(method: str) -> Histogram:
+    """The series of `toolnexus_request_duration_seconds` for this method."""
+    return web_metrics().latency.labels(method)

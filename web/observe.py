@@ -19,6 +19,7 @@ import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, Final, TypeVar
 
 from flask import Flask, Response, g, request
@@ -31,7 +32,8 @@ from shared.metrics import METRICS_PATH, exposition
 from shared.tracing import trace_flask
 from web.auth import Authenticator
 from web.errors import RequestError
-from web.metrics import web_metrics
+from web.mappings import is_mapping
+from web.metrics import latency_of, requests_counted, web_metrics
 from web.rpc import METHODS, choose_dialect, wire_version
 from web.wsgi import HttpRequest
 
@@ -102,7 +104,7 @@ def answered(observed: Observed, body: bytes, version_header: str | None, answer
         observed.dialect = choose_dialect(wire_version(version_header), observed.rpc_method).name
     except RequestError:
         observed.dialect = "unsupported"
-    if isinstance(answer, tuple) and isinstance(answer[0], Mapping):
+    if isinstance(answer, tuple) and is_mapping(answer[0]):
         observed.outcome, observed.task_id = outcome_of(answer[0])
 
 
@@ -116,7 +118,7 @@ def following(observed: Observed, items: Iterator[T]) -> Iterator[T]:
     observed.outcome = "ok"
     try:
         for item in items:
-            if isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], Mapping):
+            if isinstance(item, tuple) and len(item) == 2 and is_mapping(item[1]):
                 events += 1
                 outcome, task_id = outcome_of(item[1])
                 observed.task_id = observed.task_id or task_id
@@ -156,16 +158,18 @@ def rpc_method(body: bytes) -> str:
 def outcome_of(payload: Mapping[str, Any]) -> tuple[str, str]:
     """("ok" or the JSON-RPC error code, the task id the reply names or "")."""
     error = payload.get("error")
-    if isinstance(error, Mapping):
+    if is_mapping(error):
         return str(error.get("code", "error")), _task_in_error(error.get("data"))
     return "ok", _task_in_result(payload.get("result"))
 
 
 def _task_in_result(result: object) -> str:
-    if not isinstance(result, Mapping):
+    if not is_mapping(result):
         return ""
     # 1.0 wraps what it returns: {"task": …}, {"message": …}, {"statusUpdate": …}, …
-    for shape in (result, *(value for value in result.values() if isinstance(value, Mapping))):
+    # The result itself first: a task (GetTask, CancelTask) answers there,
+    # and its values need no looking at.
+    for shape in chain((result,), (value for value in result.values() if is_mapping(value))):
         if isinstance(shape.get("taskId"), str):
             return str(shape["taskId"])
         if isinstance(shape.get("id"), str) and "status" in shape:
@@ -177,10 +181,10 @@ def _task_in_error(data: object) -> str:
     """0.3: `{"taskId": …}`; 1.0: a list of details, `metadata.taskId` in one."""
     details = data if isinstance(data, list) else [data]
     for detail in details:
-        if not isinstance(detail, Mapping):
+        if not is_mapping(detail):
             continue
         for holder in (detail, detail.get("metadata")):
-            if isinstance(holder, Mapping) and isinstance(holder.get("taskId"), str):
+            if is_mapping(holder) and isinstance(holder.get("taskId"), str):
                 return str(holder["taskId"])
     return ""
 
@@ -233,9 +237,8 @@ def _record(observed: Observed, status: int, *, events: int | None = None) -> No
     elapsed = time.monotonic() - observed.started
     method = observed.label()
     outcome = observed.outcome or str(status)
-    metrics = web_metrics()
-    metrics.requests.labels(method, outcome).inc()
-    metrics.latency.labels(method).observe(elapsed)
+    requests_counted(method, outcome).inc()
+    latency_of(method).observe(elapsed)
     level = logging.DEBUG if observed.path in QUIET_PATHS and status < 400 else logging.INFO
     if log.isEnabledFor(level):
         _log_line(observed, level, outcome, status, elapsed, events)

@@ -24,6 +24,7 @@ from shared.task import PART_KINDS, Message, Part
 from shared.text import shown
 from web.dialects import stored_part, stored_role, stored_state
 from web.errors import InvalidParams
+from web.mappings import is_mapping
 from web.media import part_media_type
 
 MAX_PAGE_SIZE: Final = 100
@@ -251,7 +252,7 @@ def _history_length(body: Mapping[str, Any], field: str) -> int | None:
 
 
 def _object(value: object, field: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
+    if not is_mapping(value):
         raise InvalidParams(f"{field} must be an object", field=field)
     return value
 

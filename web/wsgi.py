@@ -10,12 +10,17 @@ routes pass theirs.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import cache
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 from urllib.parse import parse_qs
+
+from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
+from werkzeug.wsgi import get_content_length, get_input_stream
 
 Headers = Sequence[tuple[str, str]]
 _SPECIAL = {"CONTENT_TYPE": "CONTENT_TYPE", "CONTENT_LENGTH": "CONTENT_LENGTH"}
+_CHUNK: Final = 64 * 1024
 
 
 class HeaderLookup(Protocol):
@@ -39,6 +44,14 @@ class HttpRequest(Protocol):
     def headers(self) -> Any: ...
 
 
+@cache
+def _environ_key(header: str) -> str:
+    """Where the environ keeps a header: asked of a handful of names (the
+    code's own constants), a few times per request."""
+    name = header.upper().replace("-", "_")
+    return _SPECIAL.get(name) or "HTTP_" + name
+
+
 class EnvironHeaders:
     __slots__ = ("_environ",)
 
@@ -46,8 +59,7 @@ class EnvironHeaders:
         self._environ = environ
 
     def get(self, key: str, default: Any = None) -> Any:
-        name = key.upper().replace("-", "_")
-        value = self._environ.get(_SPECIAL.get(name) or "HTTP_" + name)
+        value = self._environ.get(_environ_key(key))
         return default if value is None else value
 
     def items(self) -> Iterable[tuple[str, str]]:
@@ -89,6 +101,7 @@ class WsgiRequest:
         return values[0] if values else None
 
 
+@cache
 def status_line(status: int) -> str:
     try:
         return f"{status} {HTTPStatus(status).phrase}"
@@ -105,3 +118,43 @@ def answer(
         [("Content-Type", content_type), ("Content-Length", str(len(body))), *headers],
     )
     return [body]
+
+
+def read_body(environ: dict[str, Any], limit: int) -> bytes | None:
+    """The request body, or None when it is longer than `limit` bytes;
+    werkzeug's ClientDisconnected when fewer bytes arrive than promised.
+
+    Read up to one byte over the limit: a chunked body is cut at the
+    stream's limit without a word, so the extra byte is what tells it was
+    too large. A server that ends the input stream itself (gunicorn sets
+    `wsgi.input_terminated`) is read here, chunk by chunk, as werkzeug's
+    `get_input_stream` would read it, without its stream wrappers: they
+    cost a GetTask more than its own checks. Any other server's stream
+    goes through `get_input_stream`.
+    """
+    over = limit + 1
+    if "wsgi.input_terminated" not in environ:
+        try:
+            body = get_input_stream(environ, max_content_length=over).read()
+        except RequestEntityTooLarge:
+            return None
+    else:
+        declared = get_content_length(environ)
+        if declared is not None and declared > over:
+            return None
+        body = _read_until_end(environ["wsgi.input"], over)
+    return None if len(body) > limit else bytes(body)
+
+
+def _read_until_end(stream: Any, most: int) -> bytes:
+    """A terminated stream's bytes, until it ends or `most` have come."""
+    body = bytearray()
+    while len(body) < most:
+        try:
+            chunk = stream.read(min(_CHUNK, most - len(body)))
+        except (OSError, ValueError):  # a connection that broke mid-body
+            raise ClientDisconnected() from None
+        if not chunk:
+            break
+        body += chunk
+    return bytes(body)
