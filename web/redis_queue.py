@@ -119,7 +119,8 @@ class RedisTaskQueue:
         return self._origin_name
 
     def close(self) -> None:
-        self._client.close()
+        # The client was given its pool, so closing the client would leave it open.
+        self._client.connection_pool.disconnect()
 
 
 def _envelope(body: Any, headers: dict[str, Any], properties: dict[str, Any]) -> bytes:
