@@ -102,8 +102,12 @@ def transition(
 def claim(store: TaskStore, task_id: str, *, to: str, from_state: str) -> Outcome:
     """`transition(store, task_id, to_state(to), from_states={from_state})`,
     in one step where the store can (`ClaimingStore`): the worker's claim of
-    every task, so one round trip fewer on the way to running it."""
-    if isinstance(store, ClaimingStore):
+    every task, so one round trip fewer on the way to running it.
+
+    Only a move the state machine allows to a state that is not at rest
+    goes in one step: one to a state at rest is written whole, may expire
+    and runs the `on_task` hook, which only `transition` does."""
+    if isinstance(store, ClaimingStore) and can_transition(from_state, to) and not is_at_rest(to):
         # The store fills in the task's contextId; the rest of the event is made here.
         event = status_update(cast(Task, {"id": task_id, "contextId": ""}), to)
         outcome = store.claim(task_id, from_state, event)

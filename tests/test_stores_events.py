@@ -23,6 +23,7 @@ from shared.resolve import resolve_store
 from shared.store import ClaimingStore, Commit, EventStore, StaleIndex, message_key
 from shared.task import (
     COMPLETED,
+    FAILED,
     INPUT_REQUIRED,
     SUBMITTED,
     WORKING,
@@ -157,6 +158,18 @@ def test_redis_claims_in_one_script_and_old_tasks_the_long_way(redis_url: str) -
     # A wrong key type is unreadable data: not claimed, nothing raised.
     client.set("toolnexus:task:broken", "not a hash")
     assert claim(store, "broken", to=WORKING, from_state=SUBMITTED).record is None
+
+
+def test_a_claim_to_a_state_at_rest_or_a_forbidden_one_takes_the_long_way(store: Any) -> None:
+    task_id = store.create(a_task()).task["id"]
+    # To a state at rest: written whole (what only `transition` does), on every store.
+    assert claim(store, task_id, to=FAILED, from_state=SUBMITTED).applied
+    assert store.read(task_id).tail == 0
+    # A move the state machine forbids is refused, never written in one step.
+    refused = claim(store, task_id, to=WORKING, from_state=FAILED)
+    assert not refused.applied
+    assert state_of(store.get(task_id)) == FAILED
+    assert len(store.events(task_id, 0)) == 2
 
 
 def test_a_read_folds_the_tail_the_same_as_a_snapshot(store: Any) -> None:
