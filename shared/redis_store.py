@@ -163,7 +163,7 @@ class RedisStore:
             return Outcome(False, None)
         # The event as text, split where the script puts the stored context id.
         before, marker, after = encode({**event, "contextId": _CONTEXT_MARK}).partition(
-            encode(_CONTEXT_MARK)
+            _CONTEXT_MARK_JSON
         )
         assert marker, "the event's text holds its context id"
         state = event["status"]["state"]
@@ -377,6 +377,7 @@ def _reason(error: redis.RedisError) -> str:
 
 # Stands for the context id in a claim's event text; no context id is this.
 _CONTEXT_MARK = "\u0000context\u0000"
+_CONTEXT_MARK_JSON = encode(_CONTEXT_MARK)
 
 
 def _record(doc: Any, seq: Any, tail: Any) -> Record | None:
