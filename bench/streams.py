@@ -44,6 +44,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
+import redis
 
 from bench.agents import READY, Plan, stamped
 from bench.processes import CeleryWorker, Server, gunicorn, percentile, rss_kib, uvicorn
@@ -83,6 +85,8 @@ class Outcome:
     get_failures: int
     loop_lag: list[float]
     open_seconds: float
+    # Redis commands by name, counted from the go signal to the end (ours only)
+    redis_calls: dict[str, int] = field(default_factory=dict)
 
 
 # --- the client --------------------------------------------------------------------------
@@ -186,7 +190,13 @@ def probe_gets(
         time.sleep(PROBE_EVERY)
 
 
-async def drive(name: str, server: Server, args: argparse.Namespace, folder: Path) -> Outcome:
+async def drive(
+    name: str,
+    server: Server,
+    args: argparse.Namespace,
+    folder: Path,
+    at_go: Callable[[], None] | None = None,
+) -> Outcome:
     serving = server.workers()
     assert len(serving) == 1, f"{name}: expected one serving process, found {serving}"
     go = folder / f"go-{uuid.uuid4().hex[:8]}"
@@ -223,6 +233,8 @@ async def drive(name: str, server: Server, args: argparse.Namespace, folder: Pat
         rss_open = rss_kib(serving[0])
         lag.clear()  # the opening burst is not what the latency is measured in
         start = time.time() + 1.0
+        if at_go is not None:
+            at_go()
         go.write_text(repr(start))
         get_latencies: list[float] = []
         get_failures = [0]
@@ -276,7 +288,13 @@ def run_ours(args: argparse.Namespace, folder: Path) -> Outcome:
         for n in range(args.celery_workers):
             workers.append(CeleryWorker("worker", env, f"streams{n}", flags))
         web = gunicorn("web:create_app()", env, "this service, one gunicorn worker")
-        return asyncio.run(drive("toolnexus", web, args, folder))
+        stats = redis.Redis(port=redis_server.port)
+        outcome = asyncio.run(drive("toolnexus", web, args, folder, stats.config_resetstat))
+        outcome.redis_calls = {
+            name.removeprefix("cmdstat_"): int(entry["calls"])
+            for name, entry in stats.info("commandstats").items()
+        }
+        return outcome
     finally:
         if web is not None:
             web.stop()
@@ -333,6 +351,16 @@ def report(outcome: Outcome, streams: int, rate: float) -> None:
         f"  client loop lag       p50 {percentile(outcome.loop_lag, 0.5) * 1e3:.1f} ms,"
         f" p99 {percentile(outcome.loop_lag, 0.99) * 1e3:.1f} ms"
     )
+    if outcome.redis_calls:
+        calls = outcome.redis_calls
+        # Only a front end reads a task's log (XRANGE) or its hash (HMGET, HGET);
+        # workers write through scripts (EVALSHA).
+        reads = sum(calls.get(name, 0) for name in ("xrange", "hmget", "hget"))
+        print(
+            f"  Redis per event       {calls.get('xrange', 0) / max(delivered, 1):.2f} XRANGE,"
+            f" {reads / max(delivered, 1):.2f} front-end reads,"
+            f" {sum(calls.values()) / max(delivered, 1):.2f} commands in all"
+        )
     if outcome.name == "toolnexus":
         p99 = percentile(latencies, 0.99)
         met = held == streams and not lost and p99 <= 0.1

@@ -158,10 +158,11 @@ class FileStore:
             self._indexed(task_id, state_of(commit.task))
             return True
 
-    def events(self, task_id: str, after: int) -> list[tuple[int, Event]]:
+    def events(self, task_id: str, after: int, limit: int | None = None) -> list[tuple[int, Event]]:
         if not is_safe_id(task_id):
             return []
-        return [(seq, decode(line)["event"]) for seq, line in self._logged(task_id, after)]
+        logged = self._logged(task_id, after)[:limit]
+        return [(seq, decode(line)["event"]) for seq, line in logged]
 
     @contextmanager
     def watch(self, task_id: str) -> Iterator[Waiter]:

@@ -1,22 +1,41 @@
 """Follow a task's events as they are saved, from any process.
 
-One loop serves every waiter (a stream, a blocking send): read the events
-after the last one seen, by number, then sleep on the store's watch until
-something changes. Events are read from the log itself, never from the
-wake-up, so none is lost, repeated or reordered, however the wake-ups fall.
+One loop serves every waiter (a stream, a resume, a blocking send): read
+the events after the last one seen, by number and a page at a time, then
+sleep on the store's watch until something changes. Events are read from
+the log itself, never from the wake-up, so none is lost, repeated or
+reordered, however the wake-ups fall.
+
+Numbers are contiguous within a log, so a reader knows when it missed
+some: the log was trimmed past it (a reader that fell behind, a resume
+from long ago), or the store lost its last writes and numbered on from a
+new base (see `shared.redis_scripts`). Either way the reader gets the
+task as it stands (a `Record`) instead of a silent jump, and goes on
+from that task's number; the gap is logged and counted.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
+from shared.event_metrics import gaps_of
 from shared.events import Event
-from shared.store import EventStore
+from shared.store import EventStore, Record
+from shared.task import INTERRUPTED_STATES, Task, is_terminal, state_of
+
+log = logging.getLogger(__name__)
 
 # Yielded instead of an event when `idle` seconds pass without one.
 IDLE = None
+# Events read from the store in one call: a long log never comes back in one reply.
+PAGE = 100
+
+# What a follower yields: an event with its number, the task as it stands
+# (after a gap), or IDLE.
+Followed = tuple[int, Event] | Record | None
 
 
 class Interrupt(Protocol):
@@ -32,6 +51,12 @@ def is_final(event: Event) -> bool:
     return event["kind"] == "status-update" and bool(event.get("final"))
 
 
+def is_stopped(task: Task) -> bool:
+    """What `is_final` says of an event, said of a task as it stands."""
+    state = state_of(task)
+    return is_terminal(state) or state in INTERRUPTED_STATES
+
+
 def follow(
     store: EventStore,
     task_id: str,
@@ -40,24 +65,76 @@ def follow(
     deadline: float,
     idle: float = 15.0,
     interrupt: Interrupt | None = None,
-) -> Iterator[tuple[int, Event] | None]:
+    reader: str = "stream",
+) -> Iterator[Followed]:
     """The task's events numbered above `after`, oldest first, as they come;
-    `IDLE` after each `idle` seconds of quiet. Ends after a final event, at
-    `deadline` (a `time.monotonic()` value), or as soon as `interrupt` is
-    set. Raises StoreError when the store cannot be reached."""
+    the task as it stands (a `Record`) where the log no longer holds the
+    next one; `IDLE` after each `idle` seconds of quiet. Ends after a final
+    event (or a stopped task), at `deadline` (a `time.monotonic()` value),
+    or as soon as `interrupt` is set. `reader` names the follower in the
+    gap count. Raises StoreError when the store cannot be reached."""
     with store.watch(task_id) as watch:
         if interrupt is not None:
             interrupt.add_waker(watch.wake)
         while True:
             if interrupt is not None and interrupt.is_set():
                 return
-            for seq, event in store.events(task_id, after):
-                yield seq, event
-                after = seq
-                if is_final(event):
-                    return
+            for item in _read(store, task_id, after, reader):
+                yield item
+                if isinstance(item, Record):
+                    after = item.seq
+                    if is_stopped(item.task):
+                        return
+                else:
+                    after = item[0]
+                    if is_final(item[1]):
+                        return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
             if not watch.wait(min(idle, remaining)) and remaining > idle:
                 yield IDLE
+
+
+def _read(
+    store: EventStore, task_id: str, after: int, reader: str
+) -> Iterator[tuple[int, Event] | Record]:
+    """What the log holds after `after` now, a page at a time; the task as it
+    stands in place of events it no longer holds. Ends when the log does,
+    or (the caller ends it) after a final event or a stopped task."""
+    while True:
+        page = store.events(task_id, after, PAGE)
+        for seq, event in page:
+            if seq != after + 1:
+                record = _caught_up(store, task_id, after, seq, reader)
+                if record is None:
+                    return  # gone (expired) meanwhile: nothing more will come
+                if record.seq != after:
+                    yield record
+                    after = record.seq
+                    break  # read on from the task's own number
+                # The store's task stands at `after`, yet its log goes on
+                # past a hole: no task to offer instead, so the log is it.
+                log.warning("task %s: log jumps from %d to %d", task_id, after, seq)
+            yield seq, event
+            after = seq
+        else:
+            if len(page) < PAGE:
+                return
+
+
+def _caught_up(
+    store: EventStore, task_id: str, after: int, found: int, reader: str
+) -> Record | None:
+    gaps_of(reader).inc()
+    record = store.read(task_id)
+    log.info(
+        "task %s: %s asked for events after %d; the log holds %d next:"
+        " sending the task as it stands (event %s) instead",
+        task_id,
+        reader,
+        after,
+        found,
+        record.seq if record is not None else "none",
+    )
+    return record

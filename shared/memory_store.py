@@ -33,7 +33,7 @@ class _Entry:
     base: int
     seq: int
     tail: list[str] = field(default_factory=list)
-    log: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=LOG_LIMIT))
+    log: deque[tuple[int, str]] = field(default_factory=deque)
     message_key: str | None = None
     expires: float | None = None
     # (status time, state) of each status it has had, for listings that hold still
@@ -41,9 +41,16 @@ class _Entry:
 
 
 class MemoryStore:
-    def __init__(self, clock: Clock = time.time, terminal_ttl: float | None = None) -> None:
+    def __init__(
+        self,
+        clock: Clock = time.time,
+        terminal_ttl: float | None = None,
+        *,
+        log_limit: int = LOG_LIMIT,
+    ) -> None:
         self._clock = clock
         self._ttl = terminal_ttl
+        self._log_limit = log_limit
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
         self._messages: dict[str, str] = {}  # message key -> task id
@@ -67,7 +74,7 @@ class MemoryStore:
         with self._lock:
             entry = self._entries.get(task_id)
             if entry is None:
-                entry = self._entries[task_id] = _Entry(snapshot, 0, 0)
+                entry = self._entries[task_id] = _Entry(snapshot, 0, 0, log=self._new_log())
             entry.seq += 1
             entry.snapshot, entry.base, entry.tail = snapshot, entry.seq, []
             entry.log.append((entry.seq, event))
@@ -91,7 +98,7 @@ class MemoryStore:
                     return Created(self._folded(entry), False)
             if self._contexts.setdefault(context, owner) != owner:
                 raise ContextTaken(f"context {context} belongs to another caller")
-            entry = _Entry(snapshot, 1, 1, message_key=message_key)
+            entry = _Entry(snapshot, 1, 1, log=self._new_log(), message_key=message_key)
             entry.log.append((1, event))
             self._entries[task_id] = entry
             if message_key is not None:
@@ -130,10 +137,10 @@ class MemoryStore:
         self._notifier.notify(task_id)
         return True
 
-    def events(self, task_id: str, after: int) -> list[tuple[int, Event]]:
+    def events(self, task_id: str, after: int, limit: int | None = None) -> list[tuple[int, Event]]:
         with self._lock:
             entry = self._entries.get(task_id) if is_safe_id(task_id) else None
-            logged = [item for item in entry.log if item[0] > after] if entry else []
+            logged = _after(entry.log, after, limit) if entry else []
         return [(seq, decode(event)) for seq, event in logged]
 
     @contextmanager
@@ -190,6 +197,9 @@ class MemoryStore:
 
     # --- under the lock ------------------------------------------------------
 
+    def _new_log(self) -> deque[tuple[int, str]]:
+        return deque(maxlen=self._log_limit)
+
     def _indexed(self, task_id: str, entry: _Entry, state: str, status_time: float) -> None:
         now = self._clock()
         if not entry.statuses or entry.statuses[-1] != (status_time, state):
@@ -228,6 +238,16 @@ class MemoryStore:
         return task
 
 
+def _after(log: deque[tuple[int, str]], after: int, limit: int | None) -> list[tuple[int, str]]:
+    """The entries of `log` numbered above `after`, at most `limit`: numbers
+    run on by one here, so the first is found by arithmetic, not a scan."""
+    if not log:
+        return []
+    start = min(max(0, after + 1 - log[0][0]), len(log))
+    end = len(log) if limit is None else min(len(log), start + limit)
+    return [log[index] for index in range(start, end)]
+
+
 def _status_time(task: Task) -> float:
     return epoch(task["status"].get("timestamp", ""))
 
@@ -239,5 +259,7 @@ def _place(index: dict[str, float], task_id: str, now: float, member: bool) -> N
         index.pop(task_id, None)
 
 
-def memory_store(clock: Clock = time.time, terminal_ttl: float | None = None) -> MemoryStore:
-    return MemoryStore(clock, terminal_ttl)
+def memory_store(
+    clock: Clock = time.time, terminal_ttl: float | None = None, *, log_limit: int = LOG_LIMIT
+) -> MemoryStore:
+    return MemoryStore(clock, terminal_ttl, log_limit=log_limit)

@@ -62,8 +62,10 @@ class RedisStore:
         prefix: str = "toolnexus:",
         terminal_ttl: float | None = None,
         clock: Clock = time.time,
+        log_limit: int = LOG_LIMIT,
     ) -> None:
         self.client = client
+        self._log_limit = log_limit
         self._prefix = prefix
         self._working = f"{prefix}working"
         self._waiting = f"{prefix}waiting"
@@ -116,7 +118,7 @@ class RedisStore:
             "1" if message_key else "0",
             self._prefix,
             self._channel,
-            LOG_LIMIT,
+            self._log_limit,
             supersedes or "",
             *self._listed(task),
             encode(task["contextId"]),
@@ -169,7 +171,7 @@ class RedisStore:
         state = event["status"]["state"]
         status_time = repr(epoch(event["status"]["timestamp"]))
         args: list[str | int] = [from_state, "", state, repr(self._clock()), 0, task_id]
-        args += [self._channel, LOG_LIMIT, self._prefix, status_time, "", "", before, after]
+        args += [self._channel, self._log_limit, self._prefix, status_time, "", "", before, after]
         with self._reachable():
             try:
                 found = cast(list[Any], self._claim(keys=self._write_keys(task_id), args=args))
@@ -183,11 +185,11 @@ class RedisStore:
         record = _record(*found[1:]) if outcome != b"unknown" else None
         return Outcome(outcome == b"claimed" and record is not None, record)
 
-    def events(self, task_id: str, after: int) -> list[tuple[int, Event]]:
+    def events(self, task_id: str, after: int, limit: int | None = None) -> list[tuple[int, Event]]:
         if not is_safe_id(task_id):
             return []
         with self._reachable():
-            entries = self.client.xrange(self._key("log", task_id), f"(0-{after}", "+")
+            entries = self.client.xrange(self._key("log", task_id), f"(0-{after}", "+", count=limit)
         logged: list[tuple[int, Event]] = []
         for entry_id, fields in cast(list[tuple[bytes, dict[bytes, bytes]]], entries):
             logged.append((int(entry_id.split(b"-")[1]), decode(fields[b"e"])))
@@ -278,7 +280,7 @@ class RedisStore:
             self._ttl if self._ttl and is_terminal(state) else 0,
             task_id,
             self._channel,
-            LOG_LIMIT,
+            self._log_limit,
             self._prefix,
             *self._listed(task),
             encode(task["contextId"]),
@@ -405,6 +407,7 @@ def redis_store(
     terminal_ttl: float | None = None,
     timeout: float = 2.0,
     clock: Clock = time.time,
+    log_limit: int = LOG_LIMIT,
 ) -> RedisStore:
     """A store on the Redis at `url`; nothing is sent until first use.
 
@@ -425,4 +428,6 @@ def redis_store(
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
     )
     client = redis.Redis(connection_pool=pool)
-    return RedisStore(client, prefix=prefix, terminal_ttl=terminal_ttl, clock=clock)
+    return RedisStore(
+        client, prefix=prefix, terminal_ttl=terminal_ttl, clock=clock, log_limit=log_limit
+    )

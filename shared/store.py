@@ -116,7 +116,11 @@ class EventStore(Protocol):
       whose `contextId` is already used by another owner raises `ContextTaken`.
     - `read(id)`: the task with its sequence numbers (`Record`).
     - `commit(commit)`: compare-and-append; True when written.
-    - `events(id, after)`: the logged events numbered above `after`, in order.
+    - `events(id, after, limit)`: the logged events numbered above `after`,
+      in order, at most `limit` of them (None: all). Numbers run on by one
+      from event to event; where they jump, events are missing (trimmed, or
+      lost by a store that numbered on from a new base), and a follower
+      reads the task instead (see `shared.following`).
     - `watch(id)`: a context manager whose `wait(timeout)` returns once the
       task may have new events (or the timeout passes), in any process.
     """
@@ -129,7 +133,9 @@ class EventStore(Protocol):
 
     def commit(self, commit: Commit) -> bool: ...
 
-    def events(self, task_id: str, after: int) -> list[tuple[int, Event]]: ...
+    def events(
+        self, task_id: str, after: int, limit: int | None = None
+    ) -> list[tuple[int, Event]]: ...
 
     def watch(self, task_id: str) -> AbstractContextManager[Watch]: ...
 

@@ -28,7 +28,7 @@ from shared.errors import (
 from shared.events import Event, message_added, status_update, to_state
 from shared.following import follow
 from shared.settings import Settings
-from shared.store import EventStore, TaskStore, message_key
+from shared.store import EventStore, Record, TaskStore, message_key
 from shared.task import (
     CANCELED,
     FAILED,
@@ -219,9 +219,12 @@ class Tasks:
         reply: Message | None = None
         seq = sent.seq
         quiet = deadline - time.monotonic() + 1  # no idle ticks: nobody to keep alive
-        for item in follow(self.store, task_id, sent.seq, deadline=deadline, idle=quiet):
-            if item is None:
-                continue
+        following = follow(
+            self.store, task_id, sent.seq, deadline=deadline, idle=quiet, reader="wait"
+        )
+        for item in following:
+            if item is None or isinstance(item, Record):
+                continue  # the task as it stands after a gap: read again below
             seq, event = item
             if event["kind"] == "message" and event.get("role") == "agent":
                 reply = event

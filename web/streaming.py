@@ -10,6 +10,10 @@ task stops for the peer (input-required, auth-required) during the stream.
   if the agent answers with a message, the stream is that message alone.
 - A reconnecting client sends `Last-Event-ID: N` and gets exactly the
   events after N, then live ones (without a Task first: it has it).
+- Wherever the log no longer holds the next event a stream needs (a
+  resume from long ago, a client so slow the log was trimmed past it, a
+  store that lost its last writes), the stream sends the Task as it
+  stands instead and goes on from there (see `shared.following`).
 - A send repeated without `Last-Event-ID` (the same messageId: a client
   that lost the first stream's reply) is answered as a subscribe is: the
   Task as it stands, then what follows; a finished task is that Task alone.
@@ -26,8 +30,9 @@ from functools import partial
 from typing import Any
 
 from shared.errors import StoreError
+from shared.event_metrics import gaps_of
 from shared.events import Event
-from shared.following import Interrupt, follow, is_final
+from shared.following import Followed, Interrupt, follow, is_final, is_stopped
 from shared.store import EventStore, Record
 from shared.task import WORKING, is_at_rest, is_terminal, state_of
 from web.dialects import V03, event_for, task_for
@@ -104,10 +109,9 @@ def subscription(
     owned(record.task if record else None, task_id, owner)
     assert record is not None
     finished = is_terminal(state_of(record.task))
-    # At the latest event of a live task a resume is simply what comes next.
-    if resume_after is not None and (
-        resume_after < record.seq or (resume_after == record.seq and not finished)
-    ):
+    # At (or, after a store lost its last writes, beyond) the latest event of
+    # a live task, a resume is what comes next, or the task as it stands.
+    if resume_after is not None and (resume_after < record.seq or not finished):
         return Stream(wire, task_id, partial(_resumed, store, record, resume_after))
     if finished:
         raise UnsupportedOperation(
@@ -131,6 +135,12 @@ def _first_output(store: EventStore, created: Record, wire: Wire) -> Iterator[It
         if item is None:
             yield None
             continue
+        if isinstance(item, Record):
+            # The log moved on past what was held: the task as it stands says it all.
+            yield wire.task(item)
+            if not is_stopped(item.task):
+                yield from _shown(wire, following)
+            return
         seq, event = item
         if event["kind"] == "message" and event.get("role") == "agent":
             yield wire.event(seq, event)
@@ -158,20 +168,21 @@ def _from_snapshot(
 
 
 def _resumed(store: EventStore, record: Record, after: int, wire: Wire) -> Iterator[Item]:
+    """The events after `after`; the task as it stands where the log no
+    longer holds them, or where `after` is beyond the task's last event (an
+    id from numbers a store lost: what took them since is another event)."""
     task_id = record.task["id"]
-    missed = store.events(task_id, after)
-    if missed and missed[0][0] != after + 1:
-        # The log no longer reaches back that far: start over from the task itself.
-        log.info("task %s: resume after %d is past the kept log", task_id, after)
-        current = store.read(task_id) or record
+    if after > record.seq and (current := store.read(task_id) or record).seq < after:
+        gaps_of("resume").inc()
+        log.info("task %s: resume after %d, beyond its last event %d", task_id, after, current.seq)
         yield from _from_snapshot(store, current, wire)
         return
-    yield from _shown(wire, _following(store, wire, task_id, after))
+    yield from _shown(wire, _following(store, wire, task_id, after, reader="resume"))
 
 
 def _following(
-    store: EventStore, wire: Wire, task_id: str, after: int
-) -> Iterator[tuple[int, Event] | None]:
+    store: EventStore, wire: Wire, task_id: str, after: int, *, reader: str = "stream"
+) -> Iterator[Followed]:
     return follow(
         store,
         task_id,
@@ -179,6 +190,7 @@ def _following(
         deadline=float("inf"),
         idle=wire.keepalive,
         interrupt=wire.interrupt,
+        reader=reader,
     )
 
 
@@ -186,6 +198,9 @@ def _shown(wire: Wire, items: Any) -> Iterator[Item]:
     for item in items:
         if item is None:
             yield None
+            continue
+        if isinstance(item, Record):
+            yield wire.task(item)
             continue
         seq, event = item
         if event["kind"] == "message" and event.get("role") == "user":

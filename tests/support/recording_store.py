@@ -59,8 +59,8 @@ class RecordingStore:
                     self.commits.setdefault(commit.task["id"], []).append(commit)
         return written
 
-    def events(self, task_id: str, after: int) -> Any:
-        return self.inner.events(task_id, after)
+    def events(self, task_id: str, after: int, limit: int | None = None) -> Any:
+        return self.inner.events(task_id, after, limit)
 
     @contextmanager
     def watch(self, task_id: str) -> Iterator[Any]:

@@ -1,0 +1,145 @@
+"""No silent gap: a reader that asks for events the log no longer holds gets
+the task as it stands, then what follows, and the gap is counted; reads come
+a page at a time. On every built-in store."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from shared import following
+from shared.events import artifact_update, to_state
+from shared.file_store import file_store
+from shared.following import follow
+from shared.memory_store import memory_store
+from shared.redis_store import redis_store
+from shared.store import Record
+from shared.task import COMPLETED, WORKING, new_task, text_message
+from shared.transitions import transition
+from tests.support.sse import Stream, results
+from tests.test_stores_events import kind
+from tests.test_web_streaming import Serve, kinds, serve, user
+
+__all__ = ["kind", "serve"]  # fixtures of other suites, used here
+
+LIMIT = 50  # a short log, so a test can write past it quickly
+WRITTEN = 400  # events written while the follower is away: well past the limit
+
+
+@pytest.fixture
+def store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Any:
+    if kind == "memory":
+        return memory_store(log_limit=LIMIT)
+    if kind == "file":
+        return file_store(tmp_path / "tasks")
+    return redis_store(str(request.getfixturevalue("redis_url")), log_limit=LIMIT)
+
+
+def gaps(reader: str) -> float:
+    return REGISTRY.get_sample_value("toolnexus_event_gaps_total", {"reader": reader}) or 0.0
+
+
+def chunks(store: Any, task_id: str, count: int) -> None:
+    artifact = {"artifactId": "a-1", "parts": [{"kind": "text", "text": "x"}]}
+    for _ in range(count):
+        change = lambda t: [artifact_update(t, artifact, append=True, last_chunk=False)]  # type: ignore[arg-type]  # noqa: E731
+        assert transition(store, task_id, change).applied
+
+
+def trimmed(store: Any, kind: str, task_id: str) -> int:
+    """Where the task's log starts now, trimming it first on the file store
+    (which keeps its whole log today: cut as a trim would)."""
+    if kind == "file":
+        path = store.directory / ".log" / f"{task_id}.jsonl"
+        lines = path.read_bytes().splitlines(keepends=True)
+        path.write_bytes(b"".join(lines[-LIMIT:]))
+    first = store.events(task_id, 0, 1)
+    return int(first[0][0])
+
+
+def test_a_follower_behind_the_trim_gets_the_task_then_what_follows(store: Any, kind: str) -> None:
+    task = store.create(new_task(text_message("user", "hi"))).task
+    task_id = task["id"]
+    assert transition(store, task_id, to_state(WORKING)).applied
+    chunks(store, task_id, 2)  # events 3 and 4
+    follower = follow(store, task_id, 1, deadline=time.monotonic() + 30, idle=5, reader="test")
+    assert next(follower)[0] == 2  # type: ignore[index]
+    # The follower stops reading while the agent writes far past the kept log.
+    chunks(store, task_id, WRITTEN)
+    assert trimmed(store, kind, task_id) > 5
+    before = gaps("test")
+    # What it had already read comes first, then the task as it stands, not event 5.
+    assert [next(follower)[0], next(follower)[0]] == [3, 4]  # type: ignore[index]
+    caught_up = next(follower)
+    assert isinstance(caught_up, Record)
+    assert caught_up.seq == 4 + WRITTEN
+    assert len(caught_up.task["artifacts"][0]["parts"]) == 2 + WRITTEN
+    assert gaps("test") == before + 1
+    # ...then what follows, in order, to the end.
+    assert transition(store, task_id, to_state(COMPLETED)).applied
+    rest = list(follower)
+    assert [item[0] for item in rest if item is not None] == [caught_up.seq + 1]  # type: ignore[index]
+    assert gaps("test") == before + 1
+
+
+def test_reads_come_a_page_at_a_time(store: Any) -> None:
+    task_id = store.create(new_task(text_message("user", "hi"))).task["id"]
+    chunks(store, task_id, 30)
+    page = store.events(task_id, 3, 10)
+    assert [seq for seq, _ in page] == list(range(4, 14))
+    assert [seq for seq, _ in store.events(task_id, 0)] == list(range(1, 32))
+
+
+def test_a_follower_reads_a_long_log_in_pages(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    task_id = store.create(new_task(text_message("user", "hi"))).task["id"]
+    assert transition(store, task_id, to_state(WORKING)).applied
+    chunks(store, task_id, 29)
+    assert transition(store, task_id, to_state(COMPLETED)).applied
+    asked: list[int | None] = []
+    events = store.events
+
+    def counted(task_id: str, after: int, limit: int | None = None) -> Any:
+        asked.append(limit)
+        return events(task_id, after, limit)
+
+    monkeypatch.setattr(following, "PAGE", 7)
+    monkeypatch.setattr(store, "events", counted)
+    seen = [item[0] for item in follow(store, task_id, 0, deadline=time.monotonic() + 10)]  # type: ignore[index]
+    assert seen == list(range(1, 33))
+    assert asked == [7] * 5  # 32 events: four full pages and a last one
+
+
+def test_a_stream_that_resumes_behind_the_trim_gets_the_task_then_the_rest(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, store = serve("examples.agents:countdown")
+    message = user("0.05 6")
+    ids = [event.id for event in Stream(url, "SendStreamingMessage", {"message": message})]
+    task_id = next(iter(store.all()))
+    # Drop the log's head, as a trim does, then resume from event 2.
+    entry = store._entries[task_id]
+    for _ in range(4):
+        entry.log.popleft()
+    before = gaps("resume")
+    resumed = list(Stream(url, "SubscribeToTask", {"id": task_id}, last_event_id=2))
+    assert kinds(results(resumed)) == ["task TASK_STATE_COMPLETED"]
+    assert resumed[0].id == ids[-1]
+    assert gaps("resume") == before + 1
+
+
+def test_a_resume_beyond_the_last_event_gets_the_task(serve: Serve) -> None:
+    """An id the store no longer knows (numbers it lost in a crash) is not a
+    place in the log: the stream starts from the task as it stands."""
+    url, _ = serve("examples.agents:countdown")
+    message = user("3")
+    first = list(Stream(url, "SendStreamingMessage", {"message": message}))
+    last = first[-1].id or 0
+    before = gaps("resume")
+    again = list(Stream(url, "SendStreamingMessage", {"message": message}, last_event_id=last + 5))
+    assert kinds(results(again)) == ["task TASK_STATE_COMPLETED"]
+    assert again[0].id == last
+    assert gaps("resume") == before + 1
