@@ -12,6 +12,19 @@ indexes: the time indexes of working and waiting tasks, and the listing
 indexes of its owner (all, per context, per state) scored by status time.
 The scripts compare `seq` and never decode a task, so a change costs the
 same for a tiny task and a huge one.
+
+Event numbers are never reused, even by a Redis that lost its last writes
+(AOF `everysec`: about a second; a restore from an older snapshot: more).
+The hash records (`run`) which run of redis-server last wrote it; the first
+write by another run cannot know whether numbers after `seq` were handed
+out and lost, so it numbers on from the server's clock in microseconds
+(above any number the lost writes could have used: no task gets an event
+per microsecond), a new lineage. A reader holding a number from before
+finds the numbers jump and reads the task instead (`shared.following`).
+Asking for the run (INFO) costs more than the rest of a write, so it is
+asked only when LASTSAVE (set at start, and by each snapshot) differs from
+the one the task's last write saw (`ls`), or that write (`lw`, microseconds)
+came within a second of it, too close to tell a run from the one before.
 """
 
 from __future__ import annotations
@@ -20,21 +33,28 @@ from typing import Final
 
 from shared.listing import WINDOW
 
+# This run of redis-server (its run_id changes at every start), in Lua.
+_RUN: Final = "string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')"
+# The clock in microseconds, in Lua.
+_NOW: Final = (
+    "(function(t) return tonumber(t[1]) * 1000000 + tonumber(t[2]) end)(redis.call('TIME'))"
+)
+
 # KEYS: task, tail, log, message key (or a placeholder), context key, waiting
 #       index, status history
 # ARGV: snapshot, first event, task id, now, owner, has message key ("1"/"0"),
 #       key prefix, channel, log limit, the task id the key may be moved from
 #       (""), status time, owner digest, context digest, the context id as JSON
-CREATE: Final = """
+CREATE: Final = f"""
 if ARGV[6] == '1' then
   local earlier = redis.call('GET', KEYS[4])
   if earlier and earlier ~= ARGV[10]
       and redis.call('EXISTS', ARGV[7] .. 'task:' .. earlier) == 1 then
-    return {'existing', earlier}
+    return {{'existing', earlier}}
   end
 end
 local owner = redis.call('GET', KEYS[5])
-if owner and owner ~= ARGV[5] then return {'context', ''} end
+if owner and owner ~= ARGV[5] then return {{'context', ''}} end
 -- A context's owner record is kept while a task in it lives (see COMMIT).
 if owner then redis.call('PERSIST', KEYS[5]) else redis.call('SET', KEYS[5], ARGV[5]) end
 local mkey = ''
@@ -44,7 +64,8 @@ if ARGV[6] == '1' then
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[7])
 redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'seq', 1, 'base', 1, 'state', 'submitted',
-  'mkey', mkey, 'ts', ARGV[11], 'o', ARGV[12], 'c', ARGV[13], 'cj', ARGV[14])
+  'mkey', mkey, 'ts', ARGV[11], 'o', ARGV[12], 'c', ARGV[13], 'cj', ARGV[14],
+  'run', {_RUN}, 'ls', redis.call('LASTSAVE'), 'lw', {_NOW})
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[9], '0-1', 'e', ARGV[2])
 redis.call('ZADD', KEYS[6], ARGV[4], ARGV[3])
 redis.call('RPUSH', KEYS[7], ARGV[11] .. '|submitted')
@@ -53,7 +74,7 @@ redis.call('ZADD', listed, ARGV[11], ARGV[3])
 redis.call('ZADD', listed .. ':ctx:' .. ARGV[13], ARGV[11], ARGV[3])
 redis.call('ZADD', listed .. ':state:submitted', ARGV[11], ARGV[3])
 redis.call('PUBLISH', ARGV[8], ARGV[3])
-return {'created', ARGV[3]}
+return {{'created', ARGV[3]}}
 """
 
 # What COMMIT and CLAIM do once they decided to write: append the events
@@ -63,10 +84,21 @@ return {'created', ARGV[3]}
 # ARGV[2..10] as COMMIT's.
 _APPEND: Final = f"""
 local state, ts, id = ARGV[3], ARGV[10], ARGV[6]
-local was = redis.call('HMGET', KEYS[1], 'state', 'ts')
+local was = redis.call('HMGET', KEYS[1], 'state', 'ts', 'ls', 'lw')
+local saved, now = redis.call('LASTSAVE'), {_NOW}
+if tonumber(was[3]) ~= saved or tonumber(was[4]) < (saved + 1) * 1000000 then
+  local run = {_RUN}
+  if redis.call('HGET', KEYS[1], 'run') ~= run then
+    -- Another run of redis-server wrote this task last: a new lineage.
+    if seq > 0 then seq = math.max(seq, now) end
+    redis.call('HSET', KEYS[1], 'run', run)
+  end
+end
+redis.call('HSET', KEYS[1], 'ls', saved, 'lw', now)
 for _, event in ipairs(events) do
   seq = seq + 1
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '0-' .. seq, 'e', event)
+  -- (%.0f: Lua would write a number this large as 1.8e+15)
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], string.format('0-%.0f', seq), 'e', event)
 end
 if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[1], 'doc', ARGV[2], 'seq', seq, 'base', seq)

@@ -37,6 +37,7 @@ class RedisServer:
         password: str | None = None,
         args: Sequence[str] = (),
         bind: str = "127.0.0.1",
+        appendfsync: str = "always",
     ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
@@ -44,6 +45,7 @@ class RedisServer:
         self.binary = binary
         self.port = port or free_port()
         self.appendonly = appendonly
+        self.appendfsync = appendfsync  # "everysec": what compose runs, a second at risk
         self.password = password
         self.args = list(args)
         self.bind = bind  # "* -::*": every interface (protected-mode tests)
@@ -64,7 +66,7 @@ class RedisServer:
             "--dir", str(self.directory),
             "--save", "",
             "--appendonly", "yes" if self.appendonly else "no",
-            "--appendfsync", "always",
+            "--appendfsync", self.appendfsync,
             "--logfile", str(self.directory / "redis.log"),
             *(["--requirepass", self.password] if self.password else []),
         ]  # fmt: skip
