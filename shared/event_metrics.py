@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 
 @dataclass(frozen=True)
 class EventMetrics:
     gaps: Counter
+    store_memory: Gauge
 
 
 @cache
@@ -21,6 +22,12 @@ def event_metrics() -> EventMetrics:
             "Readers (stream, resume, wait) that asked for events the log no longer held"
             " and were given the Task as it stands instead",
             ["reader"],
+        ),
+        store_memory=Gauge(
+            "toolnexus_store_memory_ratio",
+            "The share of its memory limit the task store uses (Redis: used_memory over"
+            " maxmemory), as last seen by /readyz; absent without a limit",
+            multiprocess_mode="max",
         ),
     )
 

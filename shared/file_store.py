@@ -8,6 +8,7 @@ Layout under the directory:
   .working/<id>      one empty file per task in `working`; its mtime is the
                      last heartbeat, so the reaper's query reads only these
   .waiting/<id>      likewise for `submitted` tasks: when each was queued
+  .interrupted/<id>  likewise for tasks waiting for the peer: since when
   .messages/<hash>   the id of the task a message created (idempotent sends)
   .contexts/<hash>   the owner of a context
   .locks/<n>         64 lock files striped by id, for compare-and-append
@@ -52,7 +53,7 @@ from shared.store import (
     message_key,
     require_safe_id,
 )
-from shared.task import SUBMITTED, WORKING, Task, is_terminal, state_of
+from shared.task import INTERRUPTED_STATES, SUBMITTED, WORKING, Task, is_terminal, state_of
 from shared.watching import Notifier, Waiter
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,7 @@ class FileStore:
         self._log = self.directory / ".log"
         self._working = self.directory / ".working"
         self._waiting = self.directory / ".waiting"
+        self._interrupted = self.directory / ".interrupted"
         self._messages = self.directory / ".messages"
         self._contexts = self.directory / ".contexts"
         self._locks = self.directory / ".locks"
@@ -86,6 +88,7 @@ class FileStore:
             self._log,
             self._working,
             self._waiting,
+            self._interrupted,
             self._messages,
             self._contexts,
             self._expires,
@@ -197,6 +200,9 @@ class FileStore:
     def waiting(self, cutoff: float) -> list[str]:
         return _older(self._waiting, cutoff)
 
+    def interrupted(self, cutoff: float) -> list[str]:
+        return _older(self._interrupted, cutoff)
+
     def resent(self, task_id: str) -> None:
         if is_safe_id(task_id):
             _touch_existing(self._waiting / task_id, self._clock())
@@ -306,9 +312,13 @@ class FileStore:
 
     def _indexed(self, task_id: str, state: str) -> None:
         now = self._clock()
-        for folder, member in ((self._working, WORKING), (self._waiting, SUBMITTED)):
+        for folder, members in (
+            (self._working, {WORKING}),
+            (self._waiting, {SUBMITTED}),
+            (self._interrupted, INTERRUPTED_STATES),
+        ):
             marker = folder / task_id
-            if state == member:
+            if state in members:
                 _touch(marker, now)
             else:
                 marker.unlink(missing_ok=True)
@@ -333,6 +343,7 @@ class FileStore:
                     self._log / f"{task_id}.jsonl",
                     self._working / task_id,
                     self._waiting / task_id,
+                    self._interrupted / task_id,
                     self._expires / task_id,
                 ):
                     path.unlink(missing_ok=True)

@@ -21,7 +21,15 @@ from shared.errors import ContextTaken
 from shared.events import Event, current_status, fold
 from shared.listing import Listing, Query, list_by_scan, trimmed
 from shared.store import LOG_LIMIT, Commit, Created, Record, is_safe_id, require_safe_id
-from shared.task import SUBMITTED, WORKING, Task, epoch, is_terminal, state_of
+from shared.task import (
+    INTERRUPTED_STATES,
+    SUBMITTED,
+    WORKING,
+    Task,
+    epoch,
+    is_terminal,
+    state_of,
+)
 from shared.watching import Notifier, Waiter
 
 Clock = Callable[[], float]
@@ -57,6 +65,7 @@ class MemoryStore:
         self._contexts: dict[str, str] = {}  # context id -> owner
         self._heartbeats: dict[str, float] = {}
         self._waiting: dict[str, float] = {}
+        self._interrupted: dict[str, float] = {}
         self._expiries: list[tuple[float, str]] = []  # a heap of (when, task id)
         self._beat: float | None = None
         self._notifier = Notifier()
@@ -185,6 +194,10 @@ class MemoryStore:
             if task_id in self._waiting:
                 self._waiting[task_id] = self._clock()
 
+    def interrupted(self, cutoff: float) -> list[str]:
+        with self._lock:
+            return [i for i, since in self._interrupted.items() if since < cutoff]
+
     def record_beat(self) -> None:
         self._beat = self._clock()
 
@@ -207,6 +220,7 @@ class MemoryStore:
             trimmed(entry.statuses, now)
         _place(self._heartbeats, task_id, now, state == WORKING)
         _place(self._waiting, task_id, now, state == SUBMITTED)
+        _place(self._interrupted, task_id, now, state in INTERRUPTED_STATES)
         if self._ttl and is_terminal(state):
             entry.expires = now + self._ttl
             heapq.heappush(self._expiries, (entry.expires, task_id))

@@ -134,6 +134,11 @@ if state == 'submitted' then
 else
   redis.call('ZREM', KEYS[5], id)
 end
+if state == 'input-required' or state == 'auth-required' then
+  redis.call('ZADD', KEYS[8], ARGV[4], id)
+else
+  redis.call('ZREM', KEYS[8], id)
+end
 local ttl = tonumber(ARGV[5])
 if ttl > 0 then
   for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ttl) end
@@ -152,7 +157,7 @@ redis.call('PUBLISH', ARGV[7], id)
 """
 
 # KEYS: task, tail, log, working index, waiting index, status history,
-#       expiring index
+#       expiring index, interrupted index
 # ARGV: expected seq ('' = overwrite whatever is there: `save`), snapshot
 #       ('' = append to the tail only), new state, now, ttl seconds (0 = keep),
 #       task id, channel, log limit, key prefix, status time, owner digest,

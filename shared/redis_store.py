@@ -8,6 +8,7 @@ Keys (prefix defaults to "toolnexus:"; the layout is in `shared.redis_scripts`):
   <prefix>ctx:<hash>   the owner of a context
   <prefix>working      ZSET id -> last heartbeat (the reaper's query)
   <prefix>waiting      ZSET id -> when it was (re)sent to the queue
+  <prefix>interrupted  ZSET id -> since when it waits for the peer
   <prefix>beat         when the reaper last ran
   channel <prefix>events: the id of every task that got an event
 
@@ -72,6 +73,7 @@ class RedisStore:
         self._channel = f"{prefix}events"
         self._beat = f"{prefix}beat"
         self._expiring = f"{prefix}expiring"
+        self._interrupted = f"{prefix}interrupted"
         self._ttl = int(terminal_ttl) if terminal_ttl else 0
         self._clock = clock
         self._create = client.register_script(CREATE)
@@ -231,6 +233,9 @@ class RedisStore:
     def waiting(self, cutoff: float) -> list[str]:
         return self._older(self._waiting, cutoff)
 
+    def interrupted(self, cutoff: float) -> list[str]:
+        return self._older(self._interrupted, cutoff)
+
     def resent(self, task_id: str) -> None:
         with self._reachable():
             self.client.zadd(self._waiting, {task_id: self._clock()}, xx=True)
@@ -256,6 +261,12 @@ class RedisStore:
                 keys=[self._expiring], args=[repr(self._clock()), self._prefix]
             )
         return int(cast(int, forgotten))
+
+    def memory_use(self) -> tuple[int, int] | None:
+        with self._reachable():
+            info = self.client.info("memory")
+        limit = int(info.get("maxmemory", 0))
+        return (int(info["used_memory"]), limit) if limit else None
 
     def ping(self) -> None:
         """Reads and a small write: a read-only replica or a Redis out of
@@ -304,6 +315,7 @@ class RedisStore:
             self._waiting,
             self._key("hist", task_id),
             self._expiring,
+            self._interrupted,
         ]
 
     def _listed(self, task: Task) -> tuple[str, str, str]:

@@ -42,6 +42,18 @@ def _optional_seconds(value: str) -> float | None:
     return _seconds(value) if value else None
 
 
+def _seconds_or_never(value: str) -> float | None:
+    """Seconds, where `0` (or empty) means never."""
+    return None if not value or float(value) == 0 else _seconds(value)
+
+
+def _share(value: str) -> float:
+    number = float(value)
+    if not 0 < number <= 1:
+        raise ValueError("must be a share above 0 and at most 1, e.g. 0.9")
+    return number
+
+
 def _count(value: str) -> int:
     number = int(value)
     if number < 1:
@@ -210,7 +222,17 @@ class Settings:
     store: str = _env("STORE", _store, "memory")
     broker_url: str = _env("BROKER_URL", _text, "redis://localhost:6379/0")
     queue: str = _env("QUEUE", _text, "toolnexus")
-    task_ttl: float | None = _env("TASK_TTL", _optional_seconds, None)
+    # --- the event log and what it keeps (issue 20) ---
+    # seconds a finished task is kept (then forgotten, with its log), on every
+    # store; 0 keeps it forever
+    task_ttl: float | None = _env("TASK_TTL", _seconds_or_never, 7 * 24 * 3600.0)
+    # seconds a task may wait for the peer (input-required, auth-required)
+    # before the reaper fails it, saying why; 0 waits forever
+    input_timeout: float | None = _env("INPUT_TIMEOUT", _seconds_or_never, 24 * 3600.0)
+    # /readyz warns (and toolnexus_redis_memory_ratio shows) when Redis uses
+    # more than this share of its maxmemory
+    redis_memory_warn: float = _env("REDIS_MEMORY_WARN", _share, 0.9)
+    # --- end of the event log's settings ---
     # the agent
     # Set but empty: no function; workers then fail each task saying so.
     run: str | None = _env("RUN", _optional_reference, "examples.agents:echo")

@@ -240,6 +240,29 @@ class WaitingIndex(Protocol):
 
 
 @runtime_checkable
+class InterruptedIndex(Protocol):
+    """Optional: a time index of tasks waiting for the peer (`input-required`,
+    `auth-required`), so that the reaper can end those left waiting.
+
+    A task enters the index, scored with the store's clock, whenever it is
+    saved in one of those states, and leaves it in any other state.
+    `interrupted(cutoff)` is a range query: the ids waiting since before
+    `cutoff`.
+    """
+
+    def interrupted(self, cutoff: float) -> list[str]: ...
+
+
+@runtime_checkable
+class MemoryLimited(Protocol):
+    """Optional: a store held in memory under a limit (Redis' maxmemory).
+    `memory_use()` is (bytes used, the limit), or None when there is no
+    limit; `/readyz` warns when the share passes TOOLNEXUS_REDIS_MEMORY_WARN."""
+
+    def memory_use(self) -> tuple[int, int] | None: ...
+
+
+@runtime_checkable
 class Expiring(Protocol):
     """Optional: a store that forgets finished tasks after a time to live by
     itself (Redis expires keys) needs nothing; one that must be swept has

@@ -22,8 +22,9 @@ from werkzeug.wrappers import Response as BaseResponse
 from shared.codec import encode_bytes
 from shared.dispatch import Dispatcher
 from shared.errors import StoreError
+from shared.event_metrics import event_metrics
 from shared.settings import Settings
-from shared.store import BeatRecord, EventStore, TaskStore
+from shared.store import BeatRecord, EventStore, MemoryLimited, TaskStore
 from shared.wiring import load_hook, open_store
 from web.auth import authenticator_for
 from web.browsers import browser_policy
@@ -154,7 +155,10 @@ def create_app(
         problems = _readiness(task_store, dispatcher, settings)
         if problems:
             return _json({"status": "unavailable", **problems}, 503)
-        return _json({"status": "ready", "store": "ok", "broker": "ok", "reaper": "ok"}, 200)
+        ready: dict[str, Any] = {"status": "ready", "store": "ok", "broker": "ok", "reaper": "ok"}
+        if warning := _memory_warning(task_store, settings.redis_memory_warn):
+            ready["warnings"] = {"store": warning}
+        return _json(ready, 200)
 
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected_error)
@@ -194,6 +198,28 @@ def _readiness(store: TaskStore, dispatcher: Dispatcher, settings: Settings) -> 
         log.warning("readyz: broker fault: %s", error)
         problems["broker"] = BROKER_UNAVAILABLE
     return problems
+
+
+def _memory_warning(store: TaskStore, share: float) -> str | None:
+    """What to say when the store is near its memory limit: when full, Redis
+    (noeviction) refuses every write, so new tasks and their events fail."""
+    if not isinstance(store, MemoryLimited):
+        return None
+    try:
+        use = store.memory_use()
+    except StoreError:
+        return None  # the store check above already said whether it answers
+    if use is None:
+        return None
+    used, limit = use
+    event_metrics().store_memory.set(used / limit)
+    if used < share * limit:
+        return None
+    log.warning("readyz: the task store uses %d of %d bytes", used, limit)
+    return (
+        f"Redis uses {used / limit:.0%} of its maxmemory ({used} of {limit} bytes): when full it"
+        " refuses new tasks and events; shorten TOOLNEXUS_TASK_TTL or raise maxmemory"
+    )
 
 
 def _http_error(error: HTTPException) -> Response:

@@ -172,6 +172,13 @@ def create_celery(settings: Settings, *, store: TaskStore | None = None) -> Cele
     @app.task(name=REAP_TASK, shared=False)  # type: ignore[untyped-decorator]
     def reap_task() -> list[str]:
         store, hook = runtime.store(), runtime.agent().on_task
-        return sweep(store, send, time.time(), settings.stale_after, hook)
+        return sweep(
+            store,
+            send,
+            time.time(),
+            settings.stale_after,
+            hook,
+            input_timeout=settings.input_timeout,
+        )
 
     return app

@@ -117,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dispatcher.enqueue,
         every=settings.reap_every,
         stale_after=settings.stale_after,
+        input_timeout=settings.input_timeout,
         on_terminal=agent.on_task,
         clock=time.time,
     ).start()

@@ -16,6 +16,7 @@ class WorkerMetrics:
     fulfilment_seconds: Histogram
     reaped: Counter
     resent: Counter
+    unanswered: Counter
 
 
 @cache
@@ -39,5 +40,9 @@ def worker_metrics() -> WorkerMetrics:
         resent=Counter(
             "toolnexus_resent",
             "Submitted tasks the reaper sent to the queue again",
+        ),
+        unanswered=Counter(
+            "toolnexus_unanswered",
+            "Tasks the reaper failed because they waited for input past TOOLNEXUS_INPUT_TIMEOUT",
         ),
     )

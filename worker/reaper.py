@@ -11,9 +11,12 @@
    store's waiting index says when each was last sent; one range query
    finds them whatever the broker did. A copy of a message that was not
    lost after all finds the task claimed and does nothing.
-3. Purge finished tasks past their time to live, on stores that do not
+3. Fail tasks left waiting for the peer (input-required, auth-required)
+   longer than the input timeout, saying so in their status, so that a
+   conversation nobody finishes does not keep its task forever.
+4. Purge finished tasks past their time to live, on stores that do not
    expire them by themselves (Redis does).
-4. Record the time of the run, so every front end can tell (`/readyz`)
+5. Record the time of the run, so every front end can tell (`/readyz`)
    that the reaper still runs.
 """
 
@@ -24,8 +27,15 @@ import threading
 from collections.abc import Callable
 
 from shared.errors import StoreError
-from shared.store import BeatRecord, Expiring, StaleIndex, TaskStore, WaitingIndex
-from shared.task import WORKING
+from shared.store import (
+    BeatRecord,
+    Expiring,
+    InterruptedIndex,
+    StaleIndex,
+    TaskStore,
+    WaitingIndex,
+)
+from shared.task import INTERRUPTED_STATES, WORKING
 from shared.transitions import OnTerminal, transition
 from worker.metrics import worker_metrics
 from worker.results import failed
@@ -68,6 +78,29 @@ def reap_stale(
     return reaped
 
 
+def end_unanswered(
+    store: TaskStore, now: float, timeout: float, on_terminal: OnTerminal | None = None
+) -> list[str]:
+    """Fail every task waiting for the peer since before `now - timeout`; the
+    ids this call failed. Through the state machine, from those states only:
+    an answer that lands at the same moment wins or loses cleanly."""
+    if not isinstance(store, InterruptedIndex):
+        return []
+    reason = f"no answer from the peer for {timeout:g} s (TOOLNEXUS_INPUT_TIMEOUT): gave up waiting"
+    change = failed(reason)
+    ended = []
+    for task_id in store.interrupted(now - timeout):
+        outcome = transition(
+            store, task_id, change, from_states=INTERRUPTED_STATES, on_terminal=on_terminal
+        )
+        if outcome.applied:
+            ended.append(task_id)
+    if ended:
+        worker_metrics().unanswered.inc(len(ended))
+        log.info("reaper: failed %d task(s) left waiting for input: %s", len(ended), ended)
+    return ended
+
+
 def resend_waiting(
     store: TaskStore, send: Callable[[str], None], now: float, older_than: float
 ) -> list[str]:
@@ -91,9 +124,14 @@ def sweep(
     now: float,
     stale_after: float,
     on_terminal: OnTerminal | None = None,
+    *,
+    input_timeout: float | None = None,
 ) -> list[str]:
-    """One run of the reaper: reap, resend, and record that it ran."""
+    """One run of the reaper: reap, resend, end what waited too long for
+    input (`input_timeout`, None: never), purge, and record that it ran."""
     reaped = reap_stale(store, now, stale_after, on_terminal)
+    if input_timeout:
+        end_unanswered(store, now, input_timeout, on_terminal)
     try:
         resend_waiting(store, send, now, stale_after)
     except StoreError:
@@ -120,7 +158,9 @@ class ReaperThread:
         stale_after: float,
         on_terminal: OnTerminal | None = None,
         clock: Clock,
+        input_timeout: float | None = None,
     ) -> None:
+        self._input_timeout = input_timeout
         self._store = store
         self._send = send
         self._every = every
@@ -142,7 +182,14 @@ class ReaperThread:
     def _loop(self) -> None:
         while True:
             try:
-                sweep(self._store, self._send, self._clock(), self._stale_after, self._on_terminal)
+                sweep(
+                    self._store,
+                    self._send,
+                    self._clock(),
+                    self._stale_after,
+                    self._on_terminal,
+                    input_timeout=self._input_timeout,
+                )
             except StoreError as error:
                 log.warning("reaper: store unavailable, will retry: %s", error)
             except Exception:

@@ -1,0 +1,112 @@
+"""Bounded by default: finished tasks are forgotten after the default time to
+live, and tasks left waiting for input are failed after the input timeout,
+on every store; nothing else is touched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared import Settings
+from shared.errors import ConfigError
+from shared.events import to_state
+from shared.file_store import file_store
+from shared.memory_store import memory_store
+from shared.redis_store import redis_store
+from shared.task import COMPLETED, FAILED, INPUT_REQUIRED, WORKING, new_task, state_of, text_message
+from shared.transitions import transition
+from shared.wiring import open_store
+from tests.test_stores_events import Clock, kind
+from worker.reaper import sweep
+
+__all__ = ["kind"]
+DAY = 24 * 3600.0
+
+
+def test_finished_tasks_are_kept_seven_days_and_input_waits_one_by_default() -> None:
+    defaults = Settings()
+    assert defaults.task_ttl == 7 * DAY
+    assert defaults.input_timeout == DAY
+    forever = Settings.from_env({"TOOLNEXUS_TASK_TTL": "0", "TOOLNEXUS_INPUT_TIMEOUT": "0"})
+    assert (forever.task_ttl, forever.input_timeout) == (None, None)
+    with pytest.raises(ConfigError, match="TOOLNEXUS_INPUT_TIMEOUT"):
+        Settings.from_env({"TOOLNEXUS_INPUT_TIMEOUT": "-5"})
+
+
+def store_of(kind: str, clock: Clock, tmp_path: Path, request: pytest.FixtureRequest) -> Any:
+    ttl = Settings().task_ttl
+    if kind == "memory":
+        return memory_store(clock, terminal_ttl=ttl)
+    if kind == "file":
+        return file_store(tmp_path / "tasks", clock, terminal_ttl=ttl)
+    return redis_store(str(request.getfixturevalue("redis_url")), terminal_ttl=ttl, clock=clock)
+
+
+def a_task(store: Any, *states: str) -> str:
+    task_id: str = store.create(new_task(text_message("user", "hi"))).task["id"]
+    for state in states:
+        assert transition(store, task_id, to_state(state)).applied
+    return task_id
+
+
+def test_the_default_ttl_forgets_finished_tasks_only(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    clock = Clock()
+    store = store_of(kind, clock, tmp_path, request)
+    old = a_task(store, WORKING, COMPLETED)
+    running = a_task(store, WORKING)
+    waiting = a_task(store, WORKING, INPUT_REQUIRED)
+    clock.now += 6 * DAY
+    recent = a_task(store, WORKING, COMPLETED)
+    if kind == "redis":
+        # Redis expires keys by its own clock: the TTL it was given is the default.
+        ttl = store.client.ttl(f"toolnexus:task:{old}")
+        assert 7 * DAY - 60 < ttl <= 7 * DAY
+        assert store.client.ttl(f"toolnexus:task:{running}") == -1  # kept: not finished
+        assert store.client.ttl(f"toolnexus:task:{waiting}") == -1
+        return
+    clock.now += DAY + 1  # the first finished task is past seven days; the other is not
+    assert store.get(old) is None
+    assert store.purge_expired() == 1
+    assert [store.get(i) is not None for i in (running, waiting, recent)] == [True] * 3
+    assert store.events(old, 0) == []
+
+
+def test_a_task_left_waiting_for_input_is_failed_after_the_timeout_and_nothing_else(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    clock = Clock()
+    store = store_of(kind, clock, tmp_path, request)
+    timeout = Settings().input_timeout
+    assert timeout is not None
+    forgotten = a_task(store, WORKING, INPUT_REQUIRED)
+    running = a_task(store, WORKING)
+    done = a_task(store, WORKING, COMPLETED)
+    clock.now += timeout - 60
+    answered_late = a_task(store, WORKING, INPUT_REQUIRED)  # asked a minute before the sweep
+    clock.now += 61
+    sweep(store, lambda _: None, clock.now, stale_after=10 * DAY, input_timeout=timeout)
+    task = store.get(forgotten)
+    assert state_of(task) == FAILED
+    said = task["status"]["message"]["parts"][0]["text"]
+    assert "TOOLNEXUS_INPUT_TIMEOUT" in said and f"{timeout:g} s" in said
+    assert [state_of(store.get(i)) for i in (running, done, answered_late)] == [
+        WORKING,
+        COMPLETED,
+        INPUT_REQUIRED,
+    ]
+    # A second sweep finds nothing more; without a timeout nothing is failed.
+    sweep(store, lambda _: None, clock.now, stale_after=10 * DAY, input_timeout=timeout)
+    clock.now += 2 * timeout
+    sweep(store, lambda _: None, clock.now, stale_after=10 * DAY, input_timeout=None)
+    assert state_of(store.get(answered_late)) == INPUT_REQUIRED
+
+
+def test_a_store_opened_from_the_settings_has_the_default_ttl(tmp_path: Path) -> None:
+    store: Any = open_store(Settings(store=f"file:{tmp_path / 'tasks'}"))
+    done = a_task(store, WORKING, COMPLETED)
+    marker = tmp_path / "tasks" / ".expires" / done  # its mtime: when it expires
+    assert marker.stat().st_mtime > store._clock() + 7 * DAY - 60
