@@ -1,9 +1,14 @@
-"""The default store: JSON text in dicts behind one lock, private to one process.
+"""The default store: tasks and their logs in dicts behind one lock, private
+to one process.
 
-Each task is a snapshot (JSON text), the events appended since it (the
-tail) and its event log; every write is one step under the lock, and a read
-decodes the snapshot and folds the tail, so what comes back is always a
-fresh copy. Waiters in this process are woken after each commit.
+Each task is kept as the store's own objects: the task as it stands, folded
+from its events as they are committed, and the log of those events. Folding
+shares what it does not change, so a message or an artifact is held once,
+however many of the task's history, status and log entries point to it (a
+1 MiB reply costs about 1 MiB, not one copy per place it appears). Nothing
+the store holds is ever changed in place: what goes in is copied in (as the
+JSON it will be), what comes out is a fresh copy, so no caller can touch
+another's task. Waiters in this process are woken after each commit.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
-from shared.codec import decode, encode
+from shared.codec import decode, encode_bytes
 from shared.errors import ContextTaken
 from shared.events import Event, current_status, fold
 from shared.listing import Listing, Query, list_by_scan, trimmed
@@ -37,11 +43,10 @@ Clock = Callable[[], float]
 
 @dataclass
 class _Entry:
-    snapshot: str
-    base: int
+    task: Task  # as it stands, never changed in place
     seq: int
-    tail: list[str] = field(default_factory=list)
-    log: deque[tuple[int, str]] = field(default_factory=deque)
+    tail: int = 0  # events since the caller last asked for a whole write
+    log: deque[tuple[int, Event]] = field(default_factory=deque)
     message_key: str | None = None
     expires: float | None = None
     # (status time, state) of each status it has had, for listings that hold still
@@ -78,14 +83,14 @@ class MemoryStore:
 
     def save(self, task: Task) -> Task:
         task_id = require_safe_id(task.get("id"))
-        event = encode(current_status(task))
-        snapshot = encode(task)
+        stored = _stored(task)
+        event = current_status(stored)
         with self._lock:
             entry = self._entries.get(task_id)
             if entry is None:
-                entry = self._entries[task_id] = _Entry(snapshot, 0, 0, log=self._new_log())
+                entry = self._entries[task_id] = _Entry(stored, 0, log=self._new_log())
             entry.seq += 1
-            entry.snapshot, entry.base, entry.tail = snapshot, entry.seq, []
+            entry.task, entry.tail = stored, 0
             entry.log.append((entry.seq, event))
             self._indexed(task_id, entry, state_of(task), _status_time(task))
         self._notifier.notify(task_id)
@@ -97,17 +102,18 @@ class MemoryStore:
         self, task: Task, message_key: str | None = None, supersedes: str | None = None
     ) -> Created:
         task_id = require_safe_id(task.get("id"))
-        snapshot, event = encode(task), encode(current_status(task))
+        stored = _stored(task)
+        event = current_status(stored)
         context, owner = task["contextId"], task.get("owner", "")
         with self._lock:
             self._expire()
             if message_key is not None and (earlier := self._messages.get(message_key)):
                 entry = self._entries.get(earlier)
                 if entry is not None and earlier != supersedes:
-                    return Created(self._folded(entry), False)
+                    return Created(_copied(entry.task), False)
             if self._contexts.setdefault(context, owner) != owner:
                 raise ContextTaken(f"context {context} belongs to another caller")
-            entry = _Entry(snapshot, 1, 1, log=self._new_log(), message_key=message_key)
+            entry = _Entry(stored, 1, log=self._new_log(), message_key=message_key)
             entry.log.append((1, event))
             self._entries[task_id] = entry
             if message_key is not None:
@@ -123,14 +129,12 @@ class MemoryStore:
             entry = self._entries.get(task_id)
             if entry is None or self._expired(entry):
                 return None
-            snapshot, tail, seq = entry.snapshot, list(entry.tail), entry.seq
-        task = fold(decode(snapshot), [decode(event) for event in tail])
-        return Record(task, seq, len(tail))
+            task, seq, tail = entry.task, entry.seq, entry.tail
+        return Record(_copied(task), seq, tail)
 
     def commit(self, commit: Commit) -> bool:
         task_id = require_safe_id(commit.task.get("id"))
-        events = [encode(event) for event in commit.events]
-        snapshot = encode(commit.task) if commit.snapshot else None
+        events: list[Event] = _stored(list(commit.events))
         with self._lock:
             entry = self._entries.get(task_id)
             if entry is None or entry.seq != commit.expected or self._expired(entry):
@@ -138,10 +142,10 @@ class MemoryStore:
             for event in events:
                 entry.seq += 1
                 entry.log.append((entry.seq, event))
-            if snapshot is not None:
-                entry.snapshot, entry.base, entry.tail = snapshot, entry.seq, []
-            else:
-                entry.tail.extend(events)
+            # `commit.task` is these events folded over the task the caller
+            # read, which is this one: folded here, the task shares their objects.
+            entry.task = fold(entry.task, events)
+            entry.tail = 0 if commit.snapshot else entry.tail + len(events)
             self._indexed(task_id, entry, state_of(commit.task), _status_time(commit.task))
         self._notifier.notify(task_id)
         return True
@@ -150,7 +154,7 @@ class MemoryStore:
         with self._lock:
             entry = self._entries.get(task_id) if is_safe_id(task_id) else None
             logged = _after(entry.log, after, limit) if entry else []
-        return [(seq, decode(event)) for seq, event in logged]
+        return list(zip([seq for seq, _ in logged], _copied([e for _, e in logged]), strict=True))
 
     @contextmanager
     def watch(self, task_id: str) -> Iterator[Waiter]:
@@ -210,7 +214,7 @@ class MemoryStore:
 
     # --- under the lock ------------------------------------------------------
 
-    def _new_log(self) -> deque[tuple[int, str]]:
+    def _new_log(self) -> deque[tuple[int, Event]]:
         return deque(maxlen=self._log_limit)
 
     def _indexed(self, task_id: str, entry: _Entry, state: str, status_time: float) -> None:
@@ -247,12 +251,36 @@ class MemoryStore:
                     self._messages.pop(entry.message_key, None)
         return forgotten
 
-    def _folded(self, entry: _Entry) -> Task:
-        task: Task = fold(decode(entry.snapshot), [decode(event) for event in entry.tail])
-        return task
+
+def _copied(value: Any) -> Any:
+    """A fresh copy of JSON-shaped `value`, shared with nothing (JSON is what
+    every other store keeps, so the memory store accepts and returns the same)."""
+    return decode(encode_bytes(value))
 
 
-def _after(log: deque[tuple[int, str]], after: int, limit: int | None) -> list[tuple[int, str]]:
+# Texts at least this long are held once per write, however often it repeats them.
+_LONG_TEXT = 1024
+
+
+def _stored(value: Any) -> Any:
+    """`_copied`, with equal long texts made one object: an agent's reply is
+    often both a status message and an artifact, and need not cost twice."""
+    copy = _copied(value)
+    texts: dict[str, str] = {}
+    pending = [copy]
+    while pending:
+        node = pending.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, item in items:
+            if isinstance(item, str):
+                if len(item) >= _LONG_TEXT:
+                    node[key] = texts.setdefault(item, item)
+            elif isinstance(item, dict | list):
+                pending.append(item)
+    return copy
+
+
+def _after(log: deque[tuple[int, Event]], after: int, limit: int | None) -> list[tuple[int, Event]]:
     """The entries of `log` numbered above `after`, at most `limit`: numbers
     run on by one here, so the first is found by arithmetic, not a scan."""
     if not log:
