@@ -76,10 +76,13 @@ def follow(
     with store.watch(task_id) as watch:
         if interrupt is not None:
             interrupt.add_waker(watch.wake)
+        woken = True  # the first read is not waited for
         while True:
             if interrupt is not None and interrupt.is_set():
                 return
-            for item in _read(store, task_id, after, reader):
+            # Only when told the task may have moved past `after`: a quiet
+            # tick re-reads nothing (the watch misses no change).
+            for item in _read(store, task_id, after, reader) if woken else ():
                 yield item
                 if isinstance(item, Record):
                     after = item.seq
@@ -92,7 +95,8 @@ def follow(
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            if not watch.wait(min(idle, remaining)) and remaining > idle:
+            woken = watch.wait(min(idle, remaining), after)
+            if not woken and remaining > idle:
                 yield IDLE
 
 

@@ -93,7 +93,8 @@ class MemoryStore:
             entry.task, entry.tail = stored, 0
             entry.log.append((entry.seq, event))
             self._indexed(task_id, entry, state_of(task), _status_time(task))
-        self._notifier.notify(task_id)
+            newest = entry.seq
+        self._notifier.notify(task_id, newest)
         return task
 
     # --- EventStore ----------------------------------------------------------
@@ -119,7 +120,7 @@ class MemoryStore:
             if message_key is not None:
                 self._messages[message_key] = task_id
             self._indexed(task_id, entry, SUBMITTED, _status_time(task))
-        self._notifier.notify(task_id)
+        self._notifier.notify(task_id, 1)
         return Created(task, True)
 
     def read(self, task_id: str) -> Record | None:
@@ -147,7 +148,8 @@ class MemoryStore:
             entry.task = fold(entry.task, events)
             entry.tail = 0 if commit.snapshot else entry.tail + len(events)
             self._indexed(task_id, entry, state_of(commit.task), _status_time(commit.task))
-        self._notifier.notify(task_id)
+            newest = entry.seq
+        self._notifier.notify(task_id, newest)
         return True
 
     def events(self, task_id: str, after: int, limit: int | None = None) -> list[tuple[int, Event]]:

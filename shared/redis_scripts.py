@@ -73,7 +73,7 @@ local listed = ARGV[7] .. 'lidx:' .. ARGV[12]
 redis.call('ZADD', listed, ARGV[11], ARGV[3])
 redis.call('ZADD', listed .. ':ctx:' .. ARGV[13], ARGV[11], ARGV[3])
 redis.call('ZADD', listed .. ':state:submitted', ARGV[11], ARGV[3])
-redis.call('PUBLISH', ARGV[8], ARGV[3])
+redis.call('PUBLISH', ARGV[8], ARGV[3] .. ' 1')
 return {{'created', ARGV[3]}}
 """
 
@@ -153,7 +153,7 @@ if ttl > 0 then
   local left = redis.call('TTL', context)
   if left == -1 or (left >= 0 and left < ttl) then redis.call('EXPIRE', context, ttl) end
 end
-redis.call('PUBLISH', ARGV[7], id)
+redis.call('PUBLISH', ARGV[7], id .. ' ' .. string.format('%.0f', seq))
 """
 
 # KEYS: task, tail, log, working index, waiting index, status history,

@@ -10,7 +10,7 @@ Keys (prefix defaults to "toolnexus:"; the layout is in `shared.redis_scripts`):
   <prefix>waiting      ZSET id -> when it was (re)sent to the queue
   <prefix>interrupted  ZSET id -> since when it waits for the peer
   <prefix>beat         when the reaper last ran
-  channel <prefix>events: the id of every task that got an event
+  channel <prefix>events: "<id> <n>" for every task that got events, n its newest
 
 Every write is one Lua script, so the check, the write, the event and the
 index updates are a single atomic step; finished tasks, their logs and
@@ -81,7 +81,7 @@ class RedisStore:
         self._claim = client.register_script(CLAIM)
         self._forget_expired = client.register_script(FORGET_EXPIRED)
         self._read = client.register_script(READ)
-        self._listener = Listener(client, self._channel)
+        self._listener = Listener(client, self._channel, self._newest)
 
     # --- the contract ------------------------------------------------------
 
@@ -304,6 +304,15 @@ class RedisStore:
                 if _wrong_type(error):
                     return False  # unreadable data, so not the task the caller read
                 raise
+
+    def _newest(self, task_ids: list[str]) -> list[int | None]:
+        """The number of each task's newest event (None: no such task), in one
+        round trip: what the listener checks after it lost the channel."""
+        pipe = self.client.pipeline(transaction=False)
+        for task_id in task_ids:
+            pipe.hget(self._key("task", task_id), "seq")
+        found = pipe.execute(raise_on_error=False)
+        return [int(seq) if isinstance(seq, bytes) else None for seq in found]
 
     def _write_keys(self, task_id: str) -> list[str]:
         """The keys COMMIT and CLAIM touch (see `shared.redis_scripts`)."""

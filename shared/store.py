@@ -141,9 +141,10 @@ class EventStore(Protocol):
 
 
 class Watch(Protocol):
-    def wait(self, timeout: float) -> bool:
-        """Block until the watched task may have changed (True) or `timeout`
-        seconds pass (False); spurious wake-ups are allowed."""
+    def wait(self, timeout: float, after: int | None = None) -> bool:
+        """Block until the watched task may have events numbered above
+        `after` (True) or `timeout` seconds pass (False); spurious wake-ups
+        are allowed, missed ones are not."""
 
     def wake(self) -> None:
         """End the current (or next) `wait` early, from any thread."""

@@ -2,7 +2,9 @@
 
 Each store tells its `Notifier` when a task may have new events: the memory
 store after each commit, the Redis store when its pub/sub listener hears of
-one from any process, the file store when a log file grows. A waiter then
+one from any process, the file store when a log file grows. A wake-up may
+say the number of the task's newest event; a waiter that has read that far
+already sleeps on, so a stream that is current costs no read. A waiter then
 reads the events itself, from the store, by number: a wake-up carries no
 data, so a missed or doubled one can delay an event but never lose, reorder
 or repeat it.
@@ -11,26 +13,44 @@ or repeat it.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 
 class Waiter:
-    """One watch of one task; `wait` returns once `wake` was called since the
-    last `wait` returned (True), or after `timeout` seconds (False)."""
+    """One watch of one task; `wait` returns True once `wake` was called
+    since the last `wait` returned, with no number or one above `after`,
+    and False after `timeout` seconds."""
 
-    __slots__ = ("_flag",)
+    __slots__ = ("_flag", "_lock", "_newest", "_unknown")
 
     def __init__(self) -> None:
         self._flag = threading.Event()
+        self._lock = threading.Lock()
+        self._newest = -1  # the highest event number heard of since the last wait
+        self._unknown = False  # woken without a number: something may have changed
 
-    def wake(self) -> None:
-        self._flag.set()
+    def wake(self, newest: int | None = None) -> None:
+        with self._lock:
+            if newest is None:
+                self._unknown = True
+            else:
+                self._newest = max(self._newest, newest)
+            self._flag.set()
 
-    def wait(self, timeout: float) -> bool:
-        woken = self._flag.wait(timeout)
-        self._flag.clear()
-        return woken
+    def wait(self, timeout: float, after: int | None = None) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            self._flag.wait(max(0.0, deadline - time.monotonic()))
+            with self._lock:
+                self._flag.clear()
+                unknown, newest = self._unknown, self._newest
+                self._unknown, self._newest = False, -1
+            if unknown or (newest >= 0 and (after is None or newest > after)):
+                return True
+            if time.monotonic() >= deadline:
+                return False
 
 
 class Notifier:
@@ -53,11 +73,12 @@ class Notifier:
                     if not waiters:
                         del self._waiters[task_id]
 
-    def notify(self, task_id: str) -> None:
+    def notify(self, task_id: str, newest: int | None = None) -> None:
+        """Wake the task's waiters; `newest`: its newest event's number, if known."""
         with self._lock:
             waiters = list(self._waiters.get(task_id, ()))
         for waiter in waiters:
-            waiter.wake()
+            waiter.wake(newest)
 
     def notify_all(self) -> None:
         """Wake every waiter (e.g. the connection to other processes was lost
