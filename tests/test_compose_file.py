@@ -329,10 +329,11 @@ def test_constraints_pin_every_dependency_of_the_image_and_ci() -> None:
     """A dependency added to pyproject.toml without `tools/update-constraints`
     would be installed unpinned; one pinned outside its range cannot install."""
     pins = _pins()
-    missing = _required({"test"}) - set(pins)
+    missing = _required({"test", "docs"}) - set(pins)
     assert missing == set(), f"not in constraints.txt (run tools/update-constraints): {missing}"
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    declared = [*project["dependencies"], *project["optional-dependencies"]["test"]]
+    extras = project["optional-dependencies"]
+    declared = [*project["dependencies"], *extras["test"], *extras["docs"]]
     for text in declared:
         requirement = Requirement(text)
         pinned = pins[canonicalize_name(requirement.name)]

@@ -1,6 +1,6 @@
 """The Celery app: configuration, the fulfil task and the reaper on beat.
 
-Reliability settings, chosen together (the README explains each):
+Reliability settings, chosen together (docs/workers.md explains each):
 
 - late acks + reject on worker lost: a message is acknowledged only after
   the task ran, so a worker that dies mid-task gives it back to the broker;
