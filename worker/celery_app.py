@@ -79,6 +79,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_serializer": "json",
         "accept_content": ["json"],
         "beat_scheduler": "worker.beat:ReapingScheduler",
+        # In TOOLNEXUS_STATE_DIR (made on start), not beat's working directory.
+        "beat_schedule_filename": str(settings.beat_schedule),
         "beat_schedule": {
             "toolnexus-reap-stale": {
                 "task": REAP_TASK,
