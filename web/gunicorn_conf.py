@@ -83,7 +83,10 @@ def when_ready(server: Any) -> None:
     extra = {"bind": ",".join(server.cfg.bind), "workers": server.cfg.workers}
     if _settings.host == _bound_host(server.cfg.bind) and is_wildcard(_settings.host):
         extra["urls"] = " ".join(usable_urls(_settings.host, _settings.port))
-    logging.getLogger("web.startup").info(startup_line("web", _settings, extra))
+    # A front end never runs the agent (it names the one the fleet runs): no
+    # heartbeat or time limit of its own.
+    line = startup_line("web", _settings, extra, omit=("heartbeat", "time_limit"))
+    logging.getLogger("web.startup").info(line)
 
 
 def _bound_host(binds: list[str]) -> str:

@@ -203,8 +203,9 @@ def _web(rest: list[str]) -> int:
         open_store(settings)
         load_hook(settings)
         refuse_private_store(settings, f"{PROGRAM} web")
-        # Only to tell a taken port in one line; gunicorn binds it itself.
-        listening_socket(settings.host, settings.port).close()
+        if not _binds_elsewhere(rest):
+            # Only to tell a taken port in one line; gunicorn binds it itself.
+            listening_socket(settings.host, settings.port).close()
     except (ConfigError, ValueError, OSError) as error:
         return _refuse(error)
     from gunicorn.app.wsgiapp import WSGIApplication
@@ -212,6 +213,12 @@ def _web(rest: list[str]) -> int:
     sys.argv = [f"{PROGRAM} web", "-c", "python:web.gunicorn_conf", *rest, "web:create_app()"]
     WSGIApplication(f"{PROGRAM} web [OPTIONS]").run()
     return 0
+
+
+def _binds_elsewhere(gunicorn_options: list[str]) -> bool:
+    """True when gunicorn's own -b (a flag or GUNICORN_CMD_ARGS) picks the address."""
+    given = [*gunicorn_options, *os.environ.get("GUNICORN_CMD_ARGS", "").split()]
+    return any(option.startswith(("-b", "--bind")) for option in given)
 
 
 def _celery_settings(program: str) -> int | None:
