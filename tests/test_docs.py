@@ -7,8 +7,10 @@ repository, and its length.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
+from types import ModuleType
 
 import yaml
 
@@ -52,3 +54,29 @@ def test_every_page_the_readme_links_is_in_the_sites_nav() -> None:
     pages = {target for target in linked if target.endswith(".md")}
     assert pages, "the README links to no page of docs/"
     assert pages - in_nav == set()
+
+
+def _recorder() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_record", ROOT / "bench" / "record.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_recorded_benchmark_run_replaces_its_own_block_in_its_own_section() -> None:
+    record = _recorder()
+    page = (ROOT / "docs" / "benchmark-figures.md").read_text()
+    first = record.block_for("stores", ["--quick"], "ratio 0.5x", "abc1234", "2026-12-01 10:00 UTC")
+    second = record.block_for("stores", [], "ratio 0.7x", "def5678", "2026-12-02 10:00 UTC")
+
+    once = record.with_recording(page, "stores", first)
+    twice = record.with_recording(once, "stores", second)
+
+    assert "ratio 0.5x" in once and "`python3 bench/stores.py --quick`" in once
+    assert "ratio 0.5x" not in twice and twice.count("<!-- recorded: stores -->") == 1
+    # In the Stores section, before the next one; the rest of the page unchanged.
+    stores, streams = twice.index("## Stores"), twice.index("## Streams")
+    assert stores < twice.index("ratio 0.7x") < streams
+    assert twice.startswith(page[: page.index("## Stores")])
+    assert twice.endswith(page[page.index("## Streams") :])
