@@ -135,8 +135,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] in ROLES:
         role = ROLES[args[0]]
         return _run_role(role, args[1:])
-    if args and args[0] in ("help", "-h", "--help") and len(args) == 1:
-        args = ["--help"]
     return _embedded(args)
 
 
@@ -244,8 +242,13 @@ def _celery(arguments: list[str]) -> int:
     from celery.bin.celery import main as celery_main
 
     sys.argv = ["celery", "-A", "worker", *arguments]
+    return _exit_status(celery_main)
+
+
+def _exit_status(program: Callable[[], object]) -> int:
+    """Run a click program (Celery's, Flower's), which ends by raising SystemExit."""
     try:
-        celery_main()
+        program()
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
     return 0
@@ -270,11 +273,8 @@ def _flower(rest: list[str]) -> int:
         return refused
     from worker.flower_login import main as flower_main
 
-    try:
-        flower_main(rest)  # Flower reads FLOWER_PORT and FLOWER_ADDRESS itself
-    except SystemExit as exit_:
-        return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    return 0
+    # Flower reads FLOWER_PORT and FLOWER_ADDRESS itself.
+    return _exit_status(lambda: flower_main(rest))
 
 
 _COMMON = (STORE, BROKER, RUN, QUEUE, LOG_LEVEL)
