@@ -191,7 +191,7 @@ def _web(rest: list[str]) -> int:
 
     monkey.patch_all()  # as web.gunicorn_conf does: before redis-py, kombu, Flask
     from shared.addresses import listening_socket
-    from shared.errors import ConfigError
+    from shared.errors import ToolnexusError
     from shared.settings import Settings
     from shared.startup import refuse_private_store
     from shared.wiring import load_hook, open_store
@@ -204,7 +204,7 @@ def _web(rest: list[str]) -> int:
         if not _binds_elsewhere(rest):
             # Only to tell a taken port in one line; gunicorn binds it itself.
             listening_socket(settings.host, settings.port).close()
-    except (ConfigError, ValueError, OSError) as error:
+    except (ToolnexusError, ValueError, OSError) as error:  # a bad setting, a port taken
         return _refuse(error)
     from gunicorn.app.wsgiapp import WSGIApplication
 
@@ -222,7 +222,7 @@ def _binds_elsewhere(gunicorn_options: list[str]) -> bool:
 def _celery_settings(program: str) -> int | None:
     """The checks `worker.app` makes, here, so a bad setting is one line with
     this command's name before Celery starts; None when all is well."""
-    from shared.errors import ConfigError
+    from shared.errors import ToolnexusError
     from shared.settings import Settings
     from shared.startup import refuse_private_store
     from shared.wiring import open_store
@@ -233,7 +233,7 @@ def _celery_settings(program: str) -> int | None:
         load_agent(settings)
         open_store(settings)
         refuse_private_store(settings, program)
-    except (ConfigError, ValueError) as error:
+    except (ToolnexusError, ValueError) as error:  # a bad setting, a store refusing its folder
         return _refuse(error)
     return None
 

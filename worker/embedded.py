@@ -26,7 +26,7 @@ from gevent.pywsgi import WSGIServer
 
 from shared import tracing
 from shared.addresses import listening_socket, usable_urls
-from shared.errors import ConfigError, ToolnexusError
+from shared.errors import ToolnexusError
 from shared.logs import configure_logging
 from shared.settings import Settings
 from shared.startup import masked, startup_line
@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         agent = load_agent(settings)
         store = open_store(settings)
         configure_logging(settings)
-    except (ConfigError, ValueError) as error:
+    except (ToolnexusError, ValueError) as error:  # a bad setting, a store refusing its folder
         return _refuse(error)
 
     tracing.enable(PROGRAM)  # when the `otel` extra is installed
