@@ -5,7 +5,8 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    TOOLNEXUS_STATE_DIR=/var/lib/toolnexus
 
 RUN useradd --create-home --uid 10001 --user-group toolnexus
 WORKDIR /app
@@ -20,7 +21,7 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
     && pip install -r /tmp/requirements.txt -c constraints.txt \
     && rm /tmp/requirements.txt
 
-COPY README.md gunicorn.conf.py ./
+COPY README.md ./
 COPY shared ./shared
 COPY toolnexus ./toolnexus
 COPY web ./web
@@ -32,4 +33,5 @@ RUN pip install --no-deps . \
 
 USER toolnexus
 EXPOSE 8080
-CMD ["gunicorn", "-c", "gunicorn.conf.py", "web:create_app()"]
+# Every role is a subcommand: web, worker, beat, flower (compose.yaml).
+CMD ["toolnexus-serve", "web", "--host", "0.0.0.0", "--port", "8080"]

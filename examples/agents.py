@@ -4,7 +4,7 @@ An agent is a plain function. Its parameters are chosen by name: `text`
 (the latest user message as text), `message` (that whole message) and
 `task` (the stored task). It returns a string, or a `toolnexus` result; it
 may be `async`, and a generator may yield progress before it finishes.
-Each function here is one example of the README's "Writing an agent".
+Each function here is one example of "Writing an agent" (docs/agents.md).
 """
 
 from __future__ import annotations

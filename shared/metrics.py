@@ -110,7 +110,7 @@ class _QuietServer(ThreadingWSGIServer):
 def serve_metrics(host: str, port: int) -> ThreadingWSGIServer | None:
     """Serve /metrics on host:port from a daemon thread; None (logged) when the
     port cannot be bound: metrics must never stop a worker or beat. No login:
-    this is a separate port, meant to stay unpublished (see the README)."""
+    this is a separate port, meant to stay unpublished (see docs/monitoring.md)."""
     from prometheus_client.exposition import _SilentHandler
 
     try:

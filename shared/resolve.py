@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from shared.errors import ConfigError
 from shared.file_store import file_store
@@ -18,9 +20,21 @@ ACCEPTED_FORMS = (
 )
 
 
+def check_url_port(url: str) -> None:
+    """ValueError when a URL's port is not a number from 0 to 65535, read now
+    rather than when a client first connects (where no setting is named)."""
+    try:
+        _ = urlsplit(url).port
+    except ValueError as error:
+        raise ValueError(f"bad port in the URL: {error}") from None
+
+
 def check_store_spec(spec: str | None) -> None:
     """Validate the form of a spec without connecting or creating anything."""
-    if spec is None or spec == "memory" or spec.startswith(_REDIS_SCHEMES):
+    if spec is None or spec == "memory":
+        return
+    if spec.startswith(_REDIS_SCHEMES):
+        check_url_port(spec)
         return
     if spec.startswith("file:") and spec != "file:":
         return
@@ -43,7 +57,12 @@ def resolve_store(spec: object = None, *, terminal_ttl: float | None = None) -> 
         return spec
     check_store_spec(spec)
     if spec.startswith("file:"):
-        return file_store(spec.removeprefix("file:"), terminal_ttl=terminal_ttl)
+        folder = spec.removeprefix("file:")
+        try:
+            return file_store(folder, terminal_ttl=terminal_ttl)
+        except OSError as error:
+            reason = _unusable_folder(folder, error)
+            raise ConfigError(f"TOOLNEXUS_STORE={spec!r}: {reason}") from None
     if spec.startswith(_REDIS_SCHEMES):
         return redis_store(spec, terminal_ttl=terminal_ttl)
     target = load_object(spec, "TOOLNEXUS_STORE")
@@ -59,6 +78,18 @@ def resolve_store(spec: object = None, *, terminal_ttl: float | None = None) -> 
             f"TOOLNEXUS_STORE: {spec!r} has no get() and save(); it is not a task store"
         )
     return target
+
+
+def _unusable_folder(folder: str, error: OSError) -> str:
+    """Why `folder` cannot hold tasks, in words: the path, or one above it,
+    that is a file; otherwise the system's reason."""
+    path = Path(folder)
+    for candidate in (path, *path.parents):
+        if candidate.exists() and not candidate.is_dir():
+            if candidate == path:
+                return f"{folder!r} is a regular file, not a directory"
+            return f"{folder!r} is under {str(candidate)!r}, a regular file, not a directory"
+    return f"cannot use {folder!r} as the task folder: {error.strerror or error}"
 
 
 def _is_store(candidate: object) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 
 from shared.errors import ConfigError
 from shared.loading import is_reference
-from shared.resolve import check_store_spec
+from shared.resolve import check_store_spec, check_url_port
 
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -187,6 +187,11 @@ def _store(value: str) -> str:
     return value
 
 
+def _url(value: str) -> str:
+    check_url_port(value)
+    return value
+
+
 def _reference(value: str) -> str:
     if not is_reference(value):
         raise ValueError("expected 'package.module:function'")
@@ -220,7 +225,7 @@ def _env(name: str, parse: Callable[[str], Any], default: Any) -> Any:
 class Settings:
     # where tasks live and how work travels
     store: str = _env("STORE", _store, "memory")
-    broker_url: str = _env("BROKER_URL", _text, "redis://localhost:6379/0")
+    broker_url: str = _env("BROKER_URL", _url, "redis://localhost:6379/0")
     queue: str = _env("QUEUE", _text, "toolnexus")
     # --- the event log and what it keeps (issue 20) ---
     # seconds a finished task is kept (then forgotten, with its log), on every
@@ -294,6 +299,9 @@ class Settings:
     # Celery workers and beat serve Prometheus metrics on this port (unset: they
     # serve none); the web tier serves them at /metrics on its own port
     metrics_port: int | None = _env("METRICS_PORT", _optional_port, None)
+    # the command line (toolnexus-serve and its roles)
+    # where beat keeps its schedule; unset: ~/.local/state/toolnexus-serve
+    state_dir: str | None = _env("STATE_DIR", _optional_text, None)
 
     def __post_init__(self) -> None:
         if self.heartbeat >= self.stale_after:
@@ -321,6 +329,15 @@ class Settings:
         """How long after the reaper's last run beat counts as down: three
         missed runs (beat's health check; /readyz uses the same three)."""
         return 3 * self.reap_every
+
+    @property
+    def beat_schedule(self) -> Path:
+        """Beat's schedule file (celery's shelve), in the state directory,
+        never in whatever directory beat was started from."""
+        folder = Path(self.state_dir) if self.state_dir else Path.home() / ".local/state"
+        if not self.state_dir:
+            folder = folder / "toolnexus-serve"
+        return folder.expanduser() / "celerybeat-schedule"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -7,7 +7,7 @@ are masked, tokens are counted, not shown.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -54,8 +54,16 @@ def refuse_private_store(settings: Settings, program: str) -> None:
         raise ConfigError(MEMORY_STORE_REFUSED.format(program=program))
 
 
-def startup_line(role: str, settings: Settings, extra: Mapping[str, object] | None = None) -> str:
-    """`<role>: store …, broker …, queue …, run …, …` with `extra` (role-specific) last."""
+def startup_line(
+    role: str,
+    settings: Settings,
+    extra: Mapping[str, object] | None = None,
+    *,
+    omit: Collection[str] = (),
+) -> str:
+    """`<role>: store …, broker …, queue …, run …, …` with `extra` (role-specific)
+    last, leaving out the `omit` items a role does not use (the embedded
+    server has no broker, no queue and no time limit)."""
     items: dict[str, object] = {
         "store": masked(settings.store),
         "broker": masked(settings.broker_url),
@@ -71,4 +79,5 @@ def startup_line(role: str, settings: Settings, extra: Mapping[str, object] | No
         "log": f"{settings.log_level} {settings.log_format}",
         **(extra or {}),
     }
-    return f"{role} starting: " + ", ".join(f"{key} {value}" for key, value in items.items())
+    shown = (f"{key} {value}" for key, value in items.items() if key not in omit)
+    return f"{role} starting: " + ", ".join(shown)

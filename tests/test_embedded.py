@@ -185,7 +185,8 @@ def test_a_port_in_use_stops_with_one_line(capsys: pytest.CaptureFixture[str]) -
 
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1, lines
-    assert "Address already in use" in lines[0]
+    said = f"port {port} on 127.0.0.1 is in use (another toolnexus-serve?)"
+    assert lines[0] == f"toolnexus-serve: {said}"
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 
 from werkzeug.wrappers import Response
 
+from shared.addresses import is_wildcard, own_names
 from shared.settings import Settings
 from shared.text import shown
 from web.errors import HostNotAllowed, OriginNotAllowed
@@ -42,7 +43,6 @@ ALLOWED_HEADERS: Final = "Authorization, Content-Type, A2A-Version, A2A-Extensio
 EXPOSED_HEADERS: Final = "WWW-Authenticate, ETag"
 PREFLIGHT_MAX_AGE: Final = "600"
 UNSCREENED_PATHS: Final = frozenset({"/healthz", "/readyz"})
-_WILDCARD_ADDRESSES: Final = frozenset({"", "0.0.0.0", "::"})
 _NAME: Final = re.compile(r"[a-z0-9_]([a-z0-9_.-]{0,252}[a-z0-9_.])?")
 _PORT: Final = re.compile(r"[0-9]{1,5}")
 
@@ -159,7 +159,7 @@ class BrowserPolicy:
         SERVER_NAME/PORT from the bound socket, not from the request)."""
         environ = request.environ
         name = str(environ.get("SERVER_NAME", ""))
-        if name in _WILDCARD_ADDRESSES:
+        if is_wildcard(name):
             name = "localhost"
         elif ":" in name:
             name = f"[{name}]"
@@ -190,6 +190,9 @@ def _trusted_names(settings: Settings) -> Collection[str]:
     names = set(settings.allowed_hosts)
     if settings.url and (url_host := urlsplit(settings.url).hostname):
         names.add(url_host.lower())
-    if settings.host.lower() not in _WILDCARD_ADDRESSES:
+    if is_wildcard(settings.host):
+        # Bound to every interface: reached by this machine's own names.
+        names.update(own_names())
+    else:
         names.add(settings.host.lower().strip("[]"))
     return names

@@ -21,8 +21,10 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-# Where the WSGI servers put the client's socket (gunicorn, werkzeug).
-_SOCKET_KEYS = ("gunicorn.socket", "werkzeug.socket")
+# Where the WSGI servers put the client's socket: gunicorn, and the embedded
+# server (web.gevent_server).
+SOCKET_KEY = "toolnexus.socket"
+_SOCKET_KEYS = ("gunicorn.socket", SOCKET_KEY)
 
 
 class Hangup:

@@ -8,8 +8,7 @@ and the server's own status (400, 414, 431, ...), so a client always gets
 JSON. The message is fixed per status: the unreadable input is never
 echoed back.
 
-- werkzeug (the embedded server): `JsonErrorRequestHandler`, passed to
-  `make_server` as its request handler.
+- gevent's WSGI server (the embedded server): `web.gevent_server.JsonErrorHandler`.
 - gunicorn: `web.gunicorn_worker.JsonErrorWorker`, named by gunicorn.conf.py.
 """
 
@@ -17,8 +16,6 @@ from __future__ import annotations
 
 import http
 from typing import Final
-
-from werkzeug.serving import WSGIRequestHandler
 
 from shared.codec import encode
 from web.errors import WireError, error_body
@@ -67,22 +64,3 @@ def _reason(status: int) -> str:
         return http.HTTPStatus(status).phrase
     except ValueError:
         return ""
-
-
-class JsonErrorRequestHandler(WSGIRequestHandler):
-    """werkzeug's request handler, answering what it cannot parse with JSON."""
-
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        self.log_error("code %d, message %s", code, message)
-        # An unparsed request line leaves HTTP/0.9 here, which would send the
-        # body without a status line: answer in HTTP/1.1 whatever was sent.
-        self.request_version = "HTTP/1.1"
-        self.close_connection = True
-        body = framing_error_body(code)
-        self.send_response(code, _reason(code) or None)
-        self.send_header("Connection", "close")
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if getattr(self, "command", None) != "HEAD":
-            self.wfile.write(body)

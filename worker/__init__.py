@@ -26,6 +26,12 @@ def __getattr__(name: str) -> Any:
 
 
 def _entry_point() -> Any:
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        # `celery -A worker worker --help`: Celery's help needs an app, not the
+        # settings; a bare one answers it.
+        from celery import Celery
+
+        return Celery("toolnexus", set_as_current=False)
     from shared.errors import ConfigError
     from shared.settings import Settings
     from shared.startup import refuse_private_store

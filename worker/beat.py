@@ -11,6 +11,7 @@ time; every other entry is sent to the workers as usual.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from celery.beat import PersistentScheduler
@@ -21,6 +22,12 @@ log = logging.getLogger(__name__)
 
 
 class ReapingScheduler(PersistentScheduler):  # type: ignore[misc]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # The state directory (TOOLNEXUS_STATE_DIR) may not exist yet.
+        if schedule := kwargs.get("schedule_filename"):
+            Path(schedule).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        super().__init__(*args, **kwargs)
+
     def setup_schedule(self) -> None:
         super().setup_schedule()
         # Once at start-up too: front ends report ready as soon as beat runs.

@@ -1,6 +1,6 @@
 """The Celery app: configuration, the fulfil task and the reaper on beat.
 
-Reliability settings, chosen together (the README explains each):
+Reliability settings, chosen together (docs/workers.md explains each):
 
 - late acks + reject on worker lost: a message is acknowledged only after
   the task ran, so a worker that dies mid-task gives it back to the broker;
@@ -79,6 +79,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_serializer": "json",
         "accept_content": ["json"],
         "beat_scheduler": "worker.beat:ReapingScheduler",
+        # In TOOLNEXUS_STATE_DIR (made on start), not beat's working directory.
+        "beat_schedule_filename": str(settings.beat_schedule),
         "beat_schedule": {
             "toolnexus-reap-stale": {
                 "task": REAP_TASK,

@@ -29,9 +29,21 @@ def require_login() -> None:
             setattr(handler, "get", tornado.web.authenticated(handler.get))  # noqa: B010
 
 
+USAGE = """usage: python -m worker.flower_login [flower options]   (or: toolnexus-serve flower)
+
+Flower (`celery -A worker flower`) with every page behind its login,
+/metrics and /healthcheck included. Flower's options (--port, --address,
+--basic-auth, ...) and its FLOWER_* variables work as usual; the TOOLNEXUS_*
+settings name the broker and the store."""
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    require_login()
     options = sys.argv[1:] if argv is None else list(argv)
+    if options in (["-h"], ["--help"]):
+        # Flower's own help needs the Celery app, hence the settings: not for --help.
+        print(USAGE)
+        return
+    require_login()
     sys.argv = ["celery", "-A", "worker", "flower", *options]
     celery_main()
 

@@ -72,8 +72,12 @@ CHECKS: dict[str, Callable[[Mapping[str, str]], Verdict]] = {
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
+    usage = f"usage: python -m worker.health {{{','.join(CHECKS)}}}"
+    if args in (["-h"], ["--help"]):
+        print(f"{usage}\n\n{(__doc__ or '').strip()}")
+        return 0
     if len(args) != 1 or args[0] not in CHECKS:
-        print(f"usage: python -m worker.health {{{','.join(CHECKS)}}}", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 1
     try:
         healthy, reason = CHECKS[args[0]](os.environ if env is None else env)

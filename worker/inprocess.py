@@ -1,4 +1,8 @@
-"""A Dispatcher that runs fulfilment on threads in this process (embedded mode)."""
+"""A Dispatcher that runs fulfilment on threads in this process (embedded mode).
+
+`toolnexus-serve` patches the standard library for gevent first (worker.cli),
+so there these threads are greenlets, sharing the server's event loop.
+"""
 
 from __future__ import annotations
 

@@ -75,7 +75,7 @@ def final_change(result: object, *, after_output: bool = False) -> Change:
     raise UnsupportedResult(
         f"the fulfilment function returned {shown(result, _SHOWN)}; expected a string,"
         " {'text': ...}, {'status': 'pending', 'text': ...} or a toolnexus result"
-        " (Done, Artifact, Reply, Ask, NeedAuth, Reject)"
+        " (Done, Artifact, File, Data or a list of them, Reply, Ask, NeedAuth, Reject)"
     )
 
 

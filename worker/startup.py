@@ -63,7 +63,8 @@ def install(settings: Settings) -> None:
             "concurrency": getattr(instance, "concurrency", "?"),
             "metrics": _metrics_address(settings),
         }
-        log.info(startup_line("worker", settings, extra))
+        # Workers take no HTTP requests: no API tokens of their own.
+        log.info(startup_line("worker", settings, extra, omit=("api_tokens",)))
 
     def worker_ready(**_: Any) -> None:
         _serve(settings)
@@ -72,7 +73,10 @@ def install(settings: Settings) -> None:
         remove_multiprocess_dir()
 
     def beat_started(**_: Any) -> None:
-        log.info(startup_line("beat", settings, {"metrics": _metrics_address(settings)}))
+        extra = {"metrics": _metrics_address(settings), "schedule": settings.beat_schedule}
+        # Beat runs no agent and takes no HTTP requests.
+        omit = ("heartbeat", "time_limit", "api_tokens")
+        log.info(startup_line("beat", settings, extra, omit=omit))
         _serve(settings)
 
     for signal, receiver in (

@@ -190,9 +190,11 @@ class LocalStack:
             }
             for name in ("web", "worker", "beat", "flower")
         }
-        # The image's WORKDIR is the project (gunicorn.conf.py); beat has its own.
+        # The image's WORKDIR is the project; beat's state directory (the
+        # image's /var/lib/toolnexus) is a folder of this run's own.
         self.beat_dir = folder / "beat"
         self.beat_dir.mkdir(exist_ok=True)
+        self.environments["beat"]["TOOLNEXUS_STATE_DIR"] = str(self.beat_dir)
         self.processes: dict[str, ServiceProcess] = {}
         self._starts: dict[str, int] = {}
 
