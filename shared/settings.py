@@ -272,6 +272,9 @@ class Settings:
     # Celery workers and beat serve Prometheus metrics on this port (unset: they
     # serve none); the web tier serves them at /metrics on its own port
     metrics_port: int | None = _env("METRICS_PORT", _optional_port, None)
+    # the task console (web/console.py): pages at /console that call the API
+    # as any browser client would; the embedded server turns it on by default
+    console: bool = _env("CONSOLE", _flag, False)
 
     def __post_init__(self) -> None:
         if self.heartbeat >= self.stale_after:

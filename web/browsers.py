@@ -12,6 +12,10 @@ pages (origins) may call, and the CORS headers that tell browsers so.
   `Origin`. `POST /` from an origin not in TOOLNEXUS_ALLOWED_ORIGINS is
   refused (HTTP 403) before anything is read or stored, whatever its
   Content-Type; clients that are not browsers send no Origin.
+- **Own pages.** With the console on (`web.console`), its pages call
+  `POST /` from this server's own origin: a request whose Origin names the
+  Host it was sent to is allowed when that Host is a trusted name (so a
+  rebound name still gets 403).
 - **CORS.** For an allowed origin every reply carries
   `Access-Control-Allow-Origin` and a preflight `OPTIONS` is answered, so
   a deployment can serve browser clients on purpose.
@@ -84,6 +88,7 @@ class BrowserPolicy:
     origins: frozenset[str]  # may hold ANY
     strict_hosts: bool  # refuse requests to any other Host
     url: str | None  # TOOLNEXUS_URL
+    own_pages: bool = False  # this server serves pages that call it (the console)
 
     def trusts(self, host: str | None) -> bool:
         name = host_name(host)
@@ -110,7 +115,8 @@ class BrowserPolicy:
         if origin is None:
             return None
         preflight = request.method == "OPTIONS"
-        if (preflight or request.method == "POST") and not self.allows_origin(origin):
+        refused = not (self.allows_origin(origin) or self._is_own_page(origin, host))
+        if (preflight or request.method == "POST") and refused:
             raise OriginNotAllowed(
                 f"requests from the page at {shown(origin, 80)} are not allowed:"
                 " add its origin to TOOLNEXUS_ALLOWED_ORIGINS to serve browser clients"
@@ -122,6 +128,13 @@ class BrowserPolicy:
             answer.headers["Access-Control-Max-Age"] = PREFLIGHT_MAX_AGE
             return answer
         return None
+
+    def _is_own_page(self, origin: str, host: str | None) -> bool:
+        """A page this server served itself: same origin, on a trusted name."""
+        if not self.own_pages or host is None:
+            return False
+        netloc = urlsplit(origin.strip()).netloc.lower()
+        return netloc == host.strip().lower() and self.trusts(host)
 
     def with_cors(self, request: HttpRequest, response: Response) -> Response:
         """`response` with the CORS headers an allowed origin gets."""
@@ -183,6 +196,7 @@ def browser_policy(settings: Settings, *, strict_hosts: bool) -> BrowserPolicy:
         origins=frozenset(settings.allowed_origins),
         strict_hosts=strict_hosts or bool(settings.allowed_hosts),
         url=settings.url,
+        own_pages=settings.console,
     )
 
 

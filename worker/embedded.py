@@ -46,6 +46,8 @@ OVERRIDES: Mapping[str, str] = {
     "run": "TOOLNEXUS_RUN",
     "skills": "TOOLNEXUS_SKILLS",
 }
+# Where the embedded server's defaults differ from Settings' (a developer's machine).
+EMBEDDED_DEFAULTS: Mapping[str, str] = {"TOOLNEXUS_CONSOLE": "true"}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -73,7 +75,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def settings_from(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
     """The environment with the given options laid over it, validated as one."""
-    merged = dict(env)
+    merged = {**EMBEDDED_DEFAULTS, **env}
     for option, variable in OVERRIDES.items():
         value = getattr(args, option)
         if value is not None:
