@@ -30,6 +30,7 @@ from tests.support.browser import chromium
 from tests.support.embedded import embedded_server
 from tests.support.polling import wait_for
 from tests.support.redis_server import ci
+from web.console import CONTENT_SECURITY_POLICY
 
 try:
     from playwright.sync_api import expect
@@ -309,7 +310,8 @@ def test_a_script_in_a_message_is_shown_as_text_and_never_runs(console: Console,
     page = tab.sign_in("alice")
     page.wait_for_selector(f"#tasks >> text={task_id}")
     assert hostile in page.locator("#tasks").inner_text()
-    page = tab.open(f"/console/tasks/{task_id}")
+    response = page.goto(f"{console.base}/console/tasks/{task_id}")
+    assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
     tab.wait_state("completed")
     page.wait_for_selector("#transitions li >> text=completed")
     assert hostile in page.locator("#history").inner_text()
