@@ -5,35 +5,17 @@ the pages do in a browser: tests/test_console_browser.py."""
 
 from __future__ import annotations
 
-import json
 import re
-from typing import Any
 
 import pytest
-from flask.testing import FlaskClient
 
-from shared import Settings, memory_store
-from tests.test_web_support import PlayingDispatcher, user_message
-from web import create_app
+from shared import Settings
+from tests.test_security_browsers import client_for, send
 from web.console import CONTENT_SECURITY_POLICY
 from worker.embedded import parse_args, settings_from
 
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 PAGES = ("/console/", "/console/tasks/some-task", "/console/static/console.js")
-
-
-def client_for(settings: Settings, *, strict_hosts: bool = False) -> FlaskClient:
-    store = memory_store()
-    app = create_app(
-        settings, store=store, dispatcher=PlayingDispatcher(store), strict_hosts=strict_hosts
-    )
-    return app.test_client()
-
-
-def send(client: FlaskClient, **headers: str) -> Any:
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-                       "params": {"message": user_message()}})  # fmt: skip
-    return client.post("/", data=body, headers={"Content-Type": "application/json", **headers})
 
 
 def test_the_console_is_off_unless_turned_on_and_on_in_the_embedded_server() -> None:
