@@ -160,7 +160,7 @@ class Tab:
     def listed(self) -> set[str]:
         """The task ids in the list, once it has loaded."""
         # Locators, not wait_for_function: the page's CSP forbids the eval that needs.
-        expect(self.page.locator("#list-status")).to_have_text(re.compile("^Tasks "))
+        expect(self.page.locator("#list-status")).to_have_text(re.compile("^(Tasks |No tasks)"))
         ids = self.page.locator("#tasks tbody tr td:first-child code").all_inner_texts()
         return set(ids)
 
@@ -362,3 +362,31 @@ def test_each_principal_sees_only_its_own_tasks(browser: Any, console: Console, 
     tab.page.wait_for_selector("#notice:not([hidden])")
     assert "needs a token" in tab.page.locator("#notice").inner_text()
     assert tab.page.evaluate("sessionStorage.length") == 0
+
+
+def test_the_list_refreshes_by_itself_when_a_task_arrives(console: Console, tab: Tab) -> None:
+    tab.sign_in("alice")
+    tab.listed()
+    tab.page.evaluate("window.stillTheSamePage = true")
+    arrived = console.send("alice", "report arriving later")
+    expect(tab.page.locator("#tasks")).to_contain_text(arrived)
+    expect(tab.page.locator("#tasks tbody tr", has_text=arrived).locator(".state")).to_have_text(
+        "completed"
+    )
+    assert tab.page.evaluate("window.stillTheSamePage") is True
+
+
+def test_cancel_from_the_console_cancels_the_task(console: Console, tab: Tab) -> None:
+    gate = f"gate-{uuid.uuid4().hex[:8]}"
+    task_id = console.send("alice", f"gate {gate} never opened in time")
+    tab.sign_in("alice")
+    page = tab.open(f"/console/tasks/{task_id}")
+    tab.wait_state("working")
+    try:
+        page.click("#cancel")
+        tab.wait_state("canceled")
+        assert console.state("alice", task_id) == "TASK_STATE_CANCELED"
+        expect(page.locator("#cancel")).to_be_hidden()
+        expect(page.locator("#transitions .state").last).to_have_text("canceled")
+    finally:
+        (console.gates / gate).touch()  # the agent's thread goes free
