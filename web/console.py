@@ -85,9 +85,7 @@ def install_console(app: Flask, settings: Settings, store: TaskStore, auth_requi
         return render_template("console/task.html", **shared, **_page(request), task_id=task_id)
 
     console.after_request(with_page_headers)
-    app.register_blueprint(console)
-    # `/console` without the slash is the list too (Flask redirects it).
-    app.add_url_rule(PREFIX, endpoint="console_root", view_func=tasks, methods=["GET"])
+    app.register_blueprint(console)  # `/console` redirects to `/console/`
 
 
 def index_page(settings: Settings, card_path: str) -> Response:
