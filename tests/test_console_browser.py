@@ -164,10 +164,9 @@ class Tab:
         ids = self.page.locator("#tasks tbody tr td:first-child code").all_inner_texts()
         return set(ids)
 
-    def row_state(self, task_id: str) -> str:
-        row = self.page.locator("#tasks tbody tr", has=self.page.locator(f"text={task_id}"))
-        text: str = row.locator(".state").inner_text()
-        return text
+    def row_state(self, task_id: str) -> Any:
+        """The state shown in the task's row (a locator)."""
+        return self.page.locator("#tasks tbody tr", has_text=task_id).locator(".state")
 
     def wait_state(self, state: str) -> None:
         self.page.wait_for_selector(f"#state .state-{state}")
@@ -195,8 +194,8 @@ def test_the_list_shows_tasks_sent_through_the_api_with_their_states(
     for task_id in (done, waiting):
         expect(page.locator("#tasks")).to_contain_text(task_id)
     assert {done, waiting} <= tab.listed()
-    assert tab.row_state(done) == "completed"
-    assert tab.row_state(waiting) == "input-required"
+    expect(tab.row_state(done)).to_have_text("completed")
+    expect(tab.row_state(waiting)).to_have_text("input-required")
     row = page.locator("#tasks tbody tr", has=page.locator(f"text={done}"))
     assert "report the quarterly numbers" in row.inner_text()
     # The counts at the top are the API's totals for the caller.
@@ -204,10 +203,11 @@ def test_the_list_shows_tasks_sent_through_the_api_with_their_states(
         "alice", "ListTasks", {"status": "TASK_STATE_COMPLETED", "pageSize": 1}
     )["totalSize"]
     count = page.locator("#counts li", has=page.locator(".state-completed"))
-    assert count.inner_text().split()[-1] == str(completed)
+    expect(count).to_have_text(f"completed {completed}")
     # A filter by state shows only tasks in it.
     page.select_option("#filter-state", "input-required")
     page.click("#filters button")
+    page.wait_for_url("**/console/?state=input-required*")
     assert waiting in tab.listed() and done not in tab.listed()
     assert set(page.locator("#tasks tbody .state").all_inner_texts()) == {"input-required"}
     tab.open("/console/")
@@ -251,7 +251,7 @@ def test_a_streaming_task_page_updates_without_reload_until_completed(
     page = tab.open(f"/console/tasks/{task_id}")
     tab.wait_state("working")
     page.wait_for_selector(f"#status-message >> text=waiting for gate {gate}")
-    assert page.locator("#live").inner_text() == "Following the task live…"
+    expect(page.locator("#live")).to_have_text("Following the task live…")
     assert page.locator("#cancel").is_visible()
     page.evaluate("window.stillTheSamePage = true")
     (console.gates / gate).touch()
@@ -370,9 +370,7 @@ def test_the_list_refreshes_by_itself_when_a_task_arrives(console: Console, tab:
     tab.page.evaluate("window.stillTheSamePage = true")
     arrived = console.send("alice", "report arriving later")
     expect(tab.page.locator("#tasks")).to_contain_text(arrived)
-    expect(tab.page.locator("#tasks tbody tr", has_text=arrived).locator(".state")).to_have_text(
-        "completed"
-    )
+    expect(tab.row_state(arrived)).to_have_text("completed")
     assert tab.page.evaluate("window.stillTheSamePage") is True
 
 
@@ -390,3 +388,24 @@ def test_cancel_from_the_console_cancels_the_task(console: Console, tab: Tab) ->
         expect(page.locator("#transitions .state").last).to_have_text("canceled")
     finally:
         (console.gates / gate).touch()  # the agent's thread goes free
+
+
+def test_the_console_works_from_the_keyboard_and_refuses_a_wrong_token(
+    console: Console, tab: Tab
+) -> None:
+    task_id = console.send("alice", "report by keyboard")
+    console.settled("alice", task_id, "TASK_STATE_COMPLETED")
+    page = tab.open("/console/")
+    page.wait_for_selector("#notice:not([hidden])")  # the API asked for a token...
+    assert page.evaluate("document.activeElement.id") == "token"  # ...and the field has focus
+    page.keyboard.type("not-a-token")
+    page.keyboard.press("Enter")
+    expect(page.locator("#notice")).to_contain_text("refused that token")
+    assert page.evaluate("sessionStorage.length") == 0
+    page.focus("#token")
+    page.keyboard.type(TOKENS["alice"])
+    page.keyboard.press("Enter")
+    page.locator("#tasks a", has_text=task_id).focus()
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"**/console/tasks/{task_id}")
+    tab.wait_state("completed")

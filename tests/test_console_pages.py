@@ -87,3 +87,13 @@ def test_the_consoles_own_pages_may_call_the_api_and_no_other_origin_may() -> No
     # Without the console no page of this server calls it: the rule stays as it was.
     plain = client_for(Settings())
     assert send(plain, Origin="http://localhost", Host="localhost").status_code == 403
+
+
+def test_every_control_on_the_pages_has_a_label() -> None:
+    client = client_for(Settings(console=True))
+    for path in ("/console/", "/console/tasks/t-1"):
+        html = client.get(path).get_data(as_text=True)
+        controls = re.findall(r"<(?:input|select|textarea)\b[^>]*\bid=\"([^\"]+)\"", html)
+        labelled = set(re.findall(r"<label for=\"([^\"]+)\"", html))
+        assert controls and set(controls) <= labelled, path
+        assert re.search(r"<html lang=\"en\">", html)

@@ -88,10 +88,11 @@
   // --- the API -------------------------------------------------------------
 
   class ApiError extends Error {
-    constructor(message, code, status) {
+    constructor(message, code, status, sentToken) {
       super(message);
       this.code = code;
       this.status = status;
+      this.sentToken = sentToken; // the token the refused request carried
     }
   }
 
@@ -119,20 +120,21 @@
     });
   }
 
-  function failure(error, status) {
+  function failure(error, status, sentToken) {
     const message = (error && error.message) || `HTTP ${status}`;
-    return new ApiError(message, error && error.code, status);
+    return new ApiError(message, error && error.code, status, sentToken);
   }
 
   async function call(method, params) {
+    const sentToken = token();
     const response = await post(method, params);
     let reply;
     try {
       reply = await response.json();
     } catch {
-      throw new ApiError(`HTTP ${response.status} without a JSON reply`, null, response.status);
+      throw failure(null, response.status, sentToken);
     }
-    if (reply.error) throw failure(reply.error, response.status);
+    if (reply.error) throw failure(reply.error, response.status, sentToken);
     return reply.result;
   }
 
@@ -143,11 +145,12 @@
     if (options && options.lastEventId !== undefined) {
       extra["Last-Event-ID"] = String(options.lastEventId);
     }
+    const sentToken = token();
     const response = await post(method, params, extra, options && options.signal);
     const type = response.headers.get("Content-Type") || "";
     if (!type.startsWith("text/event-stream")) {
       const reply = await response.json().catch(() => ({}));
-      if (reply.error || !reply.result) throw failure(reply.error, response.status);
+      if (reply.error || !reply.result) throw failure(reply.error, response.status, sentToken);
       onResult(reply.result, null);
       return;
     }
@@ -166,7 +169,7 @@
         if (line === "") {
           if (data.length) {
             const reply = JSON.parse(data.join("\n"));
-            if (reply.error) throw failure(reply.error, response.status);
+            if (reply.error) throw failure(reply.error, response.status, sentToken);
             onResult(reply.result, eventId);
           }
           data = [];
@@ -182,11 +185,17 @@
     }
   }
 
+  // What to tell the user of a failed call ("" when nothing: a refusal of a
+  // request sent before the user signed in or out, which a newer one replaces).
   function explain(error) {
     if (error instanceof ApiError && error.status === 401) {
+      if (error.sentToken !== token()) return "";
+      sessionStorage.removeItem(TOKEN_KEY);
       showSignIn();
       byId("token").focus();
-      return "The API needs a token: paste yours above and sign in.";
+      return error.sentToken
+        ? `The API refused that token (${error.message}): sign in again.`
+        : "The API needs a token: paste yours above and sign in.";
     }
     return `The API said: ${error.message}`;
   }
@@ -312,6 +321,7 @@
     let page = 0;
     let watermark = null; // the newest status timestamp seen
     let loading = null;
+    let answering = false; // the last reload worked: polling makes sense
 
     function query(extra) {
       const params = { ...extra };
@@ -382,8 +392,10 @@
         try {
           watermark = await newest();
           await Promise.all([show(), counts()]);
+          answering = true;
           notice("");
         } catch (error) {
+          answering = false;
           notice(explain(error));
         }
       })();
@@ -395,6 +407,7 @@
     async function poll() {
       if (document.visibilityState !== "visible" || !loading) return;
       await loading;
+      if (!answering) return; // signed out or refused: wait for a sign-in
       try {
         const params = query({ pageSize: 1, historyLength: 0 });
         if (watermark) params.statusTimestampAfter = watermark;
