@@ -11,6 +11,9 @@
   const TERMINAL = new Set(["completed", "failed", "canceled", "rejected"]);
   const INTERRUPTED = new Set(["input-required", "auth-required"]);
   const POLL_MS = 3000;
+  // A store that scans (memory, file) takes longer to answer the more tasks it
+  // holds: one tab spends at most about 1/POLL_LOAD of the server's time polling.
+  const POLL_LOAD = 20;
   const PAGE_SIZE = 25;
 
   const body = document.body;
@@ -403,8 +406,19 @@
     }
 
     // Live: while the page is visible, one cheap ListTasks asks whether any
-    // of the caller's tasks changed since the newest one shown.
+    // of the caller's tasks changed since the newest one shown; the next ask
+    // waits POLL_MS, or POLL_LOAD times as long as this one took if longer.
     async function poll() {
+      const began = performance.now();
+      try {
+        await changes();
+      } finally {
+        const spent = performance.now() - began;
+        setTimeout(poll, Math.max(POLL_MS, POLL_LOAD * spent));
+      }
+    }
+
+    async function changes() {
       if (document.visibilityState !== "visible" || !loading) return;
       await loading;
       if (!answering) return; // signed out or refused: wait for a sign-in
@@ -438,7 +452,7 @@
     });
     setUpSignIn(reload);
     reload();
-    setInterval(poll, POLL_MS);
+    setTimeout(poll, POLL_MS);
   }
 
   function fileAsPart(file) {
