@@ -332,6 +332,17 @@ def test_a_script_in_a_message_is_shown_as_text_and_never_runs(console: Console,
     )
     assert ran == "refused"
     tab.errors.clear()  # the refusal above is reported as a violation, as it should be
+    # A file given by URL is a link only when the URL is http(s).
+    linked = console.send("alice", "links")
+    console.settled("alice", linked, "TASK_STATE_COMPLETED")
+    page.goto(f"{console.base}/console/tasks/{linked}")
+    tab.wait_state("completed")
+    hrefs = page.locator("#artifacts a").evaluate_all("links => links.map(a => a.href)")
+    assert hrefs == ["https://files.example/report.txt"]
+    assert (
+        "trap.txt (media type not given) at javascript:alert(3)"
+        in page.locator("#artifacts").inner_text()
+    )
 
 
 def test_each_principal_sees_only_its_own_tasks(browser: Any, console: Console, tab: Tab) -> None:
@@ -395,7 +406,9 @@ def test_the_console_works_from_the_keyboard_and_refuses_a_wrong_token(
 ) -> None:
     task_id = console.send("alice", "report by keyboard")
     console.settled("alice", task_id, "TASK_STATE_COMPLETED")
-    page = tab.open("/console/")
+    page = tab.open("/")  # the server's root, as a browser asks for it, leads to the console
+    page.get_by_role("link", name="task console").click()
+    page.wait_for_url(f"{console.base}/console/")
     page.wait_for_selector("#notice:not([hidden])")  # the API asked for a token...
     assert page.evaluate("document.activeElement.id") == "token"  # ...and the field has focus
     page.keyboard.type("not-a-token")

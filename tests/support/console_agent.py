@@ -3,6 +3,7 @@
 says what it does.
 
 - `report <words>`: completes with a data artifact and a file artifact;
+- `links`: completes with two files by URL, one `https:`, one `javascript:`;
 - `ask <anything>`: asks for a name, then greets whoever answered;
 - `gate <name> <words>`: reports progress, then waits until the file
   `<name>` appears in the folder CONSOLE_GATES names, then completes (so a
@@ -35,6 +36,14 @@ def run(text: str, task: dict[str, Any]) -> object:
                     File(content=rest.upper().encode(), name="shout.txt", media_type="text/plain"),
                     name="shouted",
                 ),
+            ],
+        )
+    if verb == "links":
+        return Done(
+            "Two links.",
+            artifacts=[
+                Artifact(File(url="https://files.example/report.txt", name="report.txt")),
+                Artifact(File(url="javascript:alert(3)", name="trap.txt")),
             ],
         )
     if verb == "ask":
