@@ -108,7 +108,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     folder = tmp_path_factory.mktemp("console")
     gates = folder / "gates"
     gates.mkdir()
-    env = {
+    env = {  # no TOOLNEXUS_CONSOLE: the embedded server serves the console by default
         "TOOLNEXUS_RUN": "tests.support.console_agent:run",
         "TOOLNEXUS_API_TOKENS": ",".join(f"{who}:{token}" for who, token in TOKENS.items()),
         "CONSOLE_GATES": str(gates),

@@ -6,27 +6,33 @@ the pages do in a browser: tests/test_console_browser.py."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
+import requests
 
 from shared import Settings
+from tests.support.embedded import embedded_server
 from tests.test_security_browsers import client_for, send
 from web.console import CONTENT_SECURITY_POLICY
-from worker.embedded import parse_args, settings_from
 
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 PAGES = ("/console/", "/console/tasks/some-task", "/console/static/console.js")
 
 
-def test_the_console_is_off_unless_turned_on_and_on_in_the_embedded_server() -> None:
+def test_the_console_is_off_unless_turned_on() -> None:
     assert Settings().console is False
     assert Settings.from_env({"TOOLNEXUS_CONSOLE": "true"}).console is True
     off = client_for(Settings())
     assert off.get("/console/").status_code == 404
     index = off.get("/", headers={"Accept": BROWSER_ACCEPT})
     assert index.mimetype == "application/json"  # no page links to a console that is not there
-    assert settings_from(parse_args([]), {}).console is True
-    assert settings_from(parse_args([]), {"TOOLNEXUS_CONSOLE": "false"}).console is False
+
+
+def test_the_embedded_server_serves_it_unless_told_not_to(tmp_path: Path) -> None:
+    """On by default: tests/test_console_browser.py runs toolnexus-serve without the setting."""
+    with embedded_server(tmp_path, {"TOOLNEXUS_CONSOLE": "false"}) as (host, port):
+        assert requests.get(f"http://{host}:{port}/console/", timeout=10).status_code == 404
 
 
 @pytest.mark.parametrize("path", PAGES)
