@@ -26,10 +26,10 @@ FLAGS = (
 
 
 def _missing(what: str) -> None:
-    message = f"NO BROWSER: {what}; the console's browser tests are skipped (.ci/run installs it)"
+    message = f"NO BROWSER: {what}; the console's browser tests need it (.ci/run installs it)"
     if ci():
         pytest.fail(message)
-    pytest.skip(message)
+    pytest.skip(f"{message}: skipped")
 
 
 @contextmanager
