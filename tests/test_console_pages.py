@@ -11,9 +11,13 @@ from pathlib import Path
 import pytest
 import requests
 
-from shared import Settings
+from shared import Settings, memory_store
+from shared.file_store import file_store
+from shared.redis_store import redis_store
 from tests.support.embedded import embedded_server
 from tests.test_security_browsers import client_for, send
+from tests.test_web_support import PlayingDispatcher
+from web import create_app
 from web.console import CONTENT_SECURITY_POLICY
 
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
@@ -103,3 +107,17 @@ def test_every_control_on_the_pages_has_a_label() -> None:
         labelled = set(re.findall(r"<label for=\"([^\"]+)\"", html))
         assert controls and set(controls) <= labelled, path
         assert re.search(r"<html lang=\"en\">", html)
+
+
+def test_the_list_says_when_the_store_reads_every_task_to_list(
+    tmp_path: Path, redis_url: str
+) -> None:
+    said = "lists by reading every task"
+    for store, scans in (
+        (memory_store(), True),
+        (file_store(tmp_path), True),
+        (redis_store(redis_url), False),
+    ):
+        app = create_app(Settings(console=True), store=store, dispatcher=PlayingDispatcher(store))
+        page = app.test_client().get("/console/").get_data(as_text=True)
+        assert (said in page) is scans, store

@@ -23,6 +23,8 @@ from typing import Any, Final
 from flask import Blueprint, Flask, Request, render_template, request
 from werkzeug.wrappers import Response
 
+from shared.file_store import FileStore
+from shared.memory_store import MemoryStore
 from shared.settings import Settings
 from shared.store import ListingStore, TaskStore
 from shared.task import TaskState
@@ -66,8 +68,7 @@ def install_console(app: Flask, settings: Settings, store: TaskStore, auth_requi
         "agent_name": settings.name,
         "auth_required": auth_required,
         "states": STATE_NAMES,
-        # Memory and file stores answer ListTasks by reading every task.
-        "lists_by_scan": not isinstance(store, ListingStore),
+        "lists_by_scan": lists_by_scan(store),
     }
 
     @console.get("/")
@@ -109,6 +110,12 @@ def with_page_headers(response: Response) -> Response:
     for name, value in _PAGE_HEADERS.items():
         response.headers[name] = value
     return response
+
+
+def lists_by_scan(store: TaskStore) -> bool:
+    """Whether ListTasks reads every task (`shared.listing.list_by_scan`):
+    the memory and file stores do, as does any store without a listing."""
+    return isinstance(store, MemoryStore | FileStore) or not isinstance(store, ListingStore)
 
 
 def _page(asking: Request) -> Mapping[str, str]:
