@@ -1,6 +1,8 @@
 """The task console in headless Chromium, against `toolnexus-serve` (the
 embedded server, console on by default) with its in-process worker running
-tests/support/console_agent.py, and two principals (alice, bob).
+tests/support/console_agent.py, and two principals (alice, bob); and once
+against compose.yaml's services (gunicorn, a Celery worker, beat, Redis)
+with the console turned on.
 
 Tasks are sent through the API by the official a2a-sdk client; what the
 pages show is checked against what the API says. The run saves screenshots
@@ -26,7 +28,9 @@ from a2a.client import ClientConfig, ClientFactory
 from a2a.client.card_resolver import A2ACardResolver
 from a2a.types import Message, Part, Role, SendMessageRequest
 
+from tests.support.a2a import wait_ready
 from tests.support.browser import chromium
+from tests.support.compose import local_stack
 from tests.support.embedded import embedded_server
 from tests.support.polling import wait_for
 from tests.support.redis_server import ci
@@ -422,3 +426,49 @@ def test_the_console_works_from_the_keyboard_and_refuses_a_wrong_token(
     page.keyboard.press("Enter")
     page.wait_for_url(f"**/console/tasks/{task_id}")
     tab.wait_state("completed")
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    """compose.yaml's web (gunicorn, gevent), worker and beat on a private
+    Redis, with the console turned on as a compose user would."""
+    folder = tmp_path_factory.mktemp("console-deployed")
+    gates = folder / "gates"
+    gates.mkdir()
+    overrides = {
+        "TOOLNEXUS_CONSOLE": "true",
+        "TOOLNEXUS_RUN": "tests.support.console_agent:run",
+        "TOOLNEXUS_API_TOKENS": ",".join(f"{who}:{token}" for who, token in TOKENS.items()),
+    }
+    with local_stack(folder, overrides) as (_, stack):
+        stack.start("web", WEB_CONCURRENCY="1")
+        stack.start("worker", CONSOLE_GATES=str(gates), PYTHONPATH=str(ROOT))
+        stack.start("beat", PYTHONPATH=str(ROOT))  # beat loads the agent's hook too
+        wait_ready(stack.web_url)
+        yield Console(stack.web_url, gates)
+
+
+def test_on_the_compose_stack_a_message_sent_from_the_console_streams_to_completed(
+    browser: Any, deployed: Console
+) -> None:
+    tab = Tab(browser, deployed)
+    try:
+        page = tab.sign_in("alice")
+        gate = f"gate-{uuid.uuid4().hex[:8]}"
+        page.fill("#send-text", f"gate {gate} through celery")
+        page.click("#send button[type=submit]")
+        page.wait_for_url("**/console/tasks/**")
+        tab.wait_state("working")
+        page.wait_for_selector(f"#status-message >> text=waiting for gate {gate}")
+        page.evaluate("window.stillTheSamePage = true")
+        (deployed.gates / gate).touch()
+        tab.wait_state("completed")
+        assert page.evaluate("window.stillTheSamePage") is True
+        task_id = page.url.rsplit("/", 1)[-1]
+        assert deployed.state("alice", task_id) == "TASK_STATE_COMPLETED"
+        assert deployed.listed("bob") & {task_id} == set()
+        page.click("text=All tasks")
+        expect(tab.row_state(task_id)).to_have_text("completed")
+        assert tab.errors == [] and tab.dialogs == []
+    finally:
+        tab.context.close()
