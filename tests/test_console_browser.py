@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "docs" / "img"
 TOKENS = {"alice": "alice-token", "bob": "bob-token"}
 WAIT_MS = 20_000
+PAGE = 25  # tasks per page of the list (console.js)
 expect.set_options(timeout=WAIT_MS)
 
 
@@ -472,3 +473,24 @@ def test_on_the_compose_stack_a_message_sent_from_the_console_streams_to_complet
         assert tab.errors == [] and tab.dialogs == []
     finally:
         tab.context.close()
+
+
+def test_the_list_pages_through_listtasks(console: Console, tab: Tab) -> None:
+    listed = console.call("alice", "ListTasks", {"pageSize": 1})["totalSize"]
+    sent = [console.send("alice", f"page filler {n}") for n in range(max(0, PAGE + 1 - listed))]
+    for task_id in sent:
+        console.settled("alice", task_id, "TASK_STATE_COMPLETED")
+    everything = console.listed("alice")
+    tab.sign_in("alice")
+    page = tab.page
+    first = tab.listed()
+    assert len(first) == PAGE
+    page.click("#older")
+    expect(page.locator("#list-status")).to_have_text(re.compile(f"^Tasks {PAGE + 1} to "))
+    second = tab.listed()
+    assert first.isdisjoint(second) and first | second <= everything
+    assert len(first | second) == min(len(everything), 2 * PAGE)
+    page.click("#newer")
+    expect(page.locator("#list-status")).to_have_text(re.compile("^Tasks 1 to "))
+    assert tab.listed() == first
+    assert page.locator("#newer").is_disabled()

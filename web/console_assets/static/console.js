@@ -430,7 +430,7 @@
           if (page === 0) await reload();
           else {
             watermark = result.tasks[0].status.timestamp;
-            byId("list-status").textContent = "Tasks changed since this page was loaded: see Newer.";
+            byId("list-status").textContent = "Tasks changed since this page was loaded: Newer leads back to them.";
           }
         }
       } catch {
@@ -438,14 +438,20 @@
       }
     }
 
-    byId("newer").addEventListener("click", () => {
-      page = Math.max(0, page - 1);
-      show().catch((error) => notice(explain(error)));
-    });
-    byId("older").addEventListener("click", () => {
-      if (pages.length > page + 1) page += 1;
-      show().catch((error) => notice(explain(error)));
-    });
+    // A page token holds its listing still for a while only: when one is
+    // refused (expired), start again from the first page.
+    function turn(to) {
+      page = to;
+      show().catch((error) => {
+        notice(explain(error));
+        page = 0;
+        pages.length = 1;
+        reload();
+      });
+    }
+
+    byId("newer").addEventListener("click", () => turn(Math.max(0, page - 1)));
+    byId("older").addEventListener("click", () => turn(pages.length > page + 1 ? page + 1 : page));
     byId("send").addEventListener("submit", (event) => {
       event.preventDefault();
       sendFromForm(event.target);
