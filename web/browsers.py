@@ -117,9 +117,14 @@ class BrowserPolicy:
         preflight = request.method == "OPTIONS"
         refused = not (self.allows_origin(origin) or self._is_own_page(origin, host))
         if (preflight or request.method == "POST") and refused:
+            fix = (
+                "add the name it is opened by to TOOLNEXUS_ALLOWED_HOSTS (or set TOOLNEXUS_URL)"
+                " to serve the console there"
+                if self.own_pages and _same_origin(origin, host)
+                else "add its origin to TOOLNEXUS_ALLOWED_ORIGINS to serve browser clients"
+            )
             raise OriginNotAllowed(
-                f"requests from the page at {shown(origin, 80)} are not allowed:"
-                " add its origin to TOOLNEXUS_ALLOWED_ORIGINS to serve browser clients"
+                f"requests from the page at {shown(origin, 80)} are not allowed: {fix}"
             )
         if preflight and request.headers.get("Access-Control-Request-Method"):
             answer = Response(status=204)
@@ -131,10 +136,7 @@ class BrowserPolicy:
 
     def _is_own_page(self, origin: str, host: str | None) -> bool:
         """A page this server served itself: same origin, on a trusted name."""
-        if not self.own_pages or host is None:
-            return False
-        netloc = urlsplit(origin.strip()).netloc.lower()
-        return netloc == host.strip().lower() and self.trusts(host)
+        return self.own_pages and _same_origin(origin, host) and self.trusts(host)
 
     def with_cors(self, request: HttpRequest, response: Response) -> Response:
         """`response` with the CORS headers an allowed origin gets."""
@@ -186,6 +188,11 @@ def _host_header(request: HttpRequest) -> str | None:
     target's host here too), as sent: never X-Forwarded-Host."""
     host = request.environ.get("HTTP_HOST")
     return host if isinstance(host, str) else None
+
+
+def _same_origin(origin: str, host: str | None) -> bool:
+    """The page's origin names the very host:port the request was sent to."""
+    return host is not None and urlsplit(origin.strip()).netloc.lower() == host.strip().lower()
 
 
 def browser_policy(settings: Settings, *, strict_hosts: bool) -> BrowserPolicy:
