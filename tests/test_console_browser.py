@@ -286,6 +286,13 @@ def test_sending_from_the_console_creates_a_task_that_completes(console: Console
     assert sent[1]["filename"] == "note.txt" and sent[1]["mediaType"] == "text/plain"
     assert base64.b64decode(sent[1]["raw"]) == b"attached words"
     page.wait_for_selector("#history >> text=ran: hello from the console")
+    # An agent that answers with a message makes no task page: the answer is shown.
+    page.goto(f"{console.base}/console/")
+    page.fill("#send-text", "reply <b>bold</b> words")
+    page.click("#send button[type=submit]")
+    expect(page.locator("#send-result")).to_contain_text("answered with a message")
+    expect(page.locator("#send-result .messages")).to_contain_text("You said: <b>bold</b> words")
+    assert page.url == f"{console.base}/console/"
 
 
 def test_a_reply_to_an_input_required_task_continues_it(console: Console, tab: Tab) -> None:

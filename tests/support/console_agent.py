@@ -5,6 +5,7 @@ says what it does.
 - `report <words>`: completes with a data artifact and a file artifact;
 - `links`: completes with two files by URL, one `https:`, one `javascript:`;
 - `ask <anything>`: asks for a name, then greets whoever answered;
+- `reply <words>`: answers with a message, not a task result;
 - `gate <name> <words>`: reports progress, then waits until the file
   `<name>` appears in the folder CONSOLE_GATES names, then completes (so a
   test decides when a task the page is following finishes);
@@ -19,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from toolnexus import Artifact, Ask, Chunk, Data, Done, File, Progress
+from toolnexus import Artifact, Ask, Chunk, Data, Done, File, Progress, Reply
 
 GATE_LIMIT = 60.0  # seconds a gated task waits before it gives up
 
@@ -48,6 +49,8 @@ def run(text: str, task: dict[str, Any]) -> object:
         )
     if verb == "ask":
         return Ask("What is your name?")
+    if verb == "reply":
+        return Reply(f"You said: {rest}")
     if any(message.get("role") == "agent" for message in task.get("history", [])):
         return f"Hello, {text}!"  # the answer to `ask`
     if verb == "gate":
