@@ -302,6 +302,9 @@ class Settings:
     # the command line (toolnexus-serve and its roles)
     # where beat keeps its schedule; unset: ~/.local/state/toolnexus-serve
     state_dir: str | None = _env("STATE_DIR", _optional_text, None)
+    # the task console (web/console.py): pages at /console that call the API
+    # as any browser client would; the embedded server turns it on by default
+    console: bool = _env("CONSOLE", _flag, False)
 
     def __post_init__(self) -> None:
         if self.heartbeat >= self.stale_after:

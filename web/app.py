@@ -29,6 +29,7 @@ from shared.wiring import load_hook, open_store
 from web.auth import authenticator_for
 from web.browsers import browser_policy
 from web.card import MAX_AGE, build_card, entity_tag, wanted_version, with_v03_fields
+from web.console import index_page, install_console, wants_html
 from web.dialects import V03
 from web.dispatch import CeleryDispatcher
 from web.endpoint import RpcEndpoint, front, refused
@@ -123,8 +124,13 @@ def create_app(
     for path in (CARD_PATH, LEGACY_CARD_PATH):
         app.add_url_rule(path, view_func=agent_card, endpoint=path, methods=["GET"])
 
+    if settings.console:
+        install_console(app, settings, task_store, authenticator.required)
+
     @app.get("/")
-    def index() -> Response:
+    def index() -> BaseResponse:
+        if settings.console and wants_html(request):
+            return index_page(settings, CARD_PATH)
         return _json(
             {
                 "name": settings.name,

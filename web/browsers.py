@@ -12,6 +12,10 @@ pages (origins) may call, and the CORS headers that tell browsers so.
   `Origin`. `POST /` from an origin not in TOOLNEXUS_ALLOWED_ORIGINS is
   refused (HTTP 403) before anything is read or stored, whatever its
   Content-Type; clients that are not browsers send no Origin.
+- **Own pages.** With the console on (`web.console`), its pages call
+  `POST /` from this server's own origin: a request whose Origin names the
+  Host it was sent to is allowed when that Host is a trusted name (so a
+  rebound name still gets 403).
 - **CORS.** For an allowed origin every reply carries
   `Access-Control-Allow-Origin` and a preflight `OPTIONS` is answered, so
   a deployment can serve browser clients on purpose.
@@ -84,6 +88,7 @@ class BrowserPolicy:
     origins: frozenset[str]  # may hold ANY
     strict_hosts: bool  # refuse requests to any other Host
     url: str | None  # TOOLNEXUS_URL
+    own_pages: bool = False  # this server serves pages that call it (the console)
 
     def trusts(self, host: str | None) -> bool:
         name = host_name(host)
@@ -110,10 +115,16 @@ class BrowserPolicy:
         if origin is None:
             return None
         preflight = request.method == "OPTIONS"
-        if (preflight or request.method == "POST") and not self.allows_origin(origin):
+        refused = not (self.allows_origin(origin) or self._is_own_page(origin, host))
+        if (preflight or request.method == "POST") and refused:
+            fix = (
+                "add the name it is opened by to TOOLNEXUS_ALLOWED_HOSTS (or set TOOLNEXUS_URL)"
+                " to serve the console there"
+                if self.own_pages and _same_origin(origin, host)
+                else "add its origin to TOOLNEXUS_ALLOWED_ORIGINS to serve browser clients"
+            )
             raise OriginNotAllowed(
-                f"requests from the page at {shown(origin, 80)} are not allowed:"
-                " add its origin to TOOLNEXUS_ALLOWED_ORIGINS to serve browser clients"
+                f"requests from the page at {shown(origin, 80)} are not allowed: {fix}"
             )
         if preflight and request.headers.get("Access-Control-Request-Method"):
             answer = Response(status=204)
@@ -122,6 +133,10 @@ class BrowserPolicy:
             answer.headers["Access-Control-Max-Age"] = PREFLIGHT_MAX_AGE
             return answer
         return None
+
+    def _is_own_page(self, origin: str, host: str | None) -> bool:
+        """A page this server served itself: same origin, on a trusted name."""
+        return self.own_pages and _same_origin(origin, host) and self.trusts(host)
 
     def with_cors(self, request: HttpRequest, response: Response) -> Response:
         """`response` with the CORS headers an allowed origin gets."""
@@ -175,6 +190,11 @@ def _host_header(request: HttpRequest) -> str | None:
     return host if isinstance(host, str) else None
 
 
+def _same_origin(origin: str, host: str | None) -> bool:
+    """The page's origin names the very host:port the request was sent to."""
+    return host is not None and urlsplit(origin.strip()).netloc.lower() == host.strip().lower()
+
+
 def browser_policy(settings: Settings, *, strict_hosts: bool) -> BrowserPolicy:
     """`strict_hosts`: refuse foreign Host names even without
     TOOLNEXUS_ALLOWED_HOSTS (the embedded server, on a developer's machine)."""
@@ -183,6 +203,7 @@ def browser_policy(settings: Settings, *, strict_hosts: bool) -> BrowserPolicy:
         origins=frozenset(settings.allowed_origins),
         strict_hosts=strict_hosts or bool(settings.allowed_hosts),
         url=settings.url,
+        own_pages=settings.console,
     )
 
 

@@ -42,10 +42,13 @@ from worker.reaper import ReaperThread, resend_waiting
 
 log = logging.getLogger(__name__)
 
+# Where the embedded server's defaults differ from Settings' (a developer's machine).
+EMBEDDED_DEFAULTS: Mapping[str, str] = {"TOOLNEXUS_CONSOLE": "true"}
+
 
 def settings_from(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
     """The environment with the given options laid over it, validated as one."""
-    merged = dict(env)
+    merged = {**EMBEDDED_DEFAULTS, **env}
     for option, variable in EMBEDDED_OVERRIDES.items():
         value = getattr(args, option)
         if value is not None:
@@ -91,14 +94,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         clock=time.time,
     ).start()
     threads = default_threads(settings)
-    urls = " ".join(server_urls(settings, server))
+    reachable = server_urls(settings, server)
+    urls = " ".join(reachable)
+    # A person starting it locally is led to the console, when it is served.
+    console = f", console at {reachable[0]}console/" if settings.console else ""
     extra = {"url": urls, "workers": threads, "server": "gevent"}
     log.info(startup_line(PROGRAM, settings, extra, omit=EMBEDDED_OMITS))
     _tell(
         settings,
         f"{settings.name} on {urls}"
         f" (store {masked(settings.store)}, run {settings.run or 'none'},"
-        f" {threads} in-process workers) - Ctrl-C to stop",
+        f" {threads} in-process workers){console} - Ctrl-C to stop",
     )
     try:
         _serve_until_signalled(server)
