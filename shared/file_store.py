@@ -1,10 +1,13 @@
 """A directory of `<id>.json` files: durable, greppable, shareable.
 
 Layout under the directory:
-  <id>.json          {"seq": N, "task": {...}}: the task as of its event N,
-                     pretty-printed, replaced atomically
+  <id>.json          the task itself, pretty-printed, replaced atomically:
+                     `jq .status.state tasks/*.json` reads every state
+  .snapshots/<id>    which event the task file includes: {"seq": N,
+                     "digest": ..., "file": [inode, size, mtime]} naming the
+                     exact file content it describes
   .log/<id>.jsonl    the task's events, one {"seq": n, "event": {...}} a line;
-                     a read folds the lines after N over the snapshot
+                     a read folds the lines after N over the task file
   .working/<id>      one empty file per task in `working`; its mtime is the
                      last heartbeat, so the reaper's query reads only these
   .waiting/<id>      likewise for `submitted` tasks: when each was queued
@@ -16,6 +19,13 @@ Layout under the directory:
                      mtime is the moment it expires (the reaper purges it)
   .beat              touched by each run of the reaper
 
+A write appends its events, renames the new task file into place, then
+records its event number. A task file the record does not describe (a
+crash between the last two steps, an older wrapper `{"seq", "task"}` file,
+a file written by hand or by another tool) is read, under the task's lock,
+as the task at the log's last event, or at the wrapper's own number, and
+recorded so from then on: the store adopts it.
+
 Several processes on one host (or one shared volume with working flock)
 see each other's tasks and serialise their writes on the stripe locks.
 No file is ever opened through a symbolic link: a planted link reads as a
@@ -26,6 +36,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -37,7 +48,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import cast
+from typing import Any, NamedTuple, cast
 
 from shared.codec import decode, encode
 from shared.errors import ContextTaken, StoreError
@@ -61,7 +72,9 @@ Clock = Callable[[], float]
 _STRIPES = 64
 _POLL = 0.05  # how often watched logs are checked for growth, seconds
 _SEQ = re.compile(rb'\{"seq":(\d+),')
-_HEAD_SEQ = re.compile(rb'\{\s*"seq":\s*(\d+),')
+# Lock-free reads of a task file and its record that do not agree (a write
+# went on between them) before the read takes the task's lock.
+_READ_ATTEMPTS = 2
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -82,8 +95,10 @@ class FileStore:
         self._messages = self.directory / ".messages"
         self._contexts = self.directory / ".contexts"
         self._locks = self.directory / ".locks"
+        self._snapshots = self.directory / ".snapshots"
         folders = (
             self._log,
+            self._snapshots,
             self._working,
             self._waiting,
             self._messages,
@@ -109,7 +124,7 @@ class FileStore:
         task_id = require_safe_id(task.get("id"))
         event = current_status(task)
         with self._locked(task_id):
-            current = self._read(task_id)
+            current = self._read(task_id, locked=True)
             seq = (current.seq if current is not None else self._last_seq(task_id)) + 1
             self._append(task_id, seq, [event])
             self._write_snapshot(task_id, seq, task)
@@ -225,10 +240,10 @@ class FileStore:
 
     # --- reading and writing under the stripe lock --------------------------
 
-    def _read(self, task_id: str) -> Record | None:
-        if self._ttl and _mtime_of(self._expires / task_id) <= self._clock():
+    def _read(self, task_id: str, *, locked: bool = False) -> Record | None:
+        if self._expired(task_id):
             return None  # finished and past its time to live: the reaper purges it
-        snapshot = self._snapshot(task_id)
+        snapshot = self._snapshot(task_id, locked=locked)
         if snapshot is None:
             return None
         base, task = snapshot
@@ -237,33 +252,94 @@ class FileStore:
         seq = tail[-1][0] if tail else base
         return Record(fold(task, events), seq, len(tail))
 
-    def _seq(self, task_id: str) -> int | None:
-        """The number of the task's last event, without reading the task: the
-        snapshot's own number is at its head, the rest is the log's tail. A
-        change then costs the same for a tiny task and a huge one."""
-        if self._ttl and _mtime_of(self._expires / task_id) <= self._clock():
-            return None
-        head = _read_bytes(self.directory / f"{task_id}.json", limit=64)
-        found = _HEAD_SEQ.match(head or b"")
-        if found is None:
-            record = self._read(task_id)  # not written by this store: read it whole
-            return record.seq if record is not None else None
-        tail = self._logged(task_id, int(found.group(1)))
-        return tail[-1][0] if tail else int(found.group(1))
+    def _expired(self, task_id: str) -> bool:
+        return bool(self._ttl) and _mtime_of(self._expires / task_id) <= self._clock()
 
-    def _snapshot(self, task_id: str) -> tuple[int, Task] | None:
-        """The task as last written whole, and the event it includes."""
-        raw = _read_bytes(self.directory / f"{task_id}.json")
-        if raw is None:
+    def _seq(self, task_id: str) -> int | None:
+        """The number of the task's last event, without reading the task
+        (under its lock): the record names the task file it describes, so a
+        stat tells whether it still does, and the log's tail holds the rest.
+        A change then costs the same for a tiny task and a huge one."""
+        if self._expired(task_id):
             return None
         try:
-            stored = decode(raw)
-            base, task = stored["seq"], stored["task"]
-        except (ValueError, TypeError, KeyError):
-            return None  # unreadable reads as missing: a corrupt file must not take a request down
-        if not isinstance(base, int) or not isinstance(task, dict):
+            info = os.stat(self._task_file(task_id), follow_symlinks=False)
+        except OSError:
             return None
-        return base, cast(Task, task)
+        described = self._described(task_id)
+        if described is not None and described.file == _identity(info):
+            base = described.seq
+        else:
+            snapshot = self._snapshot(task_id, locked=True)  # not described: adopt it
+            if snapshot is None:
+                return None
+            base = snapshot[0]
+        return max(base, self._last_seq(task_id))
+
+    def _snapshot(self, task_id: str, *, locked: bool = False) -> tuple[int, Task] | None:
+        """The task as last written whole, and the number of the last event
+        it includes; None when missing or unreadable (a corrupt file must not
+        take a request down)."""
+        for _ in range(1 if locked else _READ_ATTEMPTS):
+            found = _read_task_file(self._task_file(task_id))
+            if found is None:
+                return None
+            raw, stored, _ = found
+            described = self._described(task_id)
+            if described is not None and described.digest == _content_digest(raw):
+                return described.seq, cast(Task, stored)
+            if _is_wrapper(stored):
+                break
+        if locked:
+            return self._adopt(task_id, write=True)
+        try:
+            with self._locked(task_id):
+                return self._adopt(task_id, write=True)
+        except StoreError:  # the lock cannot be taken (a planted link): read, write nothing
+            return self._adopt(task_id, write=False)
+
+    def _adopt(self, task_id: str, *, write: bool) -> tuple[int, Task] | None:
+        """A task file its record does not describe, read under the task's
+        lock and (with `write`) recorded: an older wrapper file holds its own
+        event number and is rewritten as the bare task; any other file (a
+        crash after its rename, before its record; a file written by hand)
+        is the task as of the log's last event."""
+        found = _read_task_file(self._task_file(task_id))
+        if found is None:
+            return None
+        raw, stored, info = found
+        described = self._described(task_id)
+        digest_now = _content_digest(raw)
+        if described is not None and described.digest == digest_now:
+            return described.seq, cast(Task, stored)  # recorded meanwhile
+        if _is_wrapper(stored):
+            base, task = stored["seq"], cast(Task, stored["task"])
+            if write:
+                self._write_snapshot(task_id, base, task)
+            return base, task
+        base = self._last_seq(task_id)
+        if write:
+            self._describe(task_id, base, digest_now, info)
+        return base, cast(Task, stored)
+
+    def _described(self, task_id: str) -> _Described | None:
+        """What the record says of the task file, if it is readable."""
+        raw = _read_bytes(self._snapshots / task_id)
+        try:
+            stored: Any = decode(raw or b"null")
+            seq, digest_of, file = stored["seq"], stored["digest"], stored["file"]
+        except (ValueError, TypeError, KeyError):
+            return None
+        if not isinstance(seq, int) or not isinstance(digest_of, str) or not isinstance(file, list):
+            return None
+        return _Described(seq, digest_of, tuple(file))
+
+    def _describe(self, task_id: str, seq: int, digest_of: str, info: os.stat_result) -> None:
+        record = {"seq": seq, "digest": digest_of, "file": list(_identity(info))}
+        _write_atomically(self._snapshots / task_id, encode(record).encode())
+
+    def _task_file(self, task_id: str) -> Path:
+        return self.directory / f"{task_id}.json"
 
     def _logged(self, task_id: str, after: int) -> list[tuple[int, bytes]]:
         """The log lines numbered above `after`, oldest first; read from the
@@ -300,8 +376,11 @@ class FileStore:
             os.close(fd)
 
     def _write_snapshot(self, task_id: str, seq: int, task: Task) -> None:
-        data = json.dumps({"seq": seq, "task": task}, indent=2, ensure_ascii=False)
-        _write_atomically(self.directory / f"{task_id}.json", data.encode() + b"\n", fsync=True)
+        """The task file, then its record: a crash between the two leaves a
+        file including every logged event, which is how it is then read."""
+        data = json.dumps(task, indent=2, ensure_ascii=False).encode() + b"\n"
+        info = _write_atomically(self._task_file(task_id), data, fsync=True)
+        self._describe(task_id, seq, _content_digest(data), info)
 
     def _indexed(self, task_id: str, state: str) -> None:
         now = self._clock()
@@ -323,12 +402,13 @@ class FileStore:
         purged = 0
         for task_id in _older(self._expires, self._clock()):
             with self._locked(task_id):
-                snapshot = self._snapshot(task_id)
+                snapshot = self._snapshot(task_id, locked=True)
                 record = self._message_record(snapshot[1]) if snapshot else None
                 if record is not None and _read_text(record) == task_id:  # not a newer task's
                     record.unlink(missing_ok=True)
                 for path in (
-                    self.directory / f"{task_id}.json",
+                    self._task_file(task_id),
+                    self._snapshots / task_id,
                     self._log / f"{task_id}.jsonl",
                     self._working / task_id,
                     self._waiting / task_id,
@@ -404,8 +484,15 @@ def _open(path: Path, flags: int) -> int:
         raise
 
 
-def _read_bytes(path: Path, limit: int = -1) -> bytes | None:
-    """The file's content (its first `limit` bytes), never through a link."""
+def _read_bytes(path: Path) -> bytes | None:
+    """The file's content, never through a link."""
+    found = _read_with_status(path)
+    return found[0] if found is not None else None
+
+
+def _read_with_status(path: Path) -> tuple[bytes, os.stat_result] | None:
+    """The file's content and its status (of the very file read), never
+    through a link."""
     try:
         fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
     except OSError as error:
@@ -414,7 +501,8 @@ def _read_bytes(path: Path, limit: int = -1) -> bytes | None:
         return None
     try:
         with os.fdopen(fd, "rb") as file:
-            return file.read(limit)
+            info = os.fstat(file.fileno())
+            return file.read(), info
     except OSError:
         return None
 
@@ -427,20 +515,63 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
-def _write_atomically(path: Path, data: bytes, *, fsync: bool = False) -> None:
+def _write_atomically(path: Path, data: bytes, *, fsync: bool = False) -> os.stat_result:
     """A temporary file renamed over `path`: readers see the old or the new
-    content, never a part; the rename replaces a link, never follows it."""
+    content, never a part; the rename replaces a link, never follows it.
+    Returns the new file's status (the rename keeps its inode and times)."""
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as file:
             file.write(data)
+            file.flush()
             if fsync:
-                file.flush()
                 os.fsync(file.fileno())
+            info = os.fstat(file.fileno())
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+    return info
+
+
+class _Described(NamedTuple):
+    """The record of a task file: the last event it includes, and the file
+    it describes (its content's digest; its inode, size and mtime)."""
+
+    seq: int
+    digest: str
+    file: tuple[int, ...]
+
+
+def _content_digest(raw: bytes) -> str:
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+def _identity(info: os.stat_result) -> tuple[int, ...]:
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def _read_task_file(path: Path) -> tuple[bytes, dict[str, Any], os.stat_result] | None:
+    """The task file's bytes, its JSON object and its status; None when
+    missing or not an object."""
+    found = _read_with_status(path)
+    if found is None:
+        return None
+    raw, info = found
+    try:
+        stored = decode(raw)
+    except ValueError:
+        return None
+    return (raw, stored, info) if isinstance(stored, dict) else None
+
+
+def _is_wrapper(stored: dict[str, Any]) -> bool:
+    """The task file format before tasks were stored bare: {"seq", "task"}."""
+    return (
+        stored.keys() == {"seq", "task"}
+        and isinstance(stored["seq"], int)
+        and isinstance(stored["task"], dict)
+    )
 
 
 def _create_exclusively(path: Path, data: bytes) -> bool:

@@ -156,8 +156,8 @@ def _media_types(value: str) -> tuple[str, ...]:
 
 
 def _card_compat(value: str) -> str | None:
-    if value not in ("", "0.3"):
-        raise ValueError("use 0.3 (or leave it empty)")
+    if value not in ("", "0.3", "1.0"):
+        raise ValueError("use 1.0 (the 1.0 card alone) or 0.3 (the default: with the 0.3 fields)")
     return value or None
 
 
@@ -240,7 +240,8 @@ class Settings:
     output_modes: tuple[str, ...] = _env(
         "OUTPUT_MODES", _media_types, ("text/plain", "application/json")
     )
-    # "0.3": the card at /.well-known/agent-card.json also carries the 0.3 fields
+    # what a card request without a version gets: "0.3" (the default) the 1.0
+    # card with the 0.3 fields, readable by every client; "1.0" the 1.0 card alone
     card_compat: str | None = _env("CARD_COMPAT", _card_compat, None)
     # the HTTP edge
     api_tokens: tuple[str, ...] = _env("API_TOKENS", _tokens, ())
