@@ -914,6 +914,17 @@ def test_regression_nested_page_token_is_invalid_params_not_a_traceback(
     assert [record for record in caplog.records if record.exc_info] == []
 
 
+def test_regression_a_part_kind_that_is_not_a_string_is_invalid_params(target: Target) -> None:
+    """A part whose `kind` is a list (unhashable) used to raise TypeError in
+    the check of known kinds: -32603 instead of a clear -32602."""
+    for kind in (["text"], {"a": 1}, 3):
+        part = {"kind": kind, "x": 1}
+        body = encode(request("SendMessage", {"message": user_message(parts=[part])}))
+        for version in (None, "1.0"):
+            _, reply = target.reply(body, dialect_headers(version), request_id=1)
+            assert code_of(reply) == -32602 and field_of(reply) == "message.parts[0]", reply
+
+
 def test_regression_huge_ids_are_not_echoed(tmp_path: Path) -> None:
     """A 900 KB task id used to come back twice in a 1.8 MB error reply;
     every id-like field of every method now gets a short error."""
@@ -1321,7 +1332,6 @@ def test_hostile_task_ids_touch_nothing_outside_the_file_store(sandbox: Sandbox)
     changed = {path for path in before.keys() | after.keys() if before.get(path) != after.get(path)}
     expected_changes = {f"{store_prefix}/{task_id}.json" for task_id in created}
     expected_changes |= {f"{store_prefix}/.log/{task_id}.jsonl" for task_id in created}
-    expected_changes |= {f"{store_prefix}/.snapshots/{task_id}" for task_id in created}
     expected_changes |= {f"{store_prefix}/.waiting/{task_id}" for task_id in created}
     records = {
         path
@@ -1332,7 +1342,7 @@ def test_hostile_task_ids_touch_nothing_outside_the_file_store(sandbox: Sandbox)
     lock_files = {path for path in changed if path.startswith(f"{store_prefix}/.locks/")}
     folders = {
         f"{store_prefix}/{name}"
-        for name in (".locks", ".log", ".snapshots", ".waiting", ".messages", ".contexts")
+        for name in (".locks", ".log", ".waiting", ".messages", ".contexts")
     }
     assert changed - lock_files - expected_changes - records <= {store_prefix, *folders}, changed
     assert target.dispatcher.enqueued == created and len(created) == 6
