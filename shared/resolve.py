@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared.errors import ConfigError
+from shared.file_log import ALWAYS
 from shared.file_store import file_store
 from shared.loading import is_reference, load_object
 from shared.memory_store import memory_store
@@ -29,13 +30,16 @@ def check_store_spec(spec: str | None) -> None:
     raise ValueError(f"unknown store spec {spec!r}; accepted: {ACCEPTED_FORMS}")
 
 
-def resolve_store(spec: object = None, *, terminal_ttl: float | None = None) -> Any:
+def resolve_store(
+    spec: object = None, *, terminal_ttl: float | None = None, file_fsync: str = ALWAYS
+) -> Any:
     """`None`/"memory" -> memory store; "file:<dir>" -> file store; a Redis URL
     -> Redis store; "package.module:attr" -> that object (called when it is a
     factory, i.e. a class or function rather than a store); any non-string
     object -> returned as is. Any other string raises ValueError.
 
-    `terminal_ttl` (seconds) lets the store expire finished tasks.
+    `terminal_ttl` (seconds) lets the store expire finished tasks;
+    `file_fsync` is the file store's fsync policy (`shared.file_log`).
     """
     if spec is None or spec == "memory":
         return memory_store(terminal_ttl=terminal_ttl)
@@ -43,7 +47,7 @@ def resolve_store(spec: object = None, *, terminal_ttl: float | None = None) -> 
         return spec
     check_store_spec(spec)
     if spec.startswith("file:"):
-        return file_store(spec.removeprefix("file:"), terminal_ttl=terminal_ttl)
+        return file_store(spec.removeprefix("file:"), terminal_ttl=terminal_ttl, fsync=file_fsync)
     if spec.startswith(_REDIS_SCHEMES):
         return redis_store(spec, terminal_ttl=terminal_ttl)
     target = load_object(spec, "TOOLNEXUS_STORE")

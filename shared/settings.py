@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.errors import ConfigError
+from shared.file_log import FSYNC_POLICIES
 from shared.loading import is_reference
 from shared.resolve import check_store_spec
 
@@ -161,6 +162,12 @@ def _card_compat(value: str) -> str | None:
     return value or None
 
 
+def _fsync_policy(value: str) -> str:
+    if value not in FSYNC_POLICIES:
+        raise ValueError(f"use {', '.join(FSYNC_POLICIES)}")
+    return value
+
+
 def _flag(value: str) -> bool:
     lowered = value.lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -211,6 +218,10 @@ class Settings:
     broker_url: str = _env("BROKER_URL", _text, "redis://localhost:6379/0")
     queue: str = _env("QUEUE", _text, "toolnexus")
     task_ttl: float | None = _env("TASK_TTL", _optional_seconds, None)
+    # the file store: when its event logs are forced to the disk (like Redis's
+    # appendfsync): always (every append; a power cut loses nothing
+    # acknowledged), everysec (once a second) or no (when the OS will)
+    file_fsync: str = _env("FILE_FSYNC", _fsync_policy, "always")
     # the agent
     # Set but empty: no function; workers then fail each task saying so.
     run: str | None = _env("RUN", _optional_reference, "examples.agents:echo")

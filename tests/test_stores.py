@@ -306,9 +306,9 @@ def test_a_task_directory_of_the_older_format_keeps_working(tmp_path: Path) -> N
 
 
 def test_a_task_file_replaced_out_of_band_is_adopted(tmp_path: Path) -> None:
-    """A task file the store did not write last (a crash after its rename and
-    before its record, or a hand edit) is the task as of the log's last event,
-    and later changes fold onto it."""
+    """A task file no log marker names (a hand edit, or a power cut between a
+    rename and its marker reaching the disk) is the task as it stands, and
+    later changes fold onto it."""
     store = resolve_store(f"file:{tmp_path}")
     task = store.save(a_task("to be edited"))
     transition(store, task["id"], to(WORKING))
@@ -324,21 +324,24 @@ def test_a_task_file_replaced_out_of_band_is_adopted(tmp_path: Path) -> None:
 
 
 def test_readers_never_see_a_task_folded_twice_while_it_is_rewritten(tmp_path: Path) -> None:
-    """Lock-free readers racing snapshot rewrites: the task file and its
-    record are two files, and a reader that pairs a new file with an old
-    number would apply events twice (chunks repeated)."""
+    """Lock-free readers racing snapshot rewrites: the task file and the
+    number of the last event it includes are in two files (the file and its
+    log marker), and a reader that paired a file with another file's number
+    would apply events twice (chunks repeated) or miss some."""
     store = resolve_store(f"file:{tmp_path}")
     task = store.save(a_task("chunks"))
     transition(store, task["id"], to(WORKING))
     stop, seen, errors = threading.Event(), [], []
 
     def read() -> None:
+        before = 0
         while not stop.is_set():
             got = store.get(task["id"])
             parts = (got.get("artifacts") or [{"parts": []}])[0]["parts"]
             texts = [p["text"] for p in parts]
-            if texts != [str(n) for n in range(len(texts))]:
-                errors.append(texts)
+            if texts != [str(n) for n in range(len(texts))] or len(texts) < before:
+                errors.append(texts)  # folded twice, or older than a read before
+            before = len(texts)
             seen.append(len(texts))
 
     readers = [threading.Thread(target=read) for _ in range(2)]
