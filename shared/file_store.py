@@ -75,9 +75,6 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 _STRIPES = 64
 _POLL = 0.05  # how often watched logs are checked for growth, seconds
-# Lock-free reads of a task file and its record that do not agree (a write
-# went on between them) before the read takes the task's lock.
-_READ_ATTEMPTS = 2
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -267,7 +264,10 @@ class FileStore:
         try:
             with self._locked(task_id):
                 return self._read(task_id, locked=True)
-        except StoreError:  # the lock cannot be taken (a planted link): read, write nothing
+        except (StoreError, OSError) as error:
+            # No lock or no write (a planted link, a read-only or full disk):
+            # the read is still served, and the adoption waits for a write.
+            log.warning("task store: reading task %s without adopting it: %s", task_id, error)
             return self._adopt(task_id, found, write=False)
 
     def _adopt(

@@ -341,3 +341,27 @@ def test_a_torn_log_line_through_the_api_leaves_get_and_streams_working(
     store = FileStore(tasks)
     assert state_of(store.get(task_id)) == COMPLETED
     assert store.events(task_id, 0)[-1][1]["final"]
+
+
+def test_a_file_the_store_cannot_adopt_yet_is_still_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task file no marker names (here one the seed's store wrote: the bare
+    task, no log) on a disk that refuses writes: `get` serves it, and the
+    store adopts it once it can write again."""
+    import shared.file_log
+
+    seed = {"id": "seed-1", "status": {"state": "completed"}, "artifacts": []}
+    FileStore(tmp_path)  # the folders
+    (tmp_path / "seed-1.json").write_text(json.dumps(seed))
+
+    def read_only(fd: int, data: bytes) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(shared.file_log, "_write_all", read_only)
+    store = FileStore(tmp_path)
+    assert store.get("seed-1") == seed
+    assert store.events("seed-1", 0) == []
+    monkeypatch.undo()
+    assert store.get("seed-1") == seed
+    assert [event["status"] for _, event in store.events("seed-1", 0)] == [seed["status"]]
