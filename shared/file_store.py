@@ -429,14 +429,17 @@ class FileStore:
                 self._poller.start()
 
     def _poll(self) -> None:
-        sizes: dict[str, int] = {}
+        # A log grows by appends and is replaced by a trim (a new inode), so
+        # its inode and size together change with every write.
+        sizes: dict[str, tuple[int, int]] = {}
         while True:
             watched = self._notifier.watched()
             for task_id in watched:
                 try:
-                    size = os.stat(self._log / f"{task_id}.jsonl", follow_symlinks=False).st_size
+                    info = os.stat(self._logs.path(task_id), follow_symlinks=False)
+                    size = (info.st_ino, info.st_size)
                 except OSError:
-                    size = -1
+                    size = (-1, -1)
                 if sizes.get(task_id) != size:
                     sizes[task_id] = size
                     self._notifier.notify(task_id)
