@@ -365,3 +365,30 @@ def test_a_file_the_store_cannot_adopt_yet_is_still_read(
     monkeypatch.undo()
     assert store.get("seed-1") == seed
     assert [event["status"] for _, event in store.events("seed-1", 0)] == [seed["status"]]
+
+
+def test_a_crash_between_the_log_and_the_rename_loses_nothing_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A whole write appends its events and the new file's marker, then
+    renames the file: a crash before the rename leaves the older file, and a
+    read folds the logged events over it (once: the older file's own marker
+    says where it stands)."""
+    store = FileStore(tmp_path)
+    task_id = working_task_with_chunks(store, 3)
+
+    def crash(*args: Any) -> None:
+        raise KeyboardInterrupt("the process dies here")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        transition(store, task_id, to_state(COMPLETED))  # at rest: written whole
+    monkeypatch.undo()
+    assert not list(tmp_path.glob(".*.tmp"))
+    on_disk = json.loads((tmp_path / f"{task_id}.json").read_text())
+    assert state_of(on_disk) != COMPLETED  # the rename never happened
+    after = FileStore(tmp_path)  # the next process
+    got = after.get(task_id)
+    assert got is not None and state_of(got) == COMPLETED  # the logged event counts
+    assert texts(got) == ["0", "1", "2"]  # and nothing is folded twice
+    assert not transition(after, task_id, to_state(WORKING)).applied  # final is final
