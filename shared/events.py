@@ -65,7 +65,7 @@ def status_update(task: Task, state: str, message: Message | None = None) -> Sta
     return {
         "kind": "status-update",
         "taskId": task["id"],
-        "contextId": task["contextId"],
+        "contextId": context_of(task),
         "status": status,
         "final": is_terminal(state) or state in INTERRUPTED_STATES,
     }
@@ -79,7 +79,7 @@ def current_status(task: Task) -> StatusUpdate:
     return {
         "kind": "status-update",
         "taskId": task["id"],
-        "contextId": task.get("contextId", ""),
+        "contextId": context_of(task),
         "status": status,
         "final": is_terminal(state) or state in INTERRUPTED_STATES,
     }
@@ -91,7 +91,7 @@ def artifact_update(
     return {
         "kind": "artifact-update",
         "taskId": task["id"],
-        "contextId": task["contextId"],
+        "contextId": context_of(task),
         "artifact": artifact,
         "append": append,
         "lastChunk": last_chunk,
@@ -154,5 +154,15 @@ def _with_artifact(artifacts: list[Artifact], update: ArtifactUpdate) -> list[Ar
     return [*artifacts, incoming]
 
 
+def context_of(task: Task) -> str:
+    """The task's context id; "" for a task saved without one (a store's
+    contract requires only `id` and `status`), so its events still carry the
+    field every A2A event has."""
+    return task.get("contextId", "")
+
+
 def _addressed(task: Task, message: Message) -> Message:
-    return {**message, "taskId": task["id"], "contextId": task["contextId"]}
+    addressed: Message = {**message, "taskId": task["id"]}
+    if "contextId" in task:
+        addressed["contextId"] = task["contextId"]
+    return addressed

@@ -1,10 +1,13 @@
 """A directory of `<id>.json` files: durable, greppable, shareable.
 
 Layout under the directory:
-  <id>.json          {"seq": N, "task": {...}}: the task as of its event N,
-                     pretty-printed, replaced atomically
-  .log/<id>.jsonl    the task's events, one {"seq": n, "event": {...}} a line;
-                     a read folds the lines after N over the snapshot
+  <id>.json          the task itself, pretty-printed, replaced atomically:
+                     `jq .status.state tasks/*.json` reads every state
+  .log/<id>.jsonl    the task's events, one {"seq": n, "event": {...}} a
+                     line, and a marker {"seq": n, "snapshot": {...}} per
+                     task file written, naming its content: a read folds
+                     the events after the marker of the file it found
+                     (see `shared.file_log`)
   .working/<id>      one empty file per task in `working`; its mtime is the
                      last heartbeat, so the reaper's query reads only these
   .waiting/<id>      likewise for `submitted` tasks: when each was queued
@@ -17,6 +20,16 @@ Layout under the directory:
                      mtime is the moment it expires (the reaper purges it)
   .beat              touched by each run of the reaper
 
+A write of the whole task writes a temporary file, appends the change's
+events with the new file's marker, then renames the file into place, so
+whichever file a reader finds, its marker is already in the log: readers
+take no lock and never fold an event twice. A task file no marker names (an
+older wrapper `{"seq": N, "task": ...}` file, a file written by hand or by
+the seed's store, one left by a power cut between its rename and its
+marker, or a log cut short) is adopted under the task's lock: a wrapper is
+read at its own number and rewritten bare; any other file is the task as
+it stands, and its status goes into the log as the next event.
+
 Several processes on one host (or one shared volume with working flock)
 see each other's tasks and serialise their writes on the stripe locks.
 No file is ever opened through a symbolic link: a planted link reads as a
@@ -27,10 +40,10 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import os
-import re
 import tempfile
 import threading
 import time
@@ -38,13 +51,15 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
-from shared.codec import decode, encode
+from shared.codec import decode
 from shared.errors import ContextTaken, StoreError
 from shared.events import Event, current_status, fold
+from shared.file_log import ALWAYS, Durability, LogFiles, Marker, open_no_link
 from shared.listing import Listing, Query, StatusHistory, history_of, list_by_scan
 from shared.store import (
+    LOG_LIMIT,
     Commit,
     Created,
     Record,
@@ -61,8 +76,6 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 _STRIPES = 64
 _POLL = 0.05  # how often watched logs are checked for growth, seconds
-_SEQ = re.compile(rb'\{"seq":(\d+),')
-_HEAD_SEQ = re.compile(rb'\{\s*"seq":\s*(\d+),')
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -72,8 +85,11 @@ class FileStore:
         directory: str | os.PathLike[str],
         clock: Clock = time.time,
         terminal_ttl: float | None = None,
+        fsync: str = ALWAYS,
+        log_limit: int = LOG_LIMIT,
     ) -> None:
         self.directory = Path(directory)
+        self._durability = Durability(fsync)
         self._clock = clock
         self._ttl = terminal_ttl
         self._expires = self.directory / ".expires"
@@ -98,6 +114,7 @@ class FileStore:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             if folder.is_symlink():
                 raise StoreError(f"task store: {folder} is a symbolic link; refusing to use it")
+        self._logs = LogFiles(self._log, self._durability, log_limit)
         self._notifier = Notifier()
         self._poller: threading.Thread | None = None
         self._poller_lock = threading.Lock()
@@ -112,10 +129,9 @@ class FileStore:
         task_id = require_safe_id(task.get("id"))
         event = current_status(task)
         with self._locked(task_id):
-            current = self._read(task_id)
-            seq = (current.seq if current is not None else self._last_seq(task_id)) + 1
-            self._append(task_id, seq, [event])
-            self._write_snapshot(task_id, seq, task)
+            current = self._read(task_id, locked=True)
+            seq = (current.seq if current is not None else self._logs.last(task_id)) + 1
+            self._write(task_id, seq, [event], task)
             self._indexed(task_id, state_of(task))
         return task
 
@@ -139,8 +155,7 @@ class FileStore:
                 # The record first: a crash before the task is written leaves a
                 # record of nothing, which a retry overwrites; never two tasks.
                 _write_atomically(record_path, task_id.encode())
-            self._append(task_id, 1, [current_status(task)])
-            self._write_snapshot(task_id, 1, task)
+            self._write(task_id, 1, [current_status(task)], task)
             self._indexed(task_id, SUBMITTED)
         return Created(task, True)
 
@@ -154,18 +169,15 @@ class FileStore:
         with self._locked(task_id):
             if self._seq(task_id) != commit.expected:
                 return False
-            seq = commit.expected + len(commit.events)
-            self._append(task_id, commit.expected + 1, commit.events)
-            if commit.snapshot:
-                self._write_snapshot(task_id, seq, commit.task)
+            whole = commit.task if commit.snapshot else None
+            self._write(task_id, commit.expected + 1, commit.events, whole)
             self._indexed(task_id, state_of(commit.task))
             return True
 
     def events(self, task_id: str, after: int, limit: int | None = None) -> list[tuple[int, Event]]:
         if not is_safe_id(task_id):
             return []
-        logged = self._logged(task_id, after)[:limit]
-        return [(seq, decode(line)["event"]) for seq, line in logged]
+        return self._logs.tail(task_id, after)[:limit]
 
     @contextmanager
     def watch(self, task_id: str) -> Iterator[Waiter]:
@@ -232,83 +244,118 @@ class FileStore:
 
     # --- reading and writing under the stripe lock --------------------------
 
-    def _read(self, task_id: str) -> Record | None:
-        if self._ttl and _mtime_of(self._expires / task_id) <= self._clock():
+    def _read(self, task_id: str, *, locked: bool = False) -> Record | None:
+        """The task file with the events after the one its marker names
+        folded over it; a file no marker names is read under the lock and
+        adopted (see the module docstring). `locked`: the caller holds the
+        task's lock."""
+        if self._expired(task_id):
             return None  # finished and past its time to live: the reaper purges it
-        snapshot = self._snapshot(task_id)
-        if snapshot is None:
+        found = _read_task_file(self._task_file(task_id))
+        if found is None:
             return None
-        base, task = snapshot
-        tail = self._logged(task_id, base)
-        events = [decode(line)["event"] for _, line in tail]
-        seq = tail[-1][0] if tail else base
-        return Record(fold(task, events), seq, len(tail))
+        raw, stored, info = found
+        if not _is_wrapper(stored):
+            digest_of = _content_digest(raw)
+            scan = self._logs.scan(task_id, digest_of)
+            if scan.base is not None:
+                if locked and not scan.latest:
+                    # The newest marker names this file again, so a change
+                    # under the lock finds it with one stat.
+                    marker = Marker(scan.base, digest_of, _identity(info))
+                    self._logs.append(task_id, 0, [], marker)
+                return _record(cast(Task, stored), scan.base, scan.events)
+        if locked:
+            return self._adopt(task_id, found, write=True)
+        try:
+            with self._locked(task_id):
+                return self._read(task_id, locked=True)
+        except (StoreError, OSError) as error:
+            # No lock or no write (a planted link, a read-only or full disk):
+            # the read is still served, and the adoption waits for a write.
+            log.warning("task store: reading task %s without adopting it: %s", task_id, error)
+            return self._adopt(task_id, found, write=False)
+
+    def _adopt(
+        self, task_id: str, found: tuple[bytes, dict[str, Any], os.stat_result], *, write: bool
+    ) -> Record:
+        """A task file no marker names, made the log's (with `write`). An
+        older wrapper file holds its own event number and is rewritten as the
+        bare task. Any other file (a crash after its rename, before its
+        marker reached the disk; the log cut short; a hand edit) is the task
+        as it stands: its status goes in as the next event, so a follower
+        sees where it stands, with a marker naming the file."""
+        raw, stored, info = found
+        last = self._logs.last(task_id)
+        if _is_wrapper(stored):
+            base, task = stored["seq"], cast(Task, stored["task"])
+            if write:
+                lost = [current_status(task)] if last < base else []  # the log was cut short
+                self._write(task_id, base, lost, task, seq=base)
+            tail = self._logs.tail(task_id, base)
+            return _record(task, base, tail)
+        task = cast(Task, stored)
+        if not write:
+            return Record(task, last, 0)
+        log.warning("task store: adopting task file %s (no log marker names it)", task_id)
+        marker = Marker(last + 1, _content_digest(raw), _identity(info))
+        self._logs.append(task_id, last + 1, [current_status(task)], marker)
+        self._notifier.notify(task_id)
+        return Record(task, last + 1, 0)
+
+    def _expired(self, task_id: str) -> bool:
+        return bool(self._ttl) and _mtime_of(self._expires / task_id) <= self._clock()
 
     def _seq(self, task_id: str) -> int | None:
-        """The number of the task's last event, without reading the task: the
-        snapshot's own number is at its head, the rest is the log's tail. A
-        change then costs the same for a tiny task and a huge one."""
-        if self._ttl and _mtime_of(self._expires / task_id) <= self._clock():
-            return None
-        head = _read_bytes(self.directory / f"{task_id}.json", limit=64)
-        found = _HEAD_SEQ.match(head or b"")
-        if found is None:
-            record = self._read(task_id)  # not written by this store: read it whole
-            return record.seq if record is not None else None
-        tail = self._logged(task_id, int(found.group(1)))
-        return tail[-1][0] if tail else int(found.group(1))
-
-    def _snapshot(self, task_id: str) -> tuple[int, Task] | None:
-        """The task as last written whole, and the event it includes."""
-        raw = _read_bytes(self.directory / f"{task_id}.json")
-        if raw is None:
+        """The number of the task's last event, without reading the task
+        (under its lock): the newest marker names the task file it was
+        written with, so a stat tells whether it still is the file there,
+        and the log's last line holds the rest. A change then costs the
+        same for a tiny task and a huge one."""
+        if self._expired(task_id):
             return None
         try:
-            stored = decode(raw)
-            base, task = stored["seq"], stored["task"]
-        except (ValueError, TypeError, KeyError):
-            return None  # unreadable reads as missing: a corrupt file must not take a request down
-        if not isinstance(base, int) or not isinstance(task, dict):
+            info = os.stat(self._task_file(task_id), follow_symlinks=False)
+        except OSError:
             return None
-        return base, cast(Task, task)
+        marker, last = self._logs.latest(task_id)
+        if marker is not None and marker.file == _identity(info):
+            return max(marker.seq, last)
+        record = self._read(task_id, locked=True)  # no marker for this file: adopt it
+        return record.seq if record is not None else None
 
-    def _logged(self, task_id: str, after: int) -> list[tuple[int, bytes]]:
-        """The log lines numbered above `after`, oldest first; read from the
-        end of the file, so a read costs the tail, not the whole log."""
-        raw = _read_bytes(self._log / f"{task_id}.jsonl")
-        if not raw:
-            return []
-        lines: list[tuple[int, bytes]] = []
-        for line in reversed(raw.splitlines()):
-            match = _SEQ.match(line)
-            if match is None:
-                continue  # a line cut short by a crash
-            seq = int(match.group(1))
-            if seq <= after:
-                break
-            lines.append((seq, line))
-        lines.reverse()
-        return lines
+    def _task_file(self, task_id: str) -> Path:
+        return self.directory / f"{task_id}.json"
 
-    def _last_seq(self, task_id: str) -> int:
-        tail = self._logged(task_id, 0)
-        return tail[-1][0] if tail else 0
-
-    def _append(self, task_id: str, first: int, events: Sequence[Event]) -> None:
-        lines = b"".join(
-            f'{{"seq":{first + n},"event":{encode(event)}}}\n'.encode()
-            for n, event in enumerate(events)
-        )
-        path = self._log / f"{task_id}.jsonl"
-        fd = _open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    def _write(
+        self,
+        task_id: str,
+        first: int,
+        events: Sequence[Event],
+        whole: Task | None,
+        seq: int | None = None,
+    ) -> None:
+        """Append `events` numbered `first` on; with `whole`, write it as the
+        task file including the events up to `seq` (default: the last one):
+        a temporary file, then its marker appended with the events, then the
+        rename. Whichever file a reader then finds, its marker is logged."""
+        if whole is None:
+            self._logs.append(task_id, first, events, None)
+            return
+        path = self._task_file(task_id)
+        data = json.dumps(whole, indent=2, ensure_ascii=False).encode() + b"\n"
+        temp, info = _temporary(path, data, fsync=self._durability.files_synced)
         try:
-            os.write(fd, lines)
-        finally:
-            os.close(fd)
-
-    def _write_snapshot(self, task_id: str, seq: int, task: Task) -> None:
-        data = json.dumps({"seq": seq, "task": task}, indent=2, ensure_ascii=False)
-        _write_atomically(self.directory / f"{task_id}.json", data.encode() + b"\n", fsync=True)
+            new = not os.path.lexists(path)
+            last = first + len(events) - 1 if seq is None else seq
+            marker = Marker(last, _content_digest(data), _identity(info))
+            self._logs.append(task_id, first, events, marker)
+            os.replace(temp, path)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        if new:
+            self._durability.created(path)
 
     def _indexed(self, task_id: str, state: str) -> None:
         now = self._clock()
@@ -334,12 +381,15 @@ class FileStore:
         purged = 0
         for task_id in _older(self._expires, self._clock()):
             with self._locked(task_id):
-                snapshot = self._snapshot(task_id)
-                record = self._message_record(snapshot[1]) if snapshot else None
+                found = _read_task_file(self._task_file(task_id))
+                stored = found[1] if found is not None else None
+                if stored is not None and _is_wrapper(stored):
+                    stored = stored["task"]
+                record = self._message_record(cast(Task, stored)) if stored else None
                 if record is not None and _read_text(record) == task_id:  # not a newer task's
                     record.unlink(missing_ok=True)
                 for path in (
-                    self.directory / f"{task_id}.json",
+                    self._task_file(task_id),
                     self._log / f"{task_id}.jsonl",
                     self._working / task_id,
                     self._waiting / task_id,
@@ -372,7 +422,7 @@ class FileStore:
         held: list[int] = []
         try:
             for stripe in stripes:
-                held.append(_open(self._locks / str(stripe), os.O_RDWR | os.O_CREAT))
+                held.append(open_no_link(self._locks / str(stripe), os.O_RDWR | os.O_CREAT))
                 fcntl.flock(held[-1], fcntl.LOCK_EX)
             yield
         finally:
@@ -390,14 +440,17 @@ class FileStore:
                 self._poller.start()
 
     def _poll(self) -> None:
-        sizes: dict[str, int] = {}
+        # A log grows by appends and is replaced by a trim (a new inode), so
+        # its inode and size together change with every write.
+        sizes: dict[str, tuple[int, int]] = {}
         while True:
             watched = self._notifier.watched()
             for task_id in watched:
                 try:
-                    size = os.stat(self._log / f"{task_id}.jsonl", follow_symlinks=False).st_size
+                    info = os.stat(self._logs.path(task_id), follow_symlinks=False)
+                    size = (info.st_ino, info.st_size)
                 except OSError:
-                    size = -1
+                    size = (-1, -1)
                 if sizes.get(task_id) != size:
                     sizes[task_id] = size
                     self._notifier.notify(task_id)
@@ -406,18 +459,15 @@ class FileStore:
             time.sleep(_POLL)
 
 
-def _open(path: Path, flags: int) -> int:
-    try:
-        return os.open(path, flags | _NOFOLLOW, 0o600)
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            log.warning("task store: refusing to follow the symbolic link %s", path)
-            raise StoreError(f"task store: {path.name} is a symbolic link") from None
-        raise
+def _read_bytes(path: Path) -> bytes | None:
+    """The file's content, never through a link."""
+    found = _read_with_status(path)
+    return found[0] if found is not None else None
 
 
-def _read_bytes(path: Path, limit: int = -1) -> bytes | None:
-    """The file's content (its first `limit` bytes), never through a link."""
+def _read_with_status(path: Path) -> tuple[bytes, os.stat_result] | None:
+    """The file's content and its status (of the very file read), never
+    through a link."""
     try:
         fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
     except OSError as error:
@@ -426,7 +476,8 @@ def _read_bytes(path: Path, limit: int = -1) -> bytes | None:
         return None
     try:
         with os.fdopen(fd, "rb") as file:
-            return file.read(limit)
+            info = os.fstat(file.fileno())
+            return file.read(), info
     except OSError:
         return None
 
@@ -439,20 +490,69 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
-def _write_atomically(path: Path, data: bytes, *, fsync: bool = False) -> None:
+def _write_atomically(path: Path, data: bytes) -> None:
     """A temporary file renamed over `path`: readers see the old or the new
     content, never a part; the rename replaces a link, never follows it."""
+    temp, _ = _temporary(path, data, fsync=False)
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def _temporary(path: Path, data: bytes, *, fsync: bool) -> tuple[Path, os.stat_result]:
+    """A finished temporary file beside `path` holding `data`, and its status
+    (a rename keeps its inode and times)."""
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as file:
             file.write(data)
+            file.flush()
             if fsync:
-                file.flush()
                 os.fsync(file.fileno())
-        os.replace(temp, path)
+            info = os.fstat(file.fileno())
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+    return Path(temp), info
+
+
+def _record(task: Task, base: int, events: list[tuple[int, Event]]) -> Record:
+    """`task` (including the events up to `base`) with `events` folded over it."""
+    seq = events[-1][0] if events else base
+    return Record(fold(task, [event for _, event in events]), seq, len(events))
+
+
+def _content_digest(raw: bytes) -> str:
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+def _identity(info: os.stat_result) -> tuple[int, ...]:
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def _read_task_file(path: Path) -> tuple[bytes, dict[str, Any], os.stat_result] | None:
+    """The task file's bytes, its JSON object and its status; None when
+    missing or not an object."""
+    found = _read_with_status(path)
+    if found is None:
+        return None
+    raw, info = found
+    try:
+        stored = decode(raw)
+    except ValueError:
+        return None
+    return (raw, stored, info) if isinstance(stored, dict) else None
+
+
+def _is_wrapper(stored: dict[str, Any]) -> bool:
+    """The task file format before tasks were stored bare: {"seq", "task"}."""
+    return (
+        stored.keys() == {"seq", "task"}
+        and isinstance(stored["seq"], int)
+        and isinstance(stored["task"], dict)
+    )
 
 
 def _create_exclusively(path: Path, data: bytes) -> bool:
@@ -471,7 +571,7 @@ def _create_exclusively(path: Path, data: bytes) -> bool:
 
 
 def _touch(path: Path, when: float) -> None:
-    os.close(_open(path, os.O_WRONLY | os.O_CREAT))
+    os.close(open_no_link(path, os.O_WRONLY | os.O_CREAT))
     os.utime(path, (when, when), follow_symlinks=False)
 
 
@@ -506,5 +606,6 @@ def file_store(
     directory: str | os.PathLike[str],
     clock: Clock = time.time,
     terminal_ttl: float | None = None,
+    fsync: str = ALWAYS,
 ) -> FileStore:
-    return FileStore(directory, clock, terminal_ttl)
+    return FileStore(directory, clock, terminal_ttl, fsync)

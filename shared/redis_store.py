@@ -30,7 +30,7 @@ from redis.retry import Retry
 
 from shared.codec import decode, encode
 from shared.errors import ContextTaken, StoreError
-from shared.events import Event, StatusUpdate, current_status, fold
+from shared.events import Event, StatusUpdate, context_of, current_status, fold
 from shared.listing import Listing, Query
 from shared.redis_listener import Listener
 from shared.redis_listing import RedisListing
@@ -294,7 +294,7 @@ class RedisStore:
             self._log_limit,
             self._prefix,
             *self._listed(task),
-            encode(task["contextId"]),
+            encode(context_of(task)),
             *(encode(event) for event in events),
         ]
         with self._reachable():
@@ -331,7 +331,7 @@ class RedisStore:
         """What the listing indexes file a task under: its status time and the
         digests of its owner and context."""
         status_time = epoch(task["status"].get("timestamp", ""))
-        return repr(status_time), digest(task.get("owner", "")), digest(task["contextId"])
+        return repr(status_time), digest(task.get("owner", "")), digest(context_of(task))
 
     def _older(self, index: str, cutoff: float) -> list[str]:
         with self._reachable():

@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from shared.errors import ConfigError
+from shared.file_log import ALWAYS
 from shared.file_store import file_store
 from shared.loading import is_reference, load_object
 from shared.memory_store import memory_store
@@ -43,13 +44,16 @@ def check_store_spec(spec: str | None) -> None:
     raise ValueError(f"unknown store spec {spec!r}; accepted: {ACCEPTED_FORMS}")
 
 
-def resolve_store(spec: object = None, *, terminal_ttl: float | None = None) -> Any:
+def resolve_store(
+    spec: object = None, *, terminal_ttl: float | None = None, file_fsync: str = ALWAYS
+) -> Any:
     """`None`/"memory" -> memory store; "file:<dir>" -> file store; a Redis URL
     -> Redis store; "package.module:attr" -> that object (called when it is a
     factory, i.e. a class or function rather than a store); any non-string
     object -> returned as is. Any other string raises ValueError.
 
-    `terminal_ttl` (seconds) lets the store expire finished tasks.
+    `terminal_ttl` (seconds) lets the store expire finished tasks;
+    `file_fsync` is the file store's fsync policy (`shared.file_log`).
     """
     if spec is None or spec == "memory":
         return memory_store(terminal_ttl=terminal_ttl)
@@ -59,7 +63,7 @@ def resolve_store(spec: object = None, *, terminal_ttl: float | None = None) -> 
     if spec.startswith("file:"):
         folder = spec.removeprefix("file:")
         try:
-            return file_store(folder, terminal_ttl=terminal_ttl)
+            return file_store(folder, terminal_ttl=terminal_ttl, fsync=file_fsync)
         except OSError as error:
             reason = _unusable_folder(folder, error)
             raise ConfigError(f"TOOLNEXUS_STORE={spec!r}: {reason}") from None

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.errors import ConfigError
+from shared.file_log import FSYNC_POLICIES
 from shared.loading import is_reference
 from shared.resolve import check_store_spec, check_url_port
 
@@ -168,9 +169,15 @@ def _media_types(value: str) -> tuple[str, ...]:
 
 
 def _card_compat(value: str) -> str | None:
-    if value not in ("", "0.3"):
-        raise ValueError("use 0.3 (or leave it empty)")
+    if value not in ("", "0.3", "1.0"):
+        raise ValueError("use 1.0 (the 1.0 card alone) or 0.3 (the default: with the 0.3 fields)")
     return value or None
+
+
+def _fsync_policy(value: str) -> str:
+    if value not in FSYNC_POLICIES:
+        raise ValueError(f"use {', '.join(FSYNC_POLICIES)}")
+    return value
 
 
 def _flag(value: str) -> bool:
@@ -238,6 +245,10 @@ class Settings:
     # more than this share of its maxmemory
     redis_memory_warn: float = _env("REDIS_MEMORY_WARN", _share, 0.9)
     # --- end of the event log's settings ---
+    # the file store: when its event logs are forced to the disk (like Redis's
+    # appendfsync): always (every append; a power cut loses nothing
+    # acknowledged), everysec (once a second) or no (when the OS will)
+    file_fsync: str = _env("FILE_FSYNC", _fsync_policy, "always")
     # the agent
     # Set but empty: no function; workers then fail each task saying so.
     run: str | None = _env("RUN", _optional_reference, "examples.agents:echo")
@@ -267,7 +278,8 @@ class Settings:
     output_modes: tuple[str, ...] = _env(
         "OUTPUT_MODES", _media_types, ("text/plain", "application/json")
     )
-    # "0.3": the card at /.well-known/agent-card.json also carries the 0.3 fields
+    # what a card request without a version gets: "0.3" (the default) the 1.0
+    # card with the 0.3 fields, readable by every client; "1.0" the 1.0 card alone
     card_compat: str | None = _env("CARD_COMPAT", _card_compat, None)
     # the HTTP edge
     api_tokens: tuple[str, ...] = _env("API_TOKENS", _tokens, ())

@@ -14,9 +14,13 @@ from shared.transitions import OnTerminal
 
 
 def open_store(settings: Settings, given: object = None) -> TaskStore:
-    """`given` (a store object or spec) or else TOOLNEXUS_STORE, with the task TTL."""
+    """`given` (a store object or spec) or else TOOLNEXUS_STORE, with the task
+    TTL and the file store's fsync policy."""
     spec = settings.store if given is None else given
-    return cast(TaskStore, resolve_store(spec, terminal_ttl=settings.task_ttl))
+    return cast(
+        TaskStore,
+        resolve_store(spec, terminal_ttl=settings.task_ttl, file_fsync=settings.file_fsync),
+    )
 
 
 def load_hook(settings: Settings) -> OnTerminal | None:

@@ -318,7 +318,8 @@ def check_store_whole(target: Target) -> None:
         assert isinstance(task, dict) and task.get("id") == task_id, task_id
         assert state_of(task) in STATES, task.get("status")
         assert isinstance(task["status"].get("timestamp"), str), task["status"]
-    assert not [name for name in os.listdir(target.store.directory) if name.endswith(".tmp")]
+    if isinstance(target.store, FileStore):
+        assert not [name for name in os.listdir(target.store.directory) if name.endswith(".tmp")]
     for task_id in target.dispatcher.enqueued:
         assert task_id in tasks, f"task {task_id} was handed out but never saved"
         # What a worker does first and last: both must still be possible.
@@ -913,6 +914,17 @@ def test_regression_nested_page_token_is_invalid_params_not_a_traceback(
     assert [record for record in caplog.records if record.exc_info] == []
 
 
+def test_regression_a_part_kind_that_is_not_a_string_is_invalid_params(target: Target) -> None:
+    """A part whose `kind` is a list (unhashable) used to raise TypeError in
+    the check of known kinds: -32603 instead of a clear -32602."""
+    for kind in (["text"], {"a": 1}, 3):
+        part = {"kind": kind, "x": 1}
+        body = encode(request("SendMessage", {"message": user_message(parts=[part])}))
+        for version in (None, "1.0"):
+            _, reply = target.reply(body, dialect_headers(version), request_id=1)
+            assert code_of(reply) == -32602 and field_of(reply) == "message.parts[0]", reply
+
+
 def test_regression_huge_ids_are_not_echoed(tmp_path: Path) -> None:
     """A 900 KB task id used to come back twice in a 1.8 MB error reply;
     every id-like field of every method now gets a short error."""
@@ -1351,3 +1363,132 @@ def test_hostile_task_ids_touch_nothing_outside_the_file_store(sandbox: Sandbox)
     )
     finish(target)
     target.tally.report()
+
+
+# --- hostile context ids, the same on every store ----------------------------------
+
+# Client-chosen context ids that would be a path, a key pattern or a
+# terminal trick if a store used them as names. Every store keeps them by
+# digest, so each is accepted and comes back exactly as sent.
+HOSTILE_CONTEXT_IDS = [
+    "../../etc",
+    "../../etc/passwd",
+    "a\x00b",
+    "\x00",
+    "/etc/passwd",
+    "a/b",
+    ".",
+    "..",
+    ".contexts/x",
+    "..\\x",
+    "%2e%2e%2fx",
+    "x\ny",
+    "\u202ex",
+    "日本語",
+    "*",
+    "toolnexus:task:*",
+    "x" * 1024,  # the longest a client may choose
+]
+TOO_LONG_CONTEXT_ID = "x" * 1025
+
+
+@pytest.fixture(params=["memory", "file", "redis"])
+def any_store_target(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[str, Target, Path]]:
+    """The fuzzed app on each built-in store; (store kind, target, a folder
+    holding the file store's directory and a file beside it)."""
+    from shared.resolve import resolve_store
+
+    root = tmp_path / "root"
+    (root / "store").mkdir(parents=True)
+    (root / "beside.json").write_text(outside_task("beside"))
+    if request.param == "memory":
+        store: Any = resolve_store("memory")
+    elif request.param == "file":
+        store = FileStore(root / "store")
+    else:
+        store = resolve_store(str(request.getfixturevalue("redis_url")))
+    dispatcher = RecordingDispatcher()
+    app = create_app(Settings(blocking_timeout=0.001), store=store, dispatcher=dispatcher)
+    yield (
+        request.param,
+        Target(app, store, dispatcher, Tally(f"hostile contexts, {request.param}")),
+        root,
+    )
+
+
+def _answers_for_hostile_contexts(target: Target) -> list[tuple[Any, ...]]:
+    """What the service answers for each hostile context id in each dialect,
+    with the parts that differ by run (ids, times) left out."""
+    answers: list[tuple[Any, ...]] = []
+    for context_id in [*HOSTILE_CONTEXT_IDS, TOO_LONG_CONTEXT_ID]:
+        for version in (None, "0.3", "1.0"):
+            headers = dialect_headers(version)
+            send = request("SendMessage", {"message": user_message("hi", contextId=context_id)})
+            status, reply = target.reply(encode(send), headers, request_id=1)
+            assert status == 200
+            if context_id == TOO_LONG_CONTEXT_ID:
+                answers.append((version, "send", code_of(reply), field_of(reply)))
+                continue
+            assert "result" in reply, (context_id[:40], version, reply)
+            task = reply["result"].get("task", reply["result"])
+            assert task["contextId"] == context_id
+            assert task["history"][0]["contextId"] == context_id
+            got = request("GetTask", {"id": task["id"]})
+            _, reply = target.reply(encode(got), headers, request_id=1)
+            assert reply["result"]["contextId"] == context_id, reply
+            listed = request("ListTasks", {"contextId": context_id, "pageSize": 100})
+            _, reply = target.reply(encode(listed), headers, request_id=1)
+            found = reply["result"]["tasks"]
+            assert task["id"] in [t["id"] for t in found], (context_id[:40], version)
+            assert {t["contextId"] for t in found} == {context_id}
+            # a follow-up in the same context is a new task of that context
+            again = request("SendMessage", {"message": user_message("again", contextId=context_id)})
+            _, reply = target.reply(encode(again), headers, request_id=1)
+            assert reply["result"].get("task", reply["result"])["contextId"] == context_id
+            answers.append((version, "send", "result", len(found)))
+    return answers
+
+
+def test_hostile_context_ids_behave_the_same_on_every_store(
+    any_store_target: tuple[str, Target, Path],
+) -> None:
+    kind, target, root = any_store_target
+    before = snapshot(root)
+    answers = _answers_for_hostile_contexts(target)
+    # The one refusal is the length limit, and it is the same in each dialect.
+    assert {a for a in answers if a[2] != "result"} == {
+        (version, "send", -32602, "message.contextId") for version in (None, "0.3", "1.0")
+    }
+    # Listing a context finds its own tasks and only those: one per dialect
+    # so far plus each follow-up, whichever store keeps them.
+    assert [a[3] for a in answers if a[2] == "result"] == [
+        1 + 2 * n for _ in HOSTILE_CONTEXT_IDS for n in range(3)
+    ]
+    after = snapshot(root)
+    outside = {p for p in before.keys() | after.keys() if not p.startswith("store")}
+    assert all(before.get(p) == after.get(p) for p in outside), kind
+    if kind == "file":
+        names = {Path(p).name for p in after if p.startswith("store/.contexts/")}
+        assert len(names) == len(HOSTILE_CONTEXT_IDS)
+        assert all(len(name) == 64 for name in names)  # a digest, never the id
+    finish(target)
+    target.tally.report()
+
+
+def test_a_hostile_context_id_taken_by_one_caller_is_refused_to_another_on_every_store(
+    any_store_target: tuple[str, Target, Path],
+) -> None:
+    from shared.errors import ContextTaken
+    from shared.task import new_task, text_message
+
+    _, target, _ = any_store_target
+    store: Any = target.store
+    for context_id in HOSTILE_CONTEXT_IDS:
+        mine = new_task(text_message("user", "a"), context_id, "alice")
+        assert store.create(mine, None).created
+        with pytest.raises(ContextTaken):
+            store.create(new_task(text_message("user", "b"), context_id, "mallory"), None)
+        assert store.create(new_task(text_message("user", "c"), context_id, "alice"), None).created
+        assert store.get(mine["id"])["contextId"] == context_id

@@ -14,6 +14,7 @@ from typing import Any
 
 import jwt
 import pytest
+from a2a.client.card_resolver import parse_agent_card
 from a2a.types import AgentCard
 from flask.testing import FlaskClient
 from google.protobuf import json_format
@@ -252,15 +253,22 @@ def test_jwks_down_is_503_and_recovers(issuer: Issuer) -> None:
 
 def test_the_card_declares_the_jwt_scheme_in_both_generations(issuer: Issuer) -> None:
     client = client_for(Settings.from_env({**issuer.env(), "TOOLNEXUS_API_TOKENS": "tok"}))
-    card = client.get("/.well-known/agent-card.json").get_json()
-    scheme = card["securitySchemes"]["jwt"]["httpAuthSecurityScheme"]
+    strict = client.get("/.well-known/agent-card.json", headers={"A2A-Version": "1.0"}).get_json()
+    scheme = strict["securitySchemes"]["jwt"]["httpAuthSecurityScheme"]
     assert scheme["bearerFormat"] == "JWT" and scheme["scheme"] == "bearer"
-    assert {"schemes": {"jwt": {"list": []}}} in card["securityRequirements"]
-    assert {"schemes": {"bearer": {"list": []}}} in card["securityRequirements"]
-    json_format.ParseDict(card, AgentCard(), ignore_unknown_fields=False)
-    legacy = client.get("/.well-known/agent-card.json", headers={"A2A-Version": "0.3"}).get_json()
-    assert legacy["securitySchemes"]["jwt"]["bearerFormat"] == "JWT"
-    assert legacy["security"] == [{"bearer": []}, {"jwt": []}]
+    assert {"schemes": {"jwt": {"list": []}}} in strict["securityRequirements"]
+    assert {"schemes": {"bearer": {"list": []}}} in strict["securityRequirements"]
+    json_format.ParseDict(strict, AgentCard(), ignore_unknown_fields=False)
+    # The default card carries both generations' forms, and the SDK reads it.
+    for card in (
+        client.get("/.well-known/agent-card.json").get_json(),
+        client.get("/.well-known/agent-card.json", headers={"A2A-Version": "0.3"}).get_json(),
+    ):
+        assert card["securitySchemes"]["jwt"]["bearerFormat"] == "JWT"
+        assert card["security"] == [{"bearer": []}, {"jwt": []}]
+        assert {"schemes": {"jwt": {"list": []}}} in card["securityRequirements"]
+        parsed = parse_agent_card(card)
+        assert parsed.security_schemes["jwt"].http_auth_security_scheme.bearer_format == "JWT"
 
 
 # --- Host names -----------------------------------------------------------------------------

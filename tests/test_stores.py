@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from shared import InvalidTaskId, StoreError, transition
-from shared.events import Change, to_state
+from shared.events import Change, artifact_update, message_added, to_state
 from shared.file_store import FileStore
 from shared.redis_store import RedisStore, redis_store
 from shared.resolve import resolve_store
@@ -176,6 +176,194 @@ def test_transition_on_unknown_task(store: Any) -> None:
     assert outcome == type(outcome)(False, None)
 
 
+# --- the seed's contract: a task needs only an id and a status ---------------
+
+# The task shapes the seed's store table lists: nothing but an id and a
+# status; a completed task with its artifacts; a failed one with the reason.
+SEED_TASKS: list[dict[str, Any]] = [
+    {"id": "seed-submitted", "status": {"state": "submitted"}},
+    {"id": "seed-working", "status": {"state": "working"}},
+    {
+        "id": "seed-completed",
+        "status": {"state": "completed"},
+        "artifacts": [{"artifactId": "out", "parts": [{"kind": "text", "text": "42"}]}],
+    },
+    {
+        "id": "seed-failed",
+        "status": {
+            "state": "failed",
+            "message": {
+                "kind": "message",
+                "role": "agent",
+                "messageId": "why",
+                "parts": [{"kind": "text", "text": "the tool timed out"}],
+            },
+        },
+    },
+]
+
+
+@pytest.mark.parametrize("task", SEED_TASKS, ids=lambda task: task["id"])
+def test_a_seed_shaped_task_saves_and_reads_back(store: Any, task: dict[str, Any]) -> None:
+    assert store.save(copy.deepcopy(task)) == task
+    assert store.get(task["id"]) == task
+    assert store.save({**task, "status": {"state": "canceled"}})["status"]["state"] == "canceled"
+    assert store.get(task["id"]) == {**task, "status": {"state": "canceled"}}
+
+
+def test_a_seed_shaped_task_moves_through_the_state_machine(store: Any) -> None:
+    store.save({"id": "seed-run", "status": {"state": "submitted"}})
+    assert transition(store, "seed-run", to(WORKING)).applied
+    done = transition(store, "seed-run", to(COMPLETED, "finished"))
+    assert done.applied and done.task is not None
+    got = store.get("seed-run")
+    assert got == done.task and "contextId" not in got
+    assert state_of(got) == COMPLETED
+    assert got["status"]["message"]["parts"] == [{"kind": "text", "text": "finished"}]
+    assert not transition(store, "seed-run", to(FAILED, "late")).applied
+
+
+def _save_all_in_child(spec: str, tasks: list[dict[str, Any]]) -> None:
+    store = resolve_store(spec)
+    for task in tasks:
+        store.save(task)
+
+
+def test_seed_shaped_tasks_written_by_one_process_are_read_by_another(shared_spec: str) -> None:
+    context = multiprocessing.get_context("spawn")
+    writer = context.Process(target=_save_all_in_child, args=(shared_spec, SEED_TASKS))
+    writer.start()
+    writer.join(30)
+    assert writer.exitcode == 0
+    store = resolve_store(shared_spec)
+    for task in SEED_TASKS:
+        assert store.get(task["id"]) == task
+    # and the other way round: a reader process sees what this one wrote
+    ours = {"id": "seed-from-parent", "status": {"state": "completed"}, "artifacts": []}
+    store.save(ours)
+    answer = context.Queue()
+    reader = context.Process(target=_get_in_child, args=(shared_spec, ours["id"], answer))
+    reader.start()
+    assert answer.get(timeout=30) == ours
+    reader.join(30)
+
+
+def test_the_task_file_is_the_task_for_the_plain_json_module(tmp_path: Path) -> None:
+    store = resolve_store(f"file:{tmp_path}")
+    for task in SEED_TASKS:
+        store.save(task)
+        with open(tmp_path / f"{task['id']}.json", encoding="utf-8") as file:
+            assert json.load(file) == task
+    made = store.save(a_task("via the service"))
+    transition(store, made["id"], to(WORKING))
+    finished = transition(store, made["id"], to(COMPLETED, "done")).task
+    with open(tmp_path / f"{made['id']}.json", encoding="utf-8") as file:
+        on_disk = json.load(file)
+    assert on_disk == finished == store.get(made["id"])
+    assert on_disk["status"]["state"] == COMPLETED
+
+
+def _old_format_task_dir(directory: Path) -> dict[str, Any]:
+    """A task as the store wrote it before the task file was the bare task:
+    {"seq": N, "task": ...} holding event 1, and two later events in the log."""
+    task = a_task("written by an older version")
+    working = to(WORKING)(task)[0]
+    done = to(COMPLETED, "old but fine")(task)[0]
+    (directory / ".log").mkdir(parents=True)
+    lines = [
+        {
+            "seq": 1,
+            "event": {
+                "kind": "status-update",
+                "taskId": task["id"],
+                "contextId": task["contextId"],
+                "status": task["status"],
+                "final": False,
+            },
+        },
+        {"seq": 2, "event": working},
+        {"seq": 3, "event": done},
+    ]
+    log_text = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
+    (directory / ".log" / f"{task['id']}.jsonl").write_text(log_text)
+    wrapper = {"seq": 1, "task": task}
+    (directory / f"{task['id']}.json").write_text(json.dumps(wrapper, indent=2))
+    return task
+
+
+def test_a_task_directory_of_the_older_format_keeps_working(tmp_path: Path) -> None:
+    task = _old_format_task_dir(tmp_path)
+    store = resolve_store(f"file:{tmp_path}")
+    record = read_record(store, task["id"])
+    assert record is not None and record.seq == 3
+    assert state_of(record.task) == COMPLETED
+    assert record.task["status"]["message"]["parts"][0]["text"] == "old but fine"
+    assert [seq for seq, _ in store.events(task["id"], 0)] == [1, 2, 3]
+    # Read once, the file was migrated: the bare task, as of event 1.
+    assert json.loads((tmp_path / f"{task['id']}.json").read_text()) == task
+    assert store.get(task["id"]) == record.task
+    assert store.all() == {task["id"]: record.task}
+
+
+def test_a_task_file_replaced_out_of_band_is_adopted(tmp_path: Path) -> None:
+    """A task file no log marker names (a hand edit, or a power cut between a
+    rename and its marker reaching the disk) is the task as it stands, and
+    later changes fold onto it."""
+    store = resolve_store(f"file:{tmp_path}")
+    task = store.save(a_task("to be edited"))
+    transition(store, task["id"], to(WORKING))
+    edited = {**store.get(task["id"]), "metadata": {"edited": "by hand"}}
+    (tmp_path / f"{task['id']}.json").write_text(json.dumps(edited))
+    assert store.get(task["id"]) == edited
+    # a change that only appends (a chunk of progress) still folds onto the edit
+    assert transition(store, task["id"], lambda t: [message_added(t, text_message("agent", "p"))])
+    got = store.get(task["id"])
+    assert got["metadata"] == {"edited": "by hand"}
+    assert got["history"][-1]["parts"][0]["text"] == "p"
+    assert state_of(got) == WORKING
+
+
+def test_readers_never_see_a_task_folded_twice_while_it_is_rewritten(tmp_path: Path) -> None:
+    """Lock-free readers racing snapshot rewrites: the task file and the
+    number of the last event it includes are in two files (the file and its
+    log marker), and a reader that paired a file with another file's number
+    would apply events twice (chunks repeated) or miss some."""
+    store = resolve_store(f"file:{tmp_path}")
+    task = store.save(a_task("chunks"))
+    transition(store, task["id"], to(WORKING))
+    stop, seen, errors = threading.Event(), [], []
+
+    def read() -> None:
+        before = 0
+        while not stop.is_set():
+            got = store.get(task["id"])
+            parts = (got.get("artifacts") or [{"parts": []}])[0]["parts"]
+            texts = [p["text"] for p in parts]
+            if texts != [str(n) for n in range(len(texts))] or len(texts) < before:
+                errors.append(texts)  # folded twice, or older than a read before
+            before = len(texts)
+            seen.append(len(texts))
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for reader in readers:
+        reader.start()
+    try:
+        for n in range(300):
+
+            def chunk(current: Any, n: int = n) -> Any:
+                artifact = {"artifactId": "a", "parts": [{"kind": "text", "text": str(n)}]}
+                return [artifact_update(current, artifact, append=n > 0, last_chunk=False)]
+
+            assert transition(store, task["id"], chunk).applied
+    finally:
+        stop.set()
+        for reader in readers:
+            reader.join()
+    assert errors == []
+    assert len(store.get(task["id"])["artifacts"][0]["parts"]) == 300
+    assert max(seen) > 0
+
+
 # --- bad data and hostile ids (built-in stores) ----------------------------
 
 
@@ -248,8 +436,8 @@ def test_file_store_writes_readable_json_and_no_temporaries(tmp_path: Path) -> N
     store = resolve_store(f"file:{tmp_path}")
     task = store.save(a_task("grep me"))
     text = (tmp_path / f"{task['id']}.json").read_text()
-    assert '\n    "status": {' in text and "grep me" in text
-    assert json.loads(text) == {"seq": 1, "task": task}
+    assert '\n  "status": {' in text and "grep me" in text
+    assert json.loads(text) == task  # the file is the task itself
     assert not list(tmp_path.glob(".*.tmp"))
 
 

@@ -19,19 +19,24 @@ EXAMPLES = Path(__file__).parent.parent / "examples" / "skills"
 CARD_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
 
 
-def card_for(settings: Settings, path: str = CARD_PATHS[0], **app_args: Any) -> dict[str, Any]:
+def card_for(
+    settings: Settings,
+    path: str = CARD_PATHS[0],
+    headers: dict[str, str] | None = None,
+    **app_args: Any,
+) -> dict[str, Any]:
     store = memory_store()
     app = create_app(settings, store=store, dispatcher=PlayingDispatcher(store), **app_args)
-    response = app.test_client().get(path, base_url="http://agent.test:8080")
+    response = app.test_client().get(path, base_url="http://agent.test:8080", headers=headers)
     assert (response.status_code, response.mimetype) == (200, "application/json")
     card: dict[str, Any] = response.get_json()
     return card
 
 
-V10_ONLY = {"protocolVersion", "url", "preferredTransport", "security"}
+V03_FIELDS = {"protocolVersion", "url", "preferredTransport", "security"}
 
 
-def test_card_defaults_are_a_1_0_card() -> None:
+def test_the_default_card_is_the_1_0_card_with_the_0_3_fields() -> None:
     card = card_for(Settings())
     assert card["name"] == "toolnexus-agent"
     assert card["description"] == ""
@@ -44,18 +49,23 @@ def test_card_defaults_are_a_1_0_card() -> None:
         for v in ("1.0", "0.3")
     ]
     assert card["skills"] == []
-    assert not V10_ONLY & card.keys()  # the 1.0 schema forbids the 0.3 fields
+    # where the toolnexus client and 0.3 clients post
+    assert card["url"] == "http://agent.test:8080/"
+    assert card["preferredTransport"] == "JSONRPC"
+    assert card["protocolVersion"] == "0.3.0"
     assert "provider" not in card
-    assert "securitySchemes" not in card
+    assert "securitySchemes" not in card and "security" not in card
 
 
 @pytest.mark.parametrize(
     ("path", "headers", "settings"),
     [
+        (CARD_PATHS[0], {}, Settings()),
         (CARD_PATHS[0], {"A2A-Version": "0.3"}, Settings()),
         (CARD_PATHS[0] + "?A2A-Version=0.3", {}, Settings()),  # as POST / takes it too
         (CARD_PATHS[1], {}, Settings()),
         (CARD_PATHS[0], {}, Settings(card_compat="0.3")),
+        (CARD_PATHS[1], {}, Settings(card_compat="1.0")),  # the 0.2-era path is 0.3's
     ],
 )
 def test_0_3_readers_get_the_0_3_fields_too(
@@ -73,6 +83,47 @@ def test_0_3_readers_get_the_0_3_fields_too(
     parsed = parse_agent_card(card)
     assert parsed.name == "toolnexus-agent"
     assert parsed.capabilities.streaming
+    assert [i.protocol_version for i in parsed.supported_interfaces] == ["1.0", "0.3"]
+
+
+@pytest.mark.parametrize(
+    ("headers", "settings"),
+    [({"A2A-Version": "1.0"}, Settings()), ({}, Settings(card_compat="1.0"))],
+    ids=["asked-for-1.0", "TOOLNEXUS_CARD_COMPAT=1.0"],
+)
+def test_the_1_0_card_alone_for_readers_that_refuse_unknown_fields(
+    headers: dict[str, str], settings: Settings
+) -> None:
+    store = memory_store()
+    app = create_app(settings, store=store, dispatcher=PlayingDispatcher(store))
+    card = app.test_client().get(CARD_PATHS[0], headers=headers).get_json()
+    assert not V03_FIELDS & card.keys()
+    assert card["supportedInterfaces"][0]["protocolVersion"] == "1.0"
+
+
+def test_the_official_sdks_default_card_also_carries_the_0_3_fields() -> None:
+    """The choice above is the SDK's: its card endpoint serves the 1.0 card
+    with the 0.3 fields merged in, from the same `supportedInterfaces`."""
+    from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+
+    ours = card_for(Settings())
+    served = agent_card_to_dict(
+        parse_agent_card(card_for(Settings(), headers={"A2A-Version": "1.0"}))
+    )
+    for name in ("url", "preferredTransport", "supportedInterfaces"):
+        assert served[name] == ours[name], name
+    # The SDK copies the interface's "0.3"; the 0.3 schema's own example is "0.3.0".
+    assert served["protocolVersion"] == "0.3" and ours["protocolVersion"] == "0.3.0"
+
+
+def test_the_card_with_security_reads_in_both_forms() -> None:
+    card = card_for(Settings(api_tokens=("t",)))
+    assert card["security"] == [{"bearer": []}]
+    assert card["securitySchemes"]["bearer"]["type"] == "http"
+    assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "bearer"
+    parsed = parse_agent_card(card)
+    assert parsed.security_schemes["bearer"].http_auth_security_scheme.scheme == "bearer"
+    assert list(parsed.security_requirements[0].schemes) == ["bearer"]
 
 
 def test_the_card_can_be_cached_and_revalidated() -> None:
@@ -87,8 +138,8 @@ def test_the_card_can_be_cached_and_revalidated() -> None:
     assert again.headers["ETag"] == tag
     other = client.get(CARD_PATHS[0], headers={"If-None-Match": '"stale"'})
     assert other.status_code == 200 and other.get_json()["name"] == "toolnexus-agent"
-    legacy = client.get(CARD_PATHS[0], headers={"A2A-Version": "0.3"})
-    assert legacy.headers["ETag"] != tag  # a different document, a different tag
+    strict = client.get(CARD_PATHS[0], headers={"A2A-Version": "1.0"})
+    assert strict.headers["ETag"] != tag  # a different document, a different tag
     assert "A2A-Version" in first.headers["Vary"]
 
 

@@ -1,7 +1,10 @@
 """Clients nobody here wrote, against a live server over real HTTP.
 
 The official a2a-sdk 1.x client in its 1.0 default and in its 0.3
-compatibility mode, and a raw toolnexus-dialect round trip with requests.
+compatibility mode, and the toolnexus client's round trip (the card's
+`url`, no `A2A-Version`, lowercase states, polling) made with requests:
+in process, against `toolnexus-serve` (embedded) and against gunicorn with
+Celery and beat (distributed), each with the default card.
 The SDK picks 0.3 when the card's JSON-RPC interface says protocolVersion
 0.3 (`ClientFactory` -> `CompatJsonRpcTransport`, which sends
 `message/send` with `A2A-Version: 0.3`); the 0.3 test hands it the card
@@ -109,49 +112,79 @@ def test_official_sdk_client_round_trip(server: tuple[str, Recorded], legacy: bo
         assert all(version == "1.0" for version, _ in recorded.calls)
 
 
-def test_raw_toolnexus_round_trip_with_requests(server: tuple[str, Recorded]) -> None:
-    base_url, recorded = server
+def toolnexus_round_trip(base_url: str, text: str) -> dict[str, Any]:
+    """What the toolnexus client does: read the card (no version asked),
+    post `SendMessage` to the card's `url` without `A2A-Version`, and poll
+    GetTask there until the task, in lowercase states, is completed."""
     session = requests.Session()
     session.headers["Authorization"] = f"Bearer {TOKEN}"
-    sent = session.post(
-        base_url + "/",
-        timeout=10,
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "SendMessage",
-            "params": {
-                "message": {
-                    "role": "user",
-                    "messageId": "raw-1",
-                    "parts": [{"kind": "text", "text": "raw hello"}],
-                }
-            },
-        },
-    )
-    assert sent.status_code == 200
-    task = sent.json()["result"]
-    assert task["status"]["state"] == "submitted"
+    card = session.get(base_url + "/.well-known/agent-card.json", timeout=10).json()
+    endpoint = card["url"]
+    assert card["preferredTransport"] == "JSONRPC"
+
+    def call(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        reply = session.post(
+            endpoint,
+            json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+            timeout=10,
+        )
+        assert reply.status_code == 200, reply.text
+        result: dict[str, Any] = reply.json()["result"]
+        return result
+
+    message = {
+        "role": "user",
+        "messageId": f"toolnexus-{time.monotonic_ns()}",
+        "parts": [{"kind": "text", "text": text}],
+    }
+    task = call("SendMessage", {"message": message, "configuration": {"blocking": False}})
+    assert task["status"]["state"] in ("submitted", "working", "completed")
 
     def completed() -> dict[str, Any] | None:
-        reply = session.post(
-            base_url + "/",
-            timeout=10,
-            json={"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task["id"]}},
-        )
-        current: dict[str, Any] = reply.json()["result"]
+        current = call("GetTask", {"id": task["id"]})
+        assert current["status"]["state"] in ("submitted", "working", "completed"), current
         return current if current["status"]["state"] == "completed" else None
 
-    done = wait_for(completed, timeout=10, what="the raw task to complete")
+    return wait_for(completed, timeout=30, what="the toolnexus client's task to complete")
+
+
+def test_raw_toolnexus_round_trip_with_requests(server: tuple[str, Recorded]) -> None:
+    base_url, recorded = server
+    done = toolnexus_round_trip(base_url, "raw hello")
     assert done["artifacts"][0]["parts"] == [{"kind": "text", "text": "ran: raw hello"}]
     assert all(version is None for version, _ in recorded.calls)
+    assert (None, "SendMessage") in recorded.calls
     unauthenticated = requests.post(
         base_url + "/",
-        json={"jsonrpc": "2.0", "id": 3, "method": "GetTask", "params": {"id": task["id"]}},
+        json={"jsonrpc": "2.0", "id": 3, "method": "GetTask", "params": {"id": done["id"]}},
         timeout=10,
     )
     assert unauthenticated.status_code == 401
     assert unauthenticated.json()["error"]["code"] == -32000
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`toolnexus-serve`: front end, worker and reaper in one process, on a
+    file store, with the default card."""
+    from tests.support.embedded import embedded_server
+
+    folder = tmp_path_factory.mktemp("interop-embedded")
+    env = {"TOOLNEXUS_API_TOKENS": TOKEN, "TOOLNEXUS_STORE": f"file:{folder / 'tasks'}"}
+    with embedded_server(folder, env) as (host, port):
+        yield f"http://{host}:{port}"
+
+
+@pytest.mark.parametrize("client", ["toolnexus", "a2a-1.0", "a2a-0.3-compat"])
+def test_every_client_generation_against_the_embedded_server(embedded: str, client: str) -> None:
+    if client == "toolnexus":
+        done = toolnexus_round_trip(embedded, "embedded")
+        assert done["artifacts"][0]["parts"] == [{"kind": "text", "text": "ran: embedded"}]
+        return
+    legacy = client == "a2a-0.3-compat"
+    task, transport = asyncio.run(sdk_round_trip(embedded, legacy=legacy, text="embedded"))
+    assert [part.text for part in task.artifacts[0].parts] == ["ran: embedded"]
+    assert isinstance(transport, CompatJsonRpcTransport) == legacy
 
 
 @pytest.fixture(scope="module")
@@ -176,3 +209,8 @@ def test_official_sdk_client_against_gunicorn_and_a_celery_worker(
     task, _ = asyncio.run(sdk_round_trip(celery_stack, legacy=legacy, text="real workers"))
     assert [part.text for part in task.artifacts[0].parts] == ["ran: real workers"]
     assert task.history[-1].role == Role.ROLE_AGENT
+
+
+def test_the_toolnexus_client_against_gunicorn_and_a_celery_worker(celery_stack: str) -> None:
+    done = toolnexus_round_trip(celery_stack, "real workers")
+    assert done["artifacts"][0]["parts"] == [{"kind": "text", "text": "ran: real workers"}]

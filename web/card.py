@@ -1,16 +1,20 @@
 """The agent card served at `/.well-known/agent-card.json`.
 
-Two generations read the same path with different schemas: A2A 1.0 forbids
-the top-level `url`, `protocolVersion` and `preferredTransport` that A2A
-0.3 requires. Like the official SDK, the service builds the 1.0 card and
-can lay the 0.3 fields over it (the 1.0 reader ignores nothing it knows,
-the 0.3 reader finds its own). Which one a request gets:
+Three generations of client read the same path: the toolnexus client and
+A2A 0.3 clients take the endpoint from the top-level `url` (with
+`preferredTransport` and `protocolVersion`), A2A 1.0 clients from
+`supportedInterfaces`. The 1.0 specification says implementations SHOULD
+ignore fields they do not recognise, so, as the official SDK does by
+default, the card carries both: the 1.0 card with the 0.3 fields laid over
+it (a field both define keeps its 1.0 value; security schemes hold both
+forms). Which card a request gets:
 
-- `A2A-Version: 0.3` (header or query), or the 0.2-era path
-  `/.well-known/agent.json`: the card with the 0.3 fields;
-- `A2A-Version: 1.0`: the 1.0 card;
-- no version: the 1.0 card, or the one with 0.3 fields when
-  TOOLNEXUS_CARD_COMPAT=0.3 (for deployments whose clients predate 1.0).
+- no version, `A2A-Version: 0.3` (header or query), or the 0.2-era path
+  `/.well-known/agent.json`: that card, readable by all three;
+- `A2A-Version: 1.0`: the 1.0 card alone;
+- no version with TOOLNEXUS_CARD_COMPAT=1.0: the 1.0 card alone too, for
+  deployments whose readers validate the card against the 1.0 JSON schema
+  and refuse unknown fields (the 1.0 kit's CARD-STRUCT-001 does).
 
 `supportedInterfaces` lists the one JSON-RPC endpoint under 1.0 and 0.3,
 from which clients of either generation pick theirs.
@@ -97,12 +101,13 @@ def with_v03_fields(card: Mapping[str, Any], security: Mapping[str, Any] | None)
 
 
 def wanted_version(requested: str | None, legacy_path: bool, compat: str | None) -> str:
-    """Which card a request gets (see the module docstring)."""
+    """Which card a request gets (see the module docstring): V03 is the card
+    with the 0.3 fields, V10 the 1.0 card alone."""
     if requested in (V03, V10):
         return requested
     if legacy_path:
         return V03
-    return compat or V10
+    return compat or V03
 
 
 def entity_tag(card: Mapping[str, Any]) -> str:

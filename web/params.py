@@ -185,7 +185,7 @@ def _parts(parts: object) -> list[Part]:
             kind = part.get("kind")
             problem = (
                 f"is of unknown kind {shown(kind, 40)}: expected text, file or data"
-                if kind is not None and kind not in PART_KINDS
+                if kind is not None and (not isinstance(kind, str) or kind not in PART_KINDS)
                 else "has no text, file or data"
             )
             raise InvalidParams(f"{where} {problem}", field=where)
