@@ -5,6 +5,7 @@ behaviour as JSON-RPC for the same scenario."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import uuid
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 import requests
 from flask.testing import FlaskClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from shared import Settings, memory_store
 from shared.errors import StoreError
@@ -472,3 +474,52 @@ def test_both_bindings_give_the_same_tasks_results_and_errors() -> None:
     ]
     states = [task["status"]["state"] for task in over_rpc[-1]]
     assert sorted(states) == ["completed", "completed"]
+
+
+# --- the same edge as POST / ------------------------------------------------------------
+
+
+def _counted(client: FlaskClient, method: str, outcome: str) -> float:
+    text = client.get("/metrics").get_data(as_text=True)
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "toolnexus_requests_total"
+        and sample.labels == {"method": method, "outcome": outcome}
+    )
+
+
+def test_calls_are_logged_and_counted_by_their_a2a_method(
+    client: FlaskClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    before = _counted(client, "GetTask", "-32001"), _counted(client, "SendMessage", "ok")
+    task_id = send(client)["task"]["id"]
+    with caplog.at_level(logging.INFO, logger="web.requests"):
+        missing = client.get("/tasks/no-such-task", headers={**V10, "X-Request-ID": "req-42"})
+    assert missing.headers["X-Request-ID"] == "req-42"
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "web.requests"]
+    assert line.startswith("GET /tasks/no-such-task GetTask dialect=http+json")
+    assert "outcome=-32001 status=404" in line
+    after = _counted(client, "GetTask", "-32001"), _counted(client, "SendMessage", "ok")
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 1)
+    assert task_id
+
+
+def test_browsers_get_cors_on_the_routes(store: MemoryStore) -> None:
+    client = client_for(store, allowed_origins=("https://app.example",))
+    origin = {"Origin": "https://app.example"}
+    preflight = client.options(
+        "/tasks/t-1/pushNotificationConfigs/c-1",
+        headers={**origin, "Access-Control-Request-Method": "DELETE"},
+    )
+    assert preflight.status_code == 204
+    assert "DELETE" in preflight.headers["Access-Control-Allow-Methods"]
+    task_id = send(client)["task"]["id"]
+    got = client.get(f"/tasks/{task_id}", headers={**V10, **origin})
+    assert got.headers["Access-Control-Allow-Origin"] == "https://app.example"
+    refusal(
+        client.post("/message:send", json={}, headers={**V10, "Origin": "https://evil.example"}),
+        403,
+        "ORIGIN_NOT_ALLOWED",
+    )

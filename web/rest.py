@@ -41,6 +41,7 @@ from web.errors import (
     BodyNotJson,
     InvalidParams,
     InvalidRequest,
+    RequestError,
     RouteNotFound,
     VerbNotAllowed,
     VersionNotSupported,
@@ -79,9 +80,15 @@ class RestEndpoint(Edge):
         request = WsgiRequest(environ)
         observed = begin(request, "unmatched")
         observed.dialect = HTTP_JSON.name
+        route: Route | RequestError
         try:
-            with serving(request.method, request.path, request.headers.items()):
-                return self._serve(request, observed, start_response)
+            route = match(request.method, request.path)
+            observed.rpc_method, observed.route = route.name, route.template
+        except RequestError as error:
+            route = error  # refused once the browser screen has had its say
+        try:
+            with serving(request.method, observed.route, request.headers.items()):
+                return self._serve(request, route, observed, start_response)
         except Exception as error:
             log.error("unhandled error on %s %s", request.method, request.path, exc_info=error)
             return self._refused(error, request, observed, start_response)
@@ -89,14 +96,18 @@ class RestEndpoint(Edge):
             observed.binding.release()
 
     def _serve(
-        self, request: WsgiRequest, observed: Observed, start_response: Any
+        self,
+        request: WsgiRequest,
+        route: Route | RequestError,
+        observed: Observed,
+        start_response: Any,
     ) -> Iterable[bytes]:
         try:
             preflight = self._screened(request, observed, start_response)
             if preflight is not None:
                 return preflight
-            route = match(request.method, request.path)
-            observed.rpc_method, observed.route = route.name, route.template
+            if isinstance(route, RequestError):
+                raise route
             if route.tenant is not None:
                 raise RouteNotFound(
                     f"tenant {shown(route.tenant, 80)} is not served here: this agent's card"

@@ -60,7 +60,7 @@ def match(verb: str, path: str) -> Route:
     route = _route(segments)
     if route is None:
         raise RouteNotFound(f"no HTTP+JSON route at {shown(path, 200)}")
-    if verb not in route.verbs and not (verb == "HEAD" and "GET" in route.verbs):
+    if verb not in route.verbs:
         raise VerbNotAllowed(
             f"{shown(verb, 10)} is not served at {route.template}: use {' or '.join(route.verbs)}",
             allowed=route.verbs,
