@@ -1,6 +1,6 @@
 """Front-end requests per second, beside baselines and the official a2a-sdk server.
 
-    python3 bench/web.py [--rounds 5] [--seconds 5] [--connections 32] [--quick]
+    python3 bench/web.py [--rounds 5] [--seconds 5] [--connections 32] [--quick] [--rest-only]
 
 Starts, all at once and each on a free port:
   * this service: gunicorn with the repo's gunicorn.conf.py (its worker class
@@ -20,7 +20,10 @@ Then drives each with the same load generator (`wrk` when installed, else
 Python threads) at the same concurrency, A2A 1.0 wire unless the dialect
 says otherwise: GetTask, and SendMessage that returns at once
 (`returnImmediately`), each request with a fresh messageId (a repeated one
-would measure the idempotent duplicate path). Every response is checked:
+would measure the idempotent duplicate path); both over JSON-RPC and over
+HTTP+JSON (`GET /tasks/{id}`, `POST /message:send`), this service's and the
+in-memory a2a-sdk server's REST app. `--rest-only` measures just those
+(this service's two bindings and the in-memory SDK's), for a short run. Every response is checked:
 a non-200 status or a JSON-RPC error fails the run. The measurements are
 interleaved, round by round (each round in a rotated order), and each
 figure is the median over the rounds; each ratio is the median of the
@@ -44,7 +47,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +60,7 @@ BASELINE_KEY = "bench:task"
 PLACEHOLDER = "@ID@"  # in a body template: replaced by a fresh id per request
 POSTGRES = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 A2A_10 = {"A2A-Version": "1.0"}
+SEND = "/message:send"  # HTTP+JSON's SendMessage
 
 
 def baseline_app(redis_url: str) -> Any:
@@ -83,14 +87,30 @@ def rpc_body(method: str, params: dict[str, Any]) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
 
 
-def post(port: int, body: bytes, headers: dict[str, str] | None = None) -> dict[str, Any]:
+def post(
+    port: int,
+    body: bytes | None,
+    headers: dict[str, str] | None = None,
+    *,
+    verb: str = "POST",
+    path: str = "/",
+) -> dict[str, Any]:
+    """One request; its JSON-RPC reply, or its HTTP+JSON one (`path` not /)."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    connection.request("POST", "/", body, {"Content-Type": "application/json", **(headers or {})})
-    reply: dict[str, Any] = json.loads(connection.getresponse().read())
+    sent = {"Content-Type": "application/json", **(headers or {})}
+    connection.request(verb, path, body, sent)
+    response = connection.getresponse()
+    reply: dict[str, Any] = json.loads(response.read())
     connection.close()
-    if "result" not in reply:
-        raise RuntimeError(f"port {port}: {reply}")
+    if response.status != 200 or ("result" not in reply and path == "/"):
+        raise RuntimeError(f"port {port}: {verb} {path}: HTTP {response.status} {reply}")
     return reply
+
+
+def rest_send() -> bytes:
+    """SendMessage as HTTP+JSON's `POST /message:send` body: the bare request."""
+    params: dict[str, Any] = json.loads(send_v10())["params"]
+    return json.dumps(params).encode()
 
 
 def fresh(template: bytes) -> bytes:
@@ -112,12 +132,18 @@ def send_toolnexus() -> bytes:
 
 @dataclass(frozen=True)
 class Load:
-    """One thing to measure: a body (template) posted to a server."""
+    """One thing to measure: a request (its body a template) sent to a server."""
 
     name: str
     port: int
     body: bytes
     headers: dict[str, str]
+    verb: str = "POST"
+    path: str = "/"  # JSON-RPC's; an HTTP+JSON route otherwise
+
+    def check(self) -> None:
+        """It works once, before it is measured."""
+        post(self.port, fresh(self.body) or None, self.headers, verb=self.verb, path=self.path)
 
 
 # --- load generators -------------------------------------------------------------------
@@ -125,12 +151,12 @@ class Load:
 # wrk: the body is built per request when it holds the placeholder; every
 # response is checked, and the errors of all threads are summed in done().
 WRK_SCRIPT = """
-wrk.method = "POST"
+wrk.method = {verb}
 wrk.headers["Content-Type"] = "application/json"
 {headers}
 local head, tail = {head}, {tail}
 local templated = {templated}
-if not templated then wrk.body = head end
+if not templated and head ~= "" then wrk.body = head end
 local threads = {{}}
 function setup(thread)
   table.insert(threads, thread)
@@ -165,6 +191,7 @@ def wrk_script(load: Load) -> str:
         f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in load.headers.items()
     )
     return WRK_SCRIPT.format(
+        verb=json.dumps(load.verb),
         headers=headers,
         head=json.dumps(head),
         tail=json.dumps(tail),
@@ -177,7 +204,7 @@ def load_wrk(load: Load, seconds: float, connections: int, label: str) -> float:
         script.write(wrk_script(load))
     try:
         command = ["wrk", "-t2", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s"]
-        command += ["-s", script.name, f"http://127.0.0.1:{load.port}/", "--", label]
+        command += ["-s", script.name, f"http://127.0.0.1:{load.port}{load.path}", "--", label]
         output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     finally:
         os.unlink(script.name)
@@ -201,7 +228,8 @@ def load_python(load: Load, seconds: float, connections: int, label: str) -> flo
         connection = http.client.HTTPConnection("127.0.0.1", load.port, timeout=10)
         headers = {"Content-Type": "application/json", **load.headers}
         while time.monotonic() < stop_at:
-            connection.request("POST", "/", fresh(load.body) if templated else load.body, headers)
+            body = (fresh(load.body) if templated else load.body) or None
+            connection.request(load.verb, load.path, body, headers)
             response = connection.getresponse()
             reply = response.read()
             if response.status != 200 or b'"error"' in reply:
@@ -234,7 +262,13 @@ class Fleet:
 
 
 def start_all(
-    redis_url: str, postgres: str, table: str, servers: list[Server], callbacks: list[Any]
+    redis_url: str,
+    postgres: str,
+    table: str,
+    servers: list[Server],
+    callbacks: list[Any],
+    *,
+    rest_only: bool = False,
 ) -> Fleet:
     env = {
         "TOOLNEXUS_STORE": f"{redis_url}/1",
@@ -252,13 +286,37 @@ def start_all(
 
     stored = redis.Redis.from_url(f"{redis_url}/1").hget(f"toolnexus:task:{task['id']}", "doc")
     assert stored, "the stored task was not found where the Redis store keeps it"
+    memory = uvicorn("bench.sdk_peer:create_app", {}, 1, "a2a-sdk in-memory")
+    servers.append(memory)
+
+    def peer_get(server: Server) -> bytes:
+        sdk_task = post(server.port, fresh(send_v10()), A2A_10)["result"]["task"]
+        body = rpc_body("GetTask", {"id": sdk_task["id"]})
+        assert post(server.port, body, A2A_10)["result"]["id"] == sdk_task["id"]
+        return body
+
+    def rest_get(port: int, task_id: str) -> Load:
+        return Load("", port, b"", A2A_10, "GET", f"/tasks/{task_id}")
+
+    memory_get = peer_get(memory)
+    sdk_task_id = json.loads(memory_get)["params"]["id"]
+    both = [
+        Load("toolnexus GetTask", web.port, get_v10, A2A_10),
+        Load("toolnexus SendMessage", web.port, send_v10(), A2A_10),
+        replace(rest_get(web.port, task["id"]), name="toolnexus GetTask, HTTP+JSON"),
+        Load("toolnexus SendMessage, HTTP+JSON", web.port, rest_send(), A2A_10, "POST", SEND),
+        Load("sdk memory GetTask", memory.port, memory_get, A2A_10),
+        Load("sdk memory SendMessage", memory.port, send_v10(), A2A_10),
+        replace(rest_get(memory.port, sdk_task_id), name="sdk memory GetTask, HTTP+JSON"),
+        Load("sdk memory SendMessage, HTTP+JSON", memory.port, rest_send(), A2A_10, "POST", SEND),
+    ]
+    if rest_only:
+        return _checked(both, workers)
+
     redis.Redis.from_url(f"{redis_url}/0").set(BASELINE_KEY, stored)
     trivial = gunicorn(f"bench.web:baseline_app('{redis_url}/0')", env, "trivial Flask")
     servers.append(trivial)
     assert post(trivial.port, get_v10)["result"]["id"] == task["id"]
-
-    memory = uvicorn("bench.sdk_peer:create_app", {}, 1, "a2a-sdk in-memory")
-    servers.append(memory)
     from bench.sdk_peer import drop_table, prepare_table
 
     prepare_table(postgres, table)
@@ -271,26 +329,21 @@ def start_all(
     )
     servers.append(database)
 
-    def peer_get(server: Server) -> bytes:
-        sdk_task = post(server.port, fresh(send_v10()), A2A_10)["result"]["task"]
-        body = rpc_body("GetTask", {"id": sdk_task["id"]})
-        assert post(server.port, body, A2A_10)["result"]["id"] == sdk_task["id"]
-        return body
-
     get_toolnexus = rpc_body("GetTask", {"id": task["id"]})
     loads = [
-        Load("toolnexus GetTask", web.port, get_v10, A2A_10),
-        Load("toolnexus SendMessage", web.port, send_v10(), A2A_10),
+        *both,
         Load("toolnexus GetTask, toolnexus dialect", web.port, get_toolnexus, {}),
         Load("toolnexus SendMessage, toolnexus dialect", web.port, send_toolnexus(), {}),
         Load("trivial GetTask", trivial.port, get_v10, A2A_10),
-        Load("sdk memory GetTask", memory.port, peer_get(memory), A2A_10),
-        Load("sdk memory SendMessage", memory.port, send_v10(), A2A_10),
         Load("sdk postgres GetTask", database.port, peer_get(database), A2A_10),
         Load("sdk postgres SendMessage", database.port, send_v10(), A2A_10),
     ]
-    for load in loads:  # every body works once before it is measured
-        post(load.port, fresh(load.body), load.headers)
+    return _checked(loads, workers)
+
+
+def _checked(loads: list[Load], workers: int) -> Fleet:
+    for load in loads:  # every request works once before it is measured
+        load.check()
     return Fleet({load.name: load for load in loads}, workers)
 
 
@@ -315,6 +368,30 @@ def measure_all(
 
 RATIOS = (
     # (what, ours, theirs, aim or None)
+    (
+        "HTTP+JSON GetTask vs JSON-RPC GetTask",
+        "toolnexus GetTask, HTTP+JSON",
+        "toolnexus GetTask",
+        0.9,
+    ),
+    (
+        "HTTP+JSON SendMessage vs JSON-RPC SendMessage",
+        "toolnexus SendMessage, HTTP+JSON",
+        "toolnexus SendMessage",
+        0.9,
+    ),
+    (
+        "HTTP+JSON GetTask vs a2a-sdk REST in-memory",
+        "toolnexus GetTask, HTTP+JSON",
+        "sdk memory GetTask, HTTP+JSON",
+        1.3,
+    ),
+    (
+        "HTTP+JSON SendMessage vs a2a-sdk REST in-memory",
+        "toolnexus SendMessage, HTTP+JSON",
+        "sdk memory SendMessage, HTTP+JSON",
+        1.3,
+    ),
     ("GetTask vs trivial Flask + 1 Redis GET", "toolnexus GetTask", "trivial GetTask", 1.0),
     ("GetTask vs a2a-sdk in-memory", "toolnexus GetTask", "sdk memory GetTask", 1.3),
     ("SendMessage vs a2a-sdk in-memory", "toolnexus SendMessage", "sdk memory SendMessage", 3.0),
@@ -350,6 +427,8 @@ def report(rates: dict[str, list[float]], fleet: Fleet) -> None:
         f" gunicorn and the PostgreSQL peer: {fleet.workers} workers"
     )
     for what, ours, theirs, aim in RATIOS:
+        if ours not in rates or theirs not in rates:
+            continue  # not measured in this run (--rest-only)
         per_round = [a / b for a, b in zip(rates[ours], rates[theirs], strict=True)]
         ratio = statistics.median(per_round)
         spread = f"{min(per_round):.2f}-{max(per_round):.2f}"
@@ -364,6 +443,11 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32, help="default 32")
     parser.add_argument("--postgres", default=POSTGRES, help=f"SQLAlchemy URL (default {POSTGRES})")
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 rounds of 2 s")
+    parser.add_argument(
+        "--rest-only",
+        action="store_true",
+        help="only GetTask and SendMessage over both bindings, here and on the in-memory SDK",
+    )
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.seconds = 2, 2.0
@@ -379,7 +463,9 @@ def main() -> None:
     callbacks: list[Any] = []
     table = f"bench_sdk_{uuid.uuid4().hex[:8]}"
     try:
-        fleet = start_all(redis_server.url, args.postgres, table, servers, callbacks)
+        fleet = start_all(
+            redis_server.url, args.postgres, table, servers, callbacks, rest_only=args.rest_only
+        )
         rates = measure_all(fleet, generator, args.rounds, args.seconds, args.connections)
     finally:
         for server in reversed(servers):
