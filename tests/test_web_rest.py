@@ -23,6 +23,12 @@ from tests.support.served import Serve, serving_agents
 from tests.support.sse import RestStream
 from tests.test_web_support import ASK, PlayingDispatcher, rpc
 from web import create_app
+from web.dialects import V10 as V10_SHAPES
+from web.endpoint import open_stream
+from web.hangups import HangupMonitor
+from web.observe import begin
+from web.streaming import Stream, Wire
+from web.wsgi import WsgiRequest
 
 V10 = {"A2A-Version": "1.0"}
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -523,3 +529,32 @@ def test_browsers_get_cors_on_the_routes(store: MemoryStore) -> None:
         403,
         "ORIGIN_NOT_ALLOWED",
     )
+
+
+def test_a_store_fault_mid_stream_ends_it_with_an_error_event() -> None:
+    wire = Wire(V10_SHAPES, None, 15.0, enveloped=False)
+
+    def body(wire: Wire) -> Iterator[Any]:
+        yield wire.result(1, {"task": {"id": "t-1"}})
+        raise StoreError("connection refused at 10.0.0.7:6379")
+
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/tasks/t-1:subscribe"}
+    request = WsgiRequest(environ)
+    statuses: list[str] = []
+    chunks = open_stream(
+        Stream(wire, "t-1", body),
+        request,
+        begin(request, "/tasks/{id}:subscribe"),
+        lambda status, headers: statuses.append(status),
+        HangupMonitor(),
+        [],
+    )
+    sent = b"".join(chunks).decode()
+    assert statuses == ["200 OK"]
+    first, error = [block for block in sent.split("\n\n") if block.startswith(("id:", "event:"))]
+    assert first == 'id: 1\ndata: {"task":{"id":"t-1"}}'
+    head, data = error.split("\n")
+    assert head == "event: error"
+    status = json.loads(data.removeprefix("data: "))["error"]
+    assert (status["code"], status["details"][0]["reason"]) == (503, "STORE_UNAVAILABLE")
+    assert "10.0.0.7" not in sent
