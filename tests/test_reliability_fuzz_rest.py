@@ -57,7 +57,11 @@ ROUTE = st.sampled_from(sorted(TEMPLATES)).flatmap(
 SEGMENT = st.sampled_from(["", "tasks", ":cancel", "..", "%2F", "a" * 300]) | st.text(max_size=40)
 QUERY_NAMES = ["historyLength", "pageSize", "pageToken", "contextId", "status", "includeArtifacts"]
 QUERY = st.lists(
-    st.tuples(st.sampled_from(QUERY_NAMES) | st.text(max_size=10), st.text(max_size=30)),
+    st.tuples(
+        st.sampled_from(QUERY_NAMES) | st.text(max_size=10),
+        st.sampled_from(["--1", "-0", "+1", "1e3", "\uff11", "", "9" * 30, "TRUE"])
+        | st.text(max_size=30),
+    ),
     max_size=4,
 )
 BODIES = st.one_of(

@@ -250,7 +250,15 @@ def test_invalid_params_name_the_field(client: FlaskClient) -> None:
     violation = error["details"][1]
     assert violation["@type"] == "type.googleapis.com/google.rpc.BadRequest"
     assert violation["fieldViolations"][0]["field"] == "message.parts"
-    for query in ("pageSize=x", "pageSize=0", "includeArtifacts=maybe", "status=DONE"):
+    for query in (
+        "pageSize=x",
+        "pageSize=0",
+        "pageSize=--1",
+        "pageSize=1e3",
+        "pageSize=%EF%BC%91",  # a full-width digit one
+        "includeArtifacts=maybe",
+        "status=DONE",
+    ):
         refusal(client.get(f"/tasks?{query}", headers=V10), 400, "INVALID_PARAMS")
     refusal(client.get("/tasks/no-such-task?historyLength=-1", headers=V10), 400, "INVALID_PARAMS")
     refusal(client.get("/tasks/bad%20id", headers=V10), 400, "INVALID_PARAMS")

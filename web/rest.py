@@ -19,6 +19,7 @@ the request id, one log line and the metrics, a server span.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable
 from functools import partial
 from typing import Any, Final
@@ -73,6 +74,7 @@ log = logging.getLogger(__name__)
 # Query parameters that are not strings (spec §11.5: decimal and lowercase text).
 _INTEGERS: Final = frozenset({"historyLength", "pageSize"})
 _BOOLEANS: Final = frozenset({"includeArtifacts"})
+_DECIMAL: Final = re.compile(r"-?[0-9]{1,18}", re.ASCII)
 
 
 class RestEndpoint(Edge):
@@ -194,7 +196,7 @@ def _query(query: str) -> dict[str, Any]:
 def _typed(name: str, value: str) -> object:
     if name in _INTEGERS:
         text = value.strip()
-        if not (text.isascii() and text.lstrip("-").isdigit()) or len(text) > 18:
+        if _DECIMAL.fullmatch(text) is None:
             raise InvalidParams(f"{name} must be an integer, got {shown(value, 40)}", field=name)
         return int(text)
     if name in _BOOLEANS:
