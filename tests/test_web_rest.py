@@ -197,6 +197,11 @@ def test_the_extended_card_is_offered_when_configured(store: MemoryStore) -> Non
     # The same card over JSON-RPC.
     reply = rpc(client, "GetExtendedAgentCard", {}, version="1.0", headers=signed_in)
     assert reply["result"] == card
+    # A 0.3 client's name for it gets the card with the 0.3 fields.
+    token = {"Authorization": "Bearer tok-a"}
+    legacy = rpc(client, "agent/getAuthenticatedExtendedCard", {}, headers=token)["result"]
+    assert legacy["description"] == "the full story"
+    assert legacy["protocolVersion"] == "0.3.0" and legacy["url"].endswith("/")
 
 
 def test_the_card_lists_the_http_json_interface_a_client_can_use(client: FlaskClient) -> None:

@@ -42,11 +42,13 @@ class CardViews:
             document = with_v03_fields(document, self.security)
         return document, from_host
 
-    def extended(self, request: HttpRequest) -> dict[str, Any]:
-        """The extended card (1.0); only called when `extended_fields` is set."""
+    def extended(self, request: HttpRequest, version: str) -> dict[str, Any]:
+        """The extended card in `version` (0.3's authenticated extended card
+        carries the 0.3 fields); only called when `extended_fields` is set."""
         assert self.extended_fields is not None
         url, _ = self.browsers.base_url(request)
-        return self._card(url, {**self.overrides, **self.extended_fields})
+        document = self._card(url, {**self.overrides, **self.extended_fields})
+        return with_v03_fields(document, self.security) if version == V03 else document
 
     def _card(self, url: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
         return build_card(

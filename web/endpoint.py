@@ -48,8 +48,9 @@ log = logging.getLogger(__name__)
 VERSION_HEADER = "A2A-Version"
 JSON = "application/json"
 WSGIApp = Callable[[dict[str, Any], Any], Iterable[bytes]]
-# The extended agent card as a request (its URL) shows it; None: none offered.
-ExtendedCard = Callable[[HttpRequest], Mapping[str, Any]]
+# The extended agent card as a request (its URL) shows it, in a wire version;
+# None: none offered.
+ExtendedCard = Callable[[HttpRequest, str], Mapping[str, Any]]
 _STREAM_HEADERS: Headers = (
     ("Content-Type", "text/event-stream; charset=utf-8"),
     ("Cache-Control", "no-store"),

@@ -72,7 +72,7 @@ class Call:
     owner: str
     request_id: object
     last_event_id: str | None  # the Last-Event-ID header: only streams read it
-    extended_card: Callable[[], Mapping[str, Any]] | None = None  # None: none offered
+    extended_card: Callable[[str], Mapping[str, Any]] | None = None  # by version; None: none
 
     @property
     def resume_after(self) -> int | None:
@@ -164,7 +164,7 @@ def handle(
     tasks: Tasks,
     owner: str,
     last_event_id: str | None = None,
-    extended_card: Callable[[], Mapping[str, Any]] | None = None,
+    extended_card: Callable[[str], Mapping[str, Any]] | None = None,
 ) -> Reply | Stream:
     """One request body in: a JSON-RPC response and its HTTP status, or a stream."""
     request_id: object = None
@@ -260,7 +260,7 @@ def _push(call: Call, params: object) -> Any:
 def _card(call: Call, params: object) -> Any:
     if call.extended_card is None:
         raise ExtendedCardNotConfigured("this agent has no extended agent card")
-    return call.extended_card()
+    return call.extended_card(call.dialect.version)
 
 
 _PARSERS: Final[Mapping[str, Callable[[Any], Any]]] = {
