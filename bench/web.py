@@ -1,6 +1,7 @@
 """Front-end requests per second, beside baselines and the official a2a-sdk server.
 
     python3 bench/web.py [--rounds 5] [--seconds 5] [--connections 32] [--quick] [--rest-only]
+                         [--paired]
 
 Starts, all at once and each on a free port:
   * this service: gunicorn with the repo's gunicorn.conf.py (its worker class
@@ -23,7 +24,10 @@ says otherwise: GetTask, and SendMessage that returns at once
 would measure the idempotent duplicate path); both over JSON-RPC and over
 HTTP+JSON (`GET /tasks/{id}`, `POST /message:send`), this service's and the
 in-memory a2a-sdk server's REST app. `--rest-only` measures just those
-(this service's two bindings and the in-memory SDK's), for a short run. Every response is checked:
+(this service's two bindings and the in-memory SDK's), for a short run;
+`--paired` also drives the two loads of each ratio at the same time (Python
+threads, the connections shared), which on a machine others are loading
+compares them under the same conditions. Every response is checked:
 a non-200 status or a JSON-RPC error fails the run. The measurements are
 interleaved, round by round (each round in a rotated order), and each
 figure is the median over the rounds; each ratio is the median of the
@@ -219,12 +223,21 @@ def load_wrk(load: Load, seconds: float, connections: int, label: str) -> float:
 
 def load_python(load: Load, seconds: float, connections: int, label: str) -> float:
     """The fallback generator: one keep-alive connection per thread."""
+    return load_together([load], seconds, connections, label)[0]
+
+
+def load_together(loads: list[Load], seconds: float, connections: int, label: str) -> list[float]:
+    """Drive `loads` at the same time, `connections` shared out among them,
+    one keep-alive connection per thread: each load's requests per second,
+    under the same conditions as the others' (on a shared machine, runs made
+    one after the other are not)."""
     counts = [0] * connections
     failures: list[str] = []
     stop_at = time.monotonic() + seconds
-    templated = PLACEHOLDER.encode() in load.body
 
     def drive(index: int) -> None:
+        load = loads[index % len(loads)]
+        templated = PLACEHOLDER.encode() in load.body
         connection = http.client.HTTPConnection("127.0.0.1", load.port, timeout=10)
         headers = {"Content-Type": "application/json", **load.headers}
         while time.monotonic() < stop_at:
@@ -233,7 +246,7 @@ def load_python(load: Load, seconds: float, connections: int, label: str) -> flo
             response = connection.getresponse()
             reply = response.read()
             if response.status != 200 or b'"error"' in reply:
-                failures.append(f"HTTP {response.status}: {reply[:200]!r}")
+                failures.append(f"{load.name}: HTTP {response.status}: {reply[:200]!r}")
                 return
             counts[index] += 1
         connection.close()
@@ -245,8 +258,9 @@ def load_python(load: Load, seconds: float, connections: int, label: str) -> flo
     for thread in threads:
         thread.join()
     if failures:
-        raise RuntimeError(f"{load.name} ({label}): errors under load: {failures[0]}")
-    return sum(counts) / (time.monotonic() - started)
+        raise RuntimeError(f"{label}: errors under load: {failures[0]}")
+    elapsed = time.monotonic() - started
+    return [sum(counts[i :: len(loads)]) / elapsed for i in range(len(loads))]
 
 
 Generator = Callable[[Load, float, int, str], float]
@@ -417,6 +431,35 @@ RATIOS = (
 )
 
 
+def measure_paired(
+    fleet: Fleet, rounds: int, seconds: float, connections: int
+) -> dict[str, list[float]]:
+    """Each ratio's two loads driven at the same time, `connections` shared:
+    per round, the ratio of their rates."""
+    pairs = [(what, ours, theirs) for what, ours, theirs, _ in RATIOS if ours in fleet.loads]
+    pairs = [pair for pair in pairs if pair[2] in fleet.loads]
+    ratios: dict[str, list[float]] = {what: [] for what, _, _ in pairs}
+    for round_number in range(rounds):
+        for what, ours, theirs in pairs:
+            label = f"p{round_number}-{uuid.uuid4().hex[:8]}"
+            loads = [fleet.loads[ours], fleet.loads[theirs]]
+            mine, other = load_together(loads, seconds, connections, label)
+            ratios[what].append(mine / other)
+        print(f"  paired round {round_number + 1}/{rounds} done", flush=True)
+    return ratios
+
+
+def report_paired(ratios: dict[str, list[float]]) -> None:
+    print("\nratios of loads driven at the same time (median, then each round's)")
+    aims = {what: aim for what, _, _, aim in RATIOS}
+    for what, values in ratios.items():
+        ratio = statistics.median(values)
+        runs = " ".join(f"{value:.2f}" for value in values)
+        aim = aims[what]
+        verdict = "" if aim is None else f"aim >= {aim:g}x: {'met' if ratio >= aim else 'NOT met'}"
+        print(f"  {what:<52} {ratio:>6.2f}x  [{runs}]  {verdict}")
+
+
 def report(rates: dict[str, list[float]], fleet: Fleet) -> None:
     print(f"\nreq/s, median of {len(next(iter(rates.values())))} runs (each run's figure after it)")
     for name, values in rates.items():
@@ -448,6 +491,11 @@ def main() -> None:
         action="store_true",
         help="only GetTask and SendMessage over both bindings, here and on the in-memory SDK",
     )
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="also drive each ratio's two loads at the same time, sharing the connections",
+    )
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.seconds = 2, 2.0
@@ -467,6 +515,11 @@ def main() -> None:
             redis_server.url, args.postgres, table, servers, callbacks, rest_only=args.rest_only
         )
         rates = measure_all(fleet, generator, args.rounds, args.seconds, args.connections)
+        paired = (
+            measure_paired(fleet, args.rounds, args.seconds, args.connections)
+            if args.paired
+            else None
+        )
     finally:
         for server in reversed(servers):
             server.stop()
@@ -474,6 +527,8 @@ def main() -> None:
             callback()
         redis_server.close()
     report(rates, fleet)
+    if paired is not None:
+        report_paired(paired)
 
 
 if __name__ == "__main__":
