@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from shared import Settings, memory_store
 from shared.errors import StoreError
 from shared.memory_store import MemoryStore
+from tests.support.polling import wait_for
 from tests.support.served import Serve, serving_agents
 from tests.support.sse import RestStream
 from tests.test_web_support import ASK, PlayingDispatcher, rpc
@@ -345,9 +346,17 @@ def events_of(stream: RestStream) -> list[tuple[int | None, dict[str, Any]]]:
     return [(event.id, event.data) for event in stream]
 
 
-def test_a_send_stream_is_bare_stream_responses_with_ids(serve: Serve) -> None:
+def test_a_send_stream_is_bare_stream_responses_with_ids(
+    serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
     url, _ = serve("examples.agents:countdown")
-    events = events_of(RestStream(url, "POST", "/message:stream", {"message": message("2")}))
+    with caplog.at_level(logging.INFO, logger="web.requests"):
+        stream = RestStream(url, "POST", "/message:stream", {"message": message("2")})
+        events = events_of(stream)
+        wait_for(lambda: any("events=" in r.getMessage() for r in caplog.records), timeout=10)
+    (line,) = [r.getMessage() for r in caplog.records if "events=" in r.getMessage()]
+    task_id = events[0][1]["task"]["id"]
+    assert f"SendStreamingMessage dialect=http+json task_id={task_id} events={len(events)}" in line
     ids = [seq for seq, _ in events]
     assert ids == list(range(1, len(ids) + 1))
     first, *updates = (data for _, data in events)
