@@ -563,15 +563,19 @@ def test_a_store_fault_mid_stream_ends_it_with_an_error_event() -> None:
     environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/tasks/t-1:subscribe"}
     request = WsgiRequest(environ)
     statuses: list[str] = []
-    chunks = open_stream(
-        Stream(wire, "t-1", body),
-        request,
-        begin(request, "/tasks/{id}:subscribe"),
-        lambda status, headers: statuses.append(status),
-        HangupMonitor(),
-        [],
-    )
-    sent = b"".join(chunks).decode()
+    observed = begin(request, "/tasks/{id}:subscribe")
+    try:
+        chunks = open_stream(
+            Stream(wire, "t-1", body),
+            request,
+            observed,
+            lambda status, headers: statuses.append(status),
+            HangupMonitor(),
+            [],
+        )
+        sent = b"".join(chunks).decode()
+    finally:
+        observed.binding.release()  # as the endpoint does: no request id left bound
     assert statuses == ["200 OK"]
     first, error = [block for block in sent.split("\n\n") if block.startswith(("id:", "event:"))]
     assert first == 'id: 1\ndata: {"task":{"id":"t-1"}}'
