@@ -388,6 +388,25 @@ def test_both_stream_routes_resume_after_last_event_id(serve: Serve) -> None:
         assert [data for _, data in tail] == [data for _, data in rest[-2:]]
 
 
+def test_a_client_hanging_up_ends_its_stream_at_once(
+    serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    url, store = serve("examples.agents:ticking", keepalive=60.0)
+    sent = {"message": message("30 ticks"), "configuration": {"returnImmediately": True}}
+    reply = requests.post(f"{url}/message:send", json=sent, headers=V10, timeout=10).json()
+    task_id = reply["task"]["id"]
+    with caplog.at_level(logging.INFO, logger="web.requests"):
+        stream = RestStream(url, "GET", f"/tasks/{task_id}:subscribe")
+        next(iter(stream))
+        stream.close()
+        # Its line is written when the stream ends: long before the task's 30 s.
+        wait_for(
+            lambda: any("SubscribeToTask" in r.getMessage() for r in caplog.records), timeout=10
+        )
+    assert store.get(task_id)["status"]["state"] == "working"
+    requests.post(f"{url}/tasks/{task_id}:cancel", headers=V10, timeout=10)
+
+
 def test_a_subscription_follows_a_live_task_to_its_end(serve: Serve) -> None:
     url, _ = serve("examples.agents:ticking")
     sent = {"message": message("3 ticks"), "configuration": {"returnImmediately": True}}
