@@ -317,6 +317,10 @@ class Settings:
     # the task console (web/console.py): pages at /console that call the API
     # as any browser client would; the embedded server turns it on by default
     console: bool = _env("CONSOLE", _flag, False)
+    # the extended agent card (GetExtendedAgentCard, GET /extendedAgentCard):
+    # fields laid over the public card for callers past the bearer check;
+    # unset: none is offered
+    extended_card: Mapping[str, Any] | None = _env("EXTENDED_CARD", _json_object, None)
 
     def __post_init__(self) -> None:
         if self.heartbeat >= self.stale_after:
