@@ -86,7 +86,11 @@ def test_0_3_readers_get_the_0_3_fields_too(
     parsed = parse_agent_card(card)
     assert parsed.name == "toolnexus-agent"
     assert parsed.capabilities.streaming
-    assert [i.protocol_version for i in parsed.supported_interfaces] == ["1.0", "0.3"]
+    assert [(i.protocol_binding, i.protocol_version) for i in parsed.supported_interfaces] == [
+        ("JSONRPC", "1.0"),
+        ("JSONRPC", "0.3"),
+        ("HTTP+JSON", "1.0"),
+    ]
 
 
 @pytest.mark.parametrize(

@@ -42,12 +42,20 @@ def _is_root(segment: str) -> bool:
     return segment == "tasks" or segment in _MESSAGE_ROUTES or segment == _CARD_ROUTE
 
 
+# First path segments that other rooms of the front end serve (the console's
+# pages at /console/tasks/<id> would otherwise read as a tenant "console"), so
+# they are never taken for a tenant prefix.
+NOT_TENANTS: Final = frozenset({"console"})
+
+
 def is_rest_path(path: str) -> bool:
     """Whether `path` is one this binding answers (its routes, with or without
     a tenant prefix), so the front routes it here rather than to Flask."""
     first, _, rest = path[1:].partition("/")
     if _is_root(first) or first.startswith("tasks:"):
         return True
+    if first in NOT_TENANTS:
+        return False
     return bool(rest) and _is_root(rest.partition("/")[0])
 
 
