@@ -29,13 +29,16 @@ def check_store_spec(spec: str | None) -> None:
     raise ValueError(f"unknown store spec {spec!r}; accepted: {ACCEPTED_FORMS}")
 
 
-def resolve_store(spec: object = None, *, terminal_ttl: float | None = None) -> Any:
+def resolve_store(
+    spec: object = None, *, terminal_ttl: float | None = None, connections: int | None = None
+) -> Any:
     """`None`/"memory" -> memory store; "file:<dir>" -> file store; a Redis URL
     -> Redis store; "package.module:attr" -> that object (called when it is a
     factory, i.e. a class or function rather than a store); any non-string
     object -> returned as is. Any other string raises ValueError.
 
-    `terminal_ttl` (seconds) lets the store expire finished tasks.
+    `terminal_ttl` (seconds) lets the store expire finished tasks;
+    `connections` sizes a Redis store's connection pool (None: its default).
     """
     if spec is None or spec == "memory":
         return memory_store(terminal_ttl=terminal_ttl)
@@ -45,7 +48,9 @@ def resolve_store(spec: object = None, *, terminal_ttl: float | None = None) -> 
     if spec.startswith("file:"):
         return file_store(spec.removeprefix("file:"), terminal_ttl=terminal_ttl)
     if spec.startswith(_REDIS_SCHEMES):
-        return redis_store(spec, terminal_ttl=terminal_ttl)
+        if connections is None:
+            return redis_store(spec, terminal_ttl=terminal_ttl)
+        return redis_store(spec, terminal_ttl=terminal_ttl, connections=connections)
     target = load_object(spec, "TOOLNEXUS_STORE")
     if isinstance(target, type) or (callable(target) and not _is_store(target)):
         try:

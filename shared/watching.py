@@ -11,21 +11,31 @@ or repeat it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 
 class Waiter:
     """One watch of one task; `wait` returns once `wake` was called since the
-    last `wait` returned (True), or after `timeout` seconds (False)."""
+    last `wait` returned (True), or after `timeout` seconds (False).
 
-    __slots__ = ("_flag",)
+    A thread blocks in `wait`; an event loop cannot, so it asks `on_wake`
+    for a callback instead (one that hands over with `call_soon_threadsafe`),
+    run on the waking thread at each wake-up."""
+
+    __slots__ = ("_callbacks", "_flag")
 
     def __init__(self) -> None:
         self._flag = threading.Event()
+        self._callbacks: tuple[Callable[[], object], ...] = ()
+
+    def on_wake(self, callback: Callable[[], object]) -> None:
+        self._callbacks = (*self._callbacks, callback)
 
     def wake(self) -> None:
         self._flag.set()
+        for callback in self._callbacks:
+            callback()
 
     def wait(self, timeout: float) -> bool:
         woken = self._flag.wait(timeout)

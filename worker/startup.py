@@ -60,6 +60,7 @@ def install(settings: Settings) -> None:
     def worker_started(sender: Any = None, instance: Any = None, **_: Any) -> None:
         extra = {
             "node": sender,
+            "pool": settings.pool,
             "concurrency": getattr(instance, "concurrency", "?"),
             "metrics": _metrics_address(settings),
         }
