@@ -144,7 +144,8 @@ class Watch(Protocol):
 
     def on_wake(self, callback: Callable[[], object]) -> None:
         """Also call `callback` (on the waking thread) at every wake-up from
-        now on: how an event loop, which must not block in `wait`, watches."""
+        now on, and at once if woken since the last `wait`: how an event
+        loop, which must not block in `wait`, watches."""
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,11 @@ class Waiter:
         self._callbacks: tuple[Callable[[], object], ...] = ()
 
     def on_wake(self, callback: Callable[[], object]) -> None:
+        """Call `callback` at every wake-up from now on, and at once if one
+        came since the last `wait` (none is missed between watch and this)."""
         self._callbacks = (*self._callbacks, callback)
+        if self._flag.is_set():
+            callback()
 
     def wake(self) -> None:
         self._flag.set()

@@ -39,6 +39,7 @@ from shared.task import (
     text_message,
 )
 from shared.transitions import transition
+from tests.support.compose import compose, container_environment, dotenv_for
 from tests.support.polling import wait_for
 from tests.support.waiting_agents import Gate
 from web.dispatch import CeleryDispatcher
@@ -307,3 +308,16 @@ def test_an_agent_blocking_the_loop_is_warned_about(fleet: Any) -> None:
     io.dispatcher.enqueue(task["id"])
     io.wait_states([str(task["id"])], COMPLETED)
     wait_for(lambda: "event loop stalled" in io.logs(), timeout=15, what="the lag warning")
+
+
+def test_compose_documents_an_opt_in_worker_for_waiting_agents() -> None:
+    dotenv = dotenv_for({}, None)
+    services = compose(dotenv)["services"]
+    io_worker, worker = services["worker-io"], services["worker"]
+    assert io_worker["profiles"] == ["io"]  # `docker compose up` alone leaves it out
+    assert io_worker["command"][:4] == worker["command"][:4] == ["celery", "-A", "worker", "worker"]
+    assert io_worker["env_file"] == worker["env_file"] == ".env"
+    settings = Settings.from_env(container_environment(io_worker, dotenv))
+    assert settings.pool == "asyncio" and (settings.concurrency or 0) >= 100
+    # Warm shutdown waits for held calls up to the time limit.
+    assert io_worker["stop_grace_period"] == worker["stop_grace_period"]

@@ -38,7 +38,7 @@ from shared.transitions import claim, transition
 from worker.agent import Agent
 from worker.calling import RunAsync, call, run_async
 from worker.heartbeat import heartbeating
-from worker.holding import CallStopped, holding
+from worker.holding import CallStopped, holding, watching
 from worker.results import RunProgress, UnsupportedResult, failed, final_change
 
 log = logging.getLogger(__name__)
@@ -61,21 +61,25 @@ def fulfil(
     `on_run()` is called just before the function runs, if this delivery runs it.
     `held`: one of many calls in this process, held by `worker.holding`.
     """
-    # The claim reads the task itself: no separate load, one round trip fewer
-    # (and on a store that claims in one step, no separate read either).
-    claimed = claim(store, task_id, to=WORKING, from_state=SUBMITTED)
-    if claimed.record is None:
-        log.warning("task %s: not in the store, nothing to run", task_id)
-        return ""
-    if not claimed.applied:
-        state = state_of(claimed.record.task)
-        log.info("task %s: is %s, not submitted; not running it", task_id, state)
-        return state
     with ExitStack() as stack:
+        # A held call watches its task from before the claim, so that a
+        # cancel saved right after the claim still reaches it.
+        watch = stack.enter_context(watching(store, task_id)) if held else None
+        # The claim reads the task itself: no separate load, one round trip
+        # fewer (and on a store that claims in one step, no separate read either).
+        claimed = claim(store, task_id, to=WORKING, from_state=SUBMITTED)
+        if claimed.record is None:
+            log.warning("task %s: not in the store, nothing to run", task_id)
+            return ""
+        if not claimed.applied:
+            state = state_of(claimed.record.task)
+            log.info("task %s: is %s, not submitted; not running it", task_id, state)
+            return state
         stack.enter_context(heartbeating(store, task_id, settings.heartbeat))
         run: RunAsync = run_async
         if held:
-            run = stack.enter_context(holding(store, task_id, agent, settings)).run_async
+            call = stack.enter_context(holding(store, task_id, agent, settings, watch))
+            run = call.run_async
         saved = _run(store, agent, claimed.record, settings, timeout_errors, on_run, run)
     final = state_of(saved.task) if saved.task else ""
     if not saved.applied:

@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 from shared.errors import StoreError
 from shared.settings import Settings
-from shared.store import EventStore, TaskStore
+from shared.store import EventStore, TaskStore, Watch
 from shared.task import WORKING, state_of
 from shared.transitions import transition
 from worker.agent import Agent
@@ -273,9 +273,23 @@ def held_count() -> int:
 
 
 @contextmanager
-def holding(store: TaskStore, task_id: str, agent: Agent, settings: Settings) -> Iterator[HeldCall]:
+def watching(store: TaskStore, task_id: str) -> Iterator[Watch | None]:
+    """The store's watch of `task_id`, if it has one (None: a cancel then
+    lands only at the call's next save)."""
+    if isinstance(store, EventStore):
+        with store.watch(task_id) as watch:
+            yield watch
+    else:
+        yield None
+
+
+@contextmanager
+def holding(
+    store: TaskStore, task_id: str, agent: Agent, settings: Settings, watch: Watch | None
+) -> Iterator[HeldCall]:
     """Hold the call of claimed task `task_id` for the block: count it, keep
-    its time limit, and stop it when the store says it left `working`."""
+    its time limit, and stop it when `watch` (from `watching`, begun before
+    the claim) says the task may have left `working`."""
     loop = _calls.loop
     call = HeldCall(_calls, store, task_id, agent, settings)
     with ExitStack() as stack:
@@ -284,9 +298,7 @@ def holding(store: TaskStore, task_id: str, agent: Agent, settings: Settings) ->
         stack.callback(call.end)
         loop.call_soon_threadsafe(call.start_deadline)
         stack.callback(loop.call_soon_threadsafe, call.end_deadline)
-        if isinstance(store, EventStore):
-            waiter = stack.enter_context(store.watch(task_id))
-            waiter.on_wake(lambda: loop.call_soon_threadsafe(call.recheck))
-            # A cancel saved between the claim and the watch woke nobody.
-            loop.call_soon_threadsafe(call.recheck)
+        if watch is not None:
+            # Called at once if woken since the claim (its own wake-up, or a cancel).
+            watch.on_wake(lambda: loop.call_soon_threadsafe(call.recheck))
         yield call
