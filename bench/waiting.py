@@ -47,7 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.processes import CeleryWorker, Server, children, gunicorn, uvicorn
+from bench.processes import CeleryWorker, Server, children, gunicorn, post_alone, uvicorn
 from shared.settings import Settings
 from shared.store import EventStore, StaleIndex, WaitingIndex
 from shared.task import COMPLETED, Task, epoch, new_task, state_of, text_message
@@ -94,25 +94,8 @@ async def send_all(port: int, texts: list[str]) -> tuple[float, list[tuple[float
     """Send every text at once as a blocking send; (start, [(answered at, task id, state)])."""
 
     async def one(text: str) -> tuple[float, str, str]:
-        body = send_body(text)
-        head = "".join(
-            f"{name}: {value}\r\n"
-            for name, value in {
-                "Host": f"127.0.0.1:{port}",
-                **A2A_10,
-                "Content-Length": str(len(body)),
-                "Connection": "close",
-            }.items()
-        )
         try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            try:
-                writer.write(f"POST / HTTP/1.1\r\n{head}\r\n".encode() + body)
-                await writer.drain()
-                raw = await asyncio.wait_for(reader.read(), ANSWER_TIMEOUT)
-            finally:
-                writer.close()
-            reply = json.loads(raw.partition(b"\r\n\r\n")[2])
+            reply = json.loads(await post_alone(port, send_body(text), A2A_10, ANSWER_TIMEOUT))
             task = reply["result"]["task"]
             return time.time(), str(task["id"]), str(task["status"]["state"])
         except (OSError, TimeoutError, ValueError, KeyError) as error:
