@@ -78,7 +78,7 @@ def fulfil(
         stack.enter_context(heartbeating(store, task_id, settings.heartbeat))
         run: RunAsync = run_async
         if held:
-            call = stack.enter_context(holding(store, task_id, agent, settings, watch))
+            call = stack.enter_context(holding(store, claimed.record, agent, settings, watch))
             run = call.run_async
         saved = _run(store, agent, claimed.record, settings, timeout_errors, on_run, run)
     final = state_of(saved.task) if saved.task else ""

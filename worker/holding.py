@@ -39,9 +39,10 @@ from contextlib import ExitStack, contextmanager
 from typing import Any, TypeVar
 
 from shared.errors import StoreError
+from shared.events import state_after
 from shared.settings import Settings
-from shared.store import EventStore, TaskStore, Watch
-from shared.task import WORKING, state_of
+from shared.store import EventStore, Record, TaskStore, Watch
+from shared.task import WORKING
 from shared.transitions import transition
 from worker.agent import Agent
 from worker.metrics import worker_metrics
@@ -73,8 +74,15 @@ class HeldCall:
     stopped (from any thread) at its time limit or when its task left `working`."""
 
     def __init__(
-        self, calls: CallLoop, store: TaskStore, task_id: str, agent: Agent, settings: Settings
+        self,
+        calls: CallLoop,
+        store: TaskStore,
+        claimed: Record,
+        agent: Agent,
+        settings: Settings,
     ) -> None:
+        task_id = claimed.task["id"]
+        seen = claimed.seq  # the claim's own event: later ones may be a cancel
         self.task_id = task_id
         self._calls = calls
         self._loop = calls.loop
@@ -87,6 +95,7 @@ class HeldCall:
         self._checking = False
         self._check_again = False
         self._ended = False
+        self._seen = seen
 
     def end(self) -> None:
         """The call returned: wake-ups from its own last save change nothing."""
@@ -162,32 +171,35 @@ class HeldCall:
     # --- a cancel (a wake-up from the store's watch, on the loop) -------------
 
     def recheck(self) -> None:
-        """Look at the task's state, one look at a time: a wake-up carries no
-        data, and those meanwhile (its own progress, say) ask for one more."""
+        """Read what the task logged since last seen, one look at a time: a
+        wake-up carries no data, and those meanwhile ask for one more. The
+        claim's own wake-up reads nothing new, the cheapest read there is."""
         if self._ended:
             return
         if self._checking:
             self._check_again = True
             return
         self._checking = True
-        looked = self._loop.run_in_executor(self._calls.store_calls, self._read_state)
+        looked = self._loop.run_in_executor(self._calls.store_calls, self._states_since, self._seen)
         looked.add_done_callback(self._looked)
 
-    def _read_state(self) -> str | None:
+    def _states_since(self, seen: int) -> tuple[int, str]:
+        """The last event number, and the task's state after the events since `seen`."""
+        assert isinstance(self._store, EventStore)
         try:
-            task = self._store.get(self.task_id)
+            logged = self._store.events(self.task_id, seen)
         except StoreError:
-            return WORKING  # cannot tell now; the next wake-up or the reaper will
-        return state_of(task) if task is not None else None
+            return seen, WORKING  # cannot tell now; the next wake-up or the reaper will
+        state = state_after((event for _, event in logged), WORKING)
+        return (logged[-1][0] if logged else seen), state
 
-    def _looked(self, looked: asyncio.Future[str | None]) -> None:
+    def _looked(self, looked: asyncio.Future[tuple[int, str]]) -> None:
         self._checking = False
         if not looked.cancelled() and looked.exception() is None:
-            state = looked.result()
+            self._seen, state = looked.result()
             if state != WORKING and self._reason is None and not self._ended:
-                shown = state or "unknown"
-                log.info("task %s: became %s; stopping its call", self.task_id, shown)
-                self.stop(f"the task became {shown} while its call ran")
+                log.info("task %s: became %s; stopping its call", self.task_id, state)
+                self.stop(f"the task became {state} while its call ran")
         if self._check_again:
             self._check_again = False
             self.recheck()
@@ -285,13 +297,13 @@ def watching(store: TaskStore, task_id: str) -> Iterator[Watch | None]:
 
 @contextmanager
 def holding(
-    store: TaskStore, task_id: str, agent: Agent, settings: Settings, watch: Watch | None
+    store: TaskStore, claimed: Record, agent: Agent, settings: Settings, watch: Watch | None
 ) -> Iterator[HeldCall]:
-    """Hold the call of claimed task `task_id` for the block: count it, keep
-    its time limit, and stop it when `watch` (from `watching`, begun before
-    the claim) says the task may have left `working`."""
+    """Hold the call of the `claimed` task for the block: count it, keep its
+    time limit, and stop it when `watch` (from `watching`, begun before the
+    claim) says the task may have left `working`."""
     loop = _calls.loop
-    call = HeldCall(_calls, store, task_id, agent, settings)
+    call = HeldCall(_calls, store, claimed, agent, settings)
     with ExitStack() as stack:
         _calls.add(call)
         stack.callback(_calls.remove, call)
