@@ -42,6 +42,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +60,7 @@ A2A_10 = {"A2A-Version": "1.0", "Content-Type": "application/json"}
 DONE_1_0 = "TASK_STATE_COMPLETED"
 ANSWER_TIMEOUT = 300.0
 BLOCKING_AGENT = "bench.agents:waiting_blocking"
+SENDERS = 16
 
 
 @dataclass
@@ -126,17 +128,21 @@ def wait_url(slow: Server, seconds: float) -> str:
 
 
 def submit_directly(settings: Mapping[str, str], text: str, tasks: int) -> tuple[float, list[str]]:
-    """What the front end does for a send, minus HTTP: create the task, queue
-    its message (web.dispatch's direct Redis queue)."""
+    """What the front end does for each send, minus HTTP: create the task,
+    queue its message (web.dispatch's direct Redis queue); SENDERS at a time,
+    as concurrent requests would."""
     config = Settings.from_env(settings)
     store, dispatcher = open_store(config), CeleryDispatcher(config)
     assert isinstance(store, EventStore)
-    start = time.time()
-    ids = []
-    for _ in range(tasks):
+
+    def send(_: int) -> str:
         task = store.create(new_task(text_message("user", text))).task
         dispatcher.enqueue(task["id"])
-        ids.append(str(task["id"]))
+        return str(task["id"])
+
+    start = time.time()
+    with ThreadPoolExecutor(SENDERS) as senders:
+        ids = list(senders.map(send, range(tasks)))
     dispatcher.close()
     return start, ids
 

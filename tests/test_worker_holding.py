@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from shared.errors import ConfigError
 from shared.events import to_state
@@ -114,12 +115,15 @@ def test_a_cancel_stops_a_held_coroutine() -> None:
     task_id = submitted(store, "60")
     outcome = run_held(store, task_id, Agent(sleeps), Settings(time_limit=120))
     wait_for(lambda: state_of(store.get(task_id) or {}) == "working" and held_count(), timeout=10)
+    # What /metrics shows meanwhile (a worker serves this registry on TOOLNEXUS_METRICS_PORT).
+    assert REGISTRY.get_sample_value("toolnexus_calls_held") == held_count() == 1
 
     assert transition(store, task_id, to_state(CANCELED)).applied
     wait_for(lambda: outcome, timeout=30, what="the cancelled call to end")
     assert outcome == [CANCELED]
     assert seen == ["cancelled"]
     assert state_of(store.get(task_id) or {}) == CANCELED
+    wait_for(lambda: REGISTRY.get_sample_value("toolnexus_calls_held") == 0, timeout=10)
 
 
 def test_a_blocking_call_past_its_time_limit_is_failed_and_its_result_dropped() -> None:
