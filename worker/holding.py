@@ -17,7 +17,8 @@ Celery's time limits are signals to a prefork child, so here the worker
 keeps them itself, and a cancel reaches a running call through the store's
 watch (the per-process listener) rather than by killing a process:
 
-- TOOLNEXUS_TIME_LIMIT after the claim the task is failed "timed out" and
+- TOOLNEXUS_TIME_LIMIT after the claim (the loop sweeps its calls four times
+  a second) the task is failed "timed out" and
   its coroutine cancelled; a blocking call cannot be stopped, so its result
   is dropped (every save is a change from `working`, which it no longer is);
 - when the store says the task left `working` (canceled, reaped), its
@@ -91,7 +92,8 @@ class HeldCall:
         self._time_limit = settings.time_limit
         self._reason: str | None = None
         self._step: asyncio.Task[Any] | None = None
-        self._deadline: asyncio.TimerHandle | None = None
+        # On the loop's clock (monotonic), so the watchdog compares without a hop.
+        self.deadline = self._loop.time() + self._time_limit
         self._checking = False
         self._check_again = False
         self._ended = False
@@ -139,14 +141,8 @@ class HeldCall:
 
     # --- the time limit (on the loop) ----------------------------------------
 
-    def start_deadline(self) -> None:
-        self._deadline = self._loop.call_later(self._time_limit, self._expire)
-
-    def end_deadline(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-
-    def _expire(self) -> None:
+    def expire(self) -> None:
+        """Past its time limit (the loop's watchdog calls this, on the loop)."""
         reason = f"timed out after {self._time_limit:g} s"
         log.warning("task %s: %s; stopping its call", self.task_id, reason)
         self.stop(reason)
@@ -249,8 +245,10 @@ class CallLoop:
         loop.run_forever()
 
     async def _watch_lag(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Measure how late the loop wakes a sleeper: a coroutine that
-        blocks holds up every other call by that much."""
+        """The loop's watchdog: measure how late it wakes a sleeper (a
+        coroutine that blocks holds up every other call by that much), and
+        stop the calls past their time limit (a sweep every LAG_PROBE
+        seconds, not a timer per call set from its pool thread)."""
         warned = reported = -WARN_EVERY - REPORT_EVERY
         last_count = 0
         while True:
@@ -259,7 +257,12 @@ class CallLoop:
             now = loop.time()
             lag = max(0.0, now - before - LAG_PROBE)
             worker_metrics().loop_lag.set(lag)
-            held = len(self)
+            with self._lock:
+                calls = list(self._held)
+            for call in calls:
+                if call.deadline <= now and call.stopped is None:
+                    call.expire()
+            held = len(calls)
             if lag > LAG_WARNING and now - warned > WARN_EVERY:
                 warned = now
                 log.warning(
@@ -308,8 +311,6 @@ def holding(
         _calls.add(call)
         stack.callback(_calls.remove, call)
         stack.callback(call.end)
-        loop.call_soon_threadsafe(call.start_deadline)
-        stack.callback(loop.call_soon_threadsafe, call.end_deadline)
         if watch is not None:
             # Called at once if woken since the claim (its own wake-up, or a cancel).
             watch.on_wake(lambda: loop.call_soon_threadsafe(call.recheck))
