@@ -17,10 +17,10 @@ Celery's time limits are signals to a prefork child, so here the worker
 keeps them itself, and a cancel reaches a running call through the store's
 watch (the per-process listener) rather than by killing a process:
 
-- TOOLNEXUS_TIME_LIMIT after the claim (the loop sweeps its calls four times
-  a second) the task is failed "timed out" and
-  its coroutine cancelled; a blocking call cannot be stopped, so its result
-  is dropped (every save is a change from `working`, which it no longer is);
+- TOOLNEXUS_TIME_LIMIT after the claim (the loop sweeps its calls four
+  times a second) the task is failed "timed out" and its coroutine
+  cancelled; a blocking call cannot be stopped, so its result is dropped
+  (every save is a change from `working`, which it no longer is);
 - when the store says the task left `working` (canceled, reaped), its
   coroutine is cancelled at once, and a blocking call's result dropped.
 
