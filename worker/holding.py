@@ -191,7 +191,10 @@ class HeldCall:
 
     def _looked(self, looked: asyncio.Future[tuple[int, str]]) -> None:
         self._checking = False
-        if not looked.cancelled() and looked.exception() is None:
+        error = looked.exception() if not looked.cancelled() else None
+        if error is not None:
+            log.warning("task %s: cannot look for a cancel: %r", self.task_id, error)
+        elif not looked.cancelled():
             self._seen, state = looked.result()
             if state != WORKING and self._reason is None and not self._ended:
                 log.info("task %s: became %s; stopping its call", self.task_id, state)
