@@ -321,3 +321,12 @@ def test_compose_documents_an_opt_in_worker_for_waiting_agents() -> None:
     assert settings.pool == "asyncio" and (settings.concurrency or 0) >= 100
     # Warm shutdown waits for held calls up to the time limit.
     assert io_worker["stop_grace_period"] == worker["stop_grace_period"]
+
+
+def test_a_pool_forced_with_dash_p_is_warned_about(fleet: Any) -> None:
+    io = fleet("asyncio", TOOLNEXUS_RUN=f"{AGENTS}:gated")
+    io.start("forced", "worker", "-n", "forced@%h", "-P", "solo", "-l", "INFO")
+    wait_for(
+        lambda: "the command line chose" in io.logs(), timeout=60, what=f"warning\n{io.logs()}"
+    )
+    assert "TOOLNEXUS_POOL=asyncio needs the IOPool pool" in io.logs()
