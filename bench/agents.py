@@ -11,11 +11,15 @@ both servers stream the same events at the same times.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 from toolnexus import Done, Progress
 
@@ -77,3 +81,44 @@ def streamer(text: str) -> Iterator[object]:
         time.sleep(max(0.0, plan.due(start, number) - time.time()))
         yield Progress(stamp(number))
     yield Done("done")
+
+
+# --- bench/waiting.py: agents that wait on real I/O --------------------------------
+
+
+async def http_get(url: str) -> bytes:
+    """GET `url` (plain HTTP, `Connection: close`) with asyncio streams: the
+    least client code, so the benchmark measures the servers, not a client."""
+    parts = urlsplit(url)
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port or 80)
+    try:
+        target = f"{parts.path or '/'}?{parts.query}" if parts.query else parts.path or "/"
+        head = f"GET {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nConnection: close\r\n\r\n"
+        writer.write(head.encode())
+        await writer.drain()
+        reply = await reader.read()
+    finally:
+        writer.close()
+    status = reply.split(b" ", 2)[1:2]
+    if status != [b"200"]:
+        raise RuntimeError(f"GET {url}: {reply[:80]!r}")
+    return reply.partition(b"\r\n\r\n")[2]
+
+
+def counted(url: str, task_id: str) -> str:
+    """The slow server's URL with the task's id, so it counts each run."""
+    return f"{url}&id={task_id}"
+
+
+# The message (which names its task), not the whole task: a smaller copy per call.
+async def waiting(text: str, message: dict[str, Any]) -> str:
+    """Waits on bench/slow_http.py: `text` is its /wait URL."""
+    await http_get(counted(text, message["taskId"]))
+    return "waited"
+
+
+def waiting_blocking(text: str, message: dict[str, Any]) -> str:
+    """`waiting` as a plain blocking function (for TOOLNEXUS_POOL=threads)."""
+    with urllib.request.urlopen(counted(text, message["taskId"]), timeout=120) as reply:
+        reply.read()
+    return "waited"

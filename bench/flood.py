@@ -45,7 +45,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-from bench.processes import percentile
+from bench.processes import percentile, post_alone
 from tests.support.compose import LocalStack, local_stack
 
 A2A_10 = {"A2A-Version": "1.0", "Content-Type": "application/json"}
@@ -135,29 +135,15 @@ async def flood(port: int, sends: int, bound: float) -> list[tuple[float, str]]:
 
     async def one(number: int) -> tuple[float, str]:
         body = json.dumps(send_body(f"{SLOW_TASK} flood {number}")).encode()
-        head = "".join(
-            f"{name}: {value}\r\n"
-            for name, value in {
-                "Host": f"127.0.0.1:{port}",
-                **A2A_10,
-                "Content-Length": str(len(body)),
-                "Connection": "close",
-            }.items()
-        )
-        start = time.monotonic()
+        start = [time.monotonic()]  # then the moment the request was written
         try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            try:
-                writer.write(f"POST / HTTP/1.1\r\n{head}\r\n".encode() + body)
-                await writer.drain()
-                start = time.monotonic()
-                raw = await asyncio.wait_for(reader.read(), bound + 60.0)
-            finally:
-                writer.close()
-            reply = json.loads(raw.partition(b"\r\n\r\n")[2])
+            answer = await post_alone(
+                port, body, A2A_10, bound + 60.0, written=lambda: start.append(time.monotonic())
+            )
+            reply = json.loads(answer)
         except (OSError, TimeoutError, ValueError) as error:
-            return time.monotonic() - start, type(error).__name__
-        took = time.monotonic() - start
+            return time.monotonic() - start[-1], type(error).__name__
+        took = time.monotonic() - start[-1]
         if "result" not in reply:
             error = reply.get("error") or {}
             said = f"{error.get('message')} {error.get('data') or ''}"

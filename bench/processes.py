@@ -7,6 +7,7 @@ read /proc, so memory is measured without extra packages.
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import math
 import os
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,6 +163,36 @@ def children(pid: int) -> list[int]:
         if int(stat.rpartition(")")[2].split()[1]) == pid:
             found.append(int(entry.name))
     return sorted(found)
+
+
+async def post_alone(
+    port: int,
+    body: bytes,
+    headers: Mapping[str, str],
+    timeout: float,
+    written: Callable[[], object] = lambda: None,
+) -> bytes:
+    """POST `body` to 127.0.0.1:`port` on a connection of its own (closed
+    after the answer); the answer's body. `written()` is called once the
+    request is written, so a caller can time the server alone."""
+    head = "".join(
+        f"{name}: {value}\r\n"
+        for name, value in {
+            "Host": f"127.0.0.1:{port}",
+            **headers,
+            "Content-Length": str(len(body)),
+            "Connection": "close",
+        }.items()
+    )
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(f"POST / HTTP/1.1\r\n{head}\r\n".encode() + body)
+        await writer.drain()
+        written()
+        raw = await asyncio.wait_for(reader.read(), timeout)
+    finally:
+        writer.close()
+    return raw.partition(b"\r\n\r\n")[2]
 
 
 def rss_kib(pid: int) -> int:

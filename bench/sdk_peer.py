@@ -10,7 +10,8 @@ A Starlette app with the SDK's DefaultRequestHandler, JSON-RPC routes (and its H
   BENCH_SDK_TABLE  that store's table, made beforehand by `prepare_table`
                    (so several workers never race to create it)
   BENCH_SDK_AGENT  "echo" (an artifact echoing the text, then completed:
-                   bench/web.py) or "streamer" (bench.agents.Plan: bench/streams.py)
+                   bench/web.py), "streamer" (bench.agents.Plan: bench/streams.py)
+                   or "waiting" (a GET on bench/slow_http.py: bench/waiting.py)
   BENCH_SDK_URL    the URL the agent card names
 
 This is the SDK's own code as its documentation shows it; nothing of the
@@ -43,7 +44,7 @@ from a2a.types import (
 )
 from starlette.applications import Starlette
 
-from bench.agents import GO_POLL, READY, Plan, stamp
+from bench.agents import GO_POLL, READY, Plan, counted, http_get, stamp
 
 
 async def _submitted(context: RequestContext, queue: EventQueue) -> TaskUpdater:
@@ -86,6 +87,21 @@ class Streamer(Echo):
         await updater.complete(updater.new_agent_message([Part(text="done")]))
 
 
+class Waiting(Echo):
+    """bench.agents.waiting, as an SDK executor: the same GET, then completed."""
+
+    async def execute(self, context: RequestContext, queue: EventQueue) -> None:
+        updater = await _submitted(context, queue)
+        await updater.start_work()
+        assert context.task_id is not None
+        await http_get(counted(context.get_user_input(), context.task_id))
+        await updater.add_artifact([Part(text="waited")], name="result")
+        await updater.complete()
+
+
+EXECUTORS: dict[str, type[Echo]] = {"echo": Echo, "streamer": Streamer, "waiting": Waiting}
+
+
 # create_task_model re-declares the SDK's model class for a table of another
 # name; SQLAlchemy warns about the replaced name on every start.
 warnings.filterwarnings("ignore", message="This declarative base already contains")
@@ -121,7 +137,7 @@ def create_app() -> Starlette:
         default_output_modes=["text/plain"],
         skills=[AgentSkill(id=agent, name=agent, description=agent, tags=["bench"])],
     )
-    executor = Streamer() if agent == "streamer" else Echo()
+    executor = EXECUTORS[agent]()
     handler = DefaultRequestHandler(agent_executor=executor, task_store=_store(), agent_card=card)
     routes = create_jsonrpc_routes(handler, rpc_url="/", enable_v0_3_compat=True)
     # Its HTTP+JSON routes too, after the others: their `/{tenant}` mount

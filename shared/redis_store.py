@@ -429,6 +429,7 @@ def redis_store(
     timeout: float = 2.0,
     clock: Clock = time.time,
     log_limit: int = LOG_LIMIT,
+    connections: int = POOL_SIZE,
 ) -> RedisStore:
     """A store on the Redis at `url`; nothing is sent until first use.
 
@@ -436,11 +437,12 @@ def redis_store(
     seconds when Redis is down, instead of a request hanging. Connections
     are pooled and waited for: a front end holds thousands of requests at
     once, and a burst of them queues for a connection (up to `timeout`)
-    instead of failing the moment all connections are busy.
+    instead of failing the moment all connections are busy. A worker that
+    holds more calls than that at once asks for more `connections`.
     """
     pool = redis.BlockingConnectionPool.from_url(
         url,
-        max_connections=POOL_SIZE,
+        max_connections=connections,
         timeout=timeout,
         socket_timeout=timeout,
         socket_connect_timeout=timeout,

@@ -45,7 +45,11 @@ def check_store_spec(spec: str | None) -> None:
 
 
 def resolve_store(
-    spec: object = None, *, terminal_ttl: float | None = None, file_fsync: str = ALWAYS
+    spec: object = None,
+    *,
+    terminal_ttl: float | None = None,
+    file_fsync: str = ALWAYS,
+    connections: int | None = None,
 ) -> Any:
     """`None`/"memory" -> memory store; "file:<dir>" -> file store; a Redis URL
     -> Redis store; "package.module:attr" -> that object (called when it is a
@@ -54,6 +58,7 @@ def resolve_store(
 
     `terminal_ttl` (seconds) lets the store expire finished tasks;
     `file_fsync` is the file store's fsync policy (`shared.file_log`).
+    `connections` sizes a Redis store's connection pool (None: its default).
     """
     if spec is None or spec == "memory":
         return memory_store(terminal_ttl=terminal_ttl)
@@ -68,7 +73,9 @@ def resolve_store(
             reason = _unusable_folder(folder, error)
             raise ConfigError(f"TOOLNEXUS_STORE={spec!r}: {reason}") from None
     if spec.startswith(_REDIS_SCHEMES):
-        return redis_store(spec, terminal_ttl=terminal_ttl)
+        if connections is None:
+            return redis_store(spec, terminal_ttl=terminal_ttl)
+        return redis_store(spec, terminal_ttl=terminal_ttl, connections=connections)
     target = load_object(spec, "TOOLNEXUS_STORE")
     if isinstance(target, type) or (callable(target) and not _is_store(target)):
         try:

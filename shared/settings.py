@@ -180,6 +180,22 @@ def _fsync_policy(value: str) -> str:
     return value
 
 
+# How a worker process runs agent calls (worker.pools): prefork, one call per
+# process; threads and asyncio, TOOLNEXUS_CONCURRENCY calls in one process.
+POOLS = ("prefork", "threads", "asyncio")
+
+
+def _pool(value: str) -> str:
+    if value == "gevent":
+        raise ValueError(
+            "gevent is not available yet: use threads (blocking agents) or asyncio"
+            " (async agents), which hold as many waiting calls per process"
+        )
+    if value not in POOLS:
+        raise ValueError(f"use one of {', '.join(POOLS)}")
+    return value
+
+
 def _flag(value: str) -> bool:
     lowered = value.lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -321,6 +337,10 @@ class Settings:
     # fields laid over the public card for callers past the bearer check;
     # unset: none is offered
     extended_card: Mapping[str, Any] | None = _env("EXTENDED_CARD", _json_object, None)
+    # waiting agents: prefork runs one call per pool process; threads and
+    # asyncio run TOOLNEXUS_CONCURRENCY calls at once in one worker process
+    # (docs/io-workers.md), with time limits and cancels enforced by the worker
+    pool: str = _env("POOL", _pool, "prefork")
 
     def __post_init__(self) -> None:
         if self.heartbeat >= self.stale_after:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, runtime_checkable
@@ -148,6 +148,11 @@ class Watch(Protocol):
 
     def wake(self) -> None:
         """End the current (or next) `wait` early, from any thread."""
+
+    def on_wake(self, callback: Callable[[], object]) -> None:
+        """Also call `callback` (on the waking thread) at every wake-up from
+        now on, and at once if woken since the last `wait`: how an event
+        loop, which must not block in `wait`, watches."""
 
 
 @dataclass(frozen=True)

@@ -14,22 +14,34 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 
 class Waiter:
     """One watch of one task; `wait` returns True once `wake` was called
     since the last `wait` returned, with no number or one above `after`,
-    and False after `timeout` seconds."""
+    and False after `timeout` seconds.
 
-    __slots__ = ("_flag", "_lock", "_newest", "_unknown")
+    A thread blocks in `wait`; an event loop cannot, so it asks `on_wake`
+    for a callback instead (one that hands over with `call_soon_threadsafe`),
+    run on the waking thread at each wake-up."""
+
+    __slots__ = ("_callbacks", "_flag", "_lock", "_newest", "_unknown")
 
     def __init__(self) -> None:
         self._flag = threading.Event()
         self._lock = threading.Lock()
         self._newest = -1  # the highest event number heard of since the last wait
         self._unknown = False  # woken without a number: something may have changed
+        self._callbacks: tuple[Callable[[], object], ...] = ()
+
+    def on_wake(self, callback: Callable[[], object]) -> None:
+        """Call `callback` at every wake-up from now on, and at once if one
+        came since the last `wait` (none is missed between watch and this)."""
+        self._callbacks = (*self._callbacks, callback)
+        if self._flag.is_set():
+            callback()
 
     def wake(self, newest: int | None = None) -> None:
         with self._lock:
@@ -38,6 +50,8 @@ class Waiter:
             else:
                 self._newest = max(self._newest, newest)
             self._flag.set()
+        for callback in self._callbacks:
+            callback()
 
     def wait(self, timeout: float, after: int | None = None) -> bool:
         deadline = time.monotonic() + timeout

@@ -13,14 +13,20 @@ from shared.store import TaskStore
 from shared.transitions import OnTerminal
 
 
-def open_store(settings: Settings, given: object = None) -> TaskStore:
+def open_store(
+    settings: Settings, given: object = None, *, connections: int | None = None
+) -> TaskStore:
     """`given` (a store object or spec) or else TOOLNEXUS_STORE, with the task
-    TTL and the file store's fsync policy."""
+    TTL and the file store's fsync policy; `connections` sizes a Redis store's
+    pool (a worker holding many calls)."""
     spec = settings.store if given is None else given
-    return cast(
-        TaskStore,
-        resolve_store(spec, terminal_ttl=settings.task_ttl, file_fsync=settings.file_fsync),
+    store = resolve_store(
+        spec,
+        terminal_ttl=settings.task_ttl,
+        file_fsync=settings.file_fsync,
+        connections=connections,
     )
+    return cast(TaskStore, store)
 
 
 def load_hook(settings: Settings) -> OnTerminal | None:

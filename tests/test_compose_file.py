@@ -75,7 +75,8 @@ def needs_cli() -> list[str]:
 
 
 def test_the_five_services(services: dict[str, Any]) -> None:
-    assert set(services) == {"redis", *APP_SERVICES}
+    # worker-io is opt-in (profile "io"): tests/test_worker_pools.py checks it.
+    assert set(services) == {"redis", *APP_SERVICES, "worker-io"}
 
 
 def test_compose_refuses_to_start_without_both_passwords() -> None:

@@ -2,9 +2,11 @@
 
 A plain function, an `async def`, a generator or an async generator: each
 becomes a generator that yields the function's progress (what a generator
-yields) and returns its final result. Async code runs on an event loop
-kept per thread, so async clients an agent caches between calls keep
-working; a loop that was interrupted (a time limit) is replaced.
+yields) and returns its final result. Async code runs through `run`: by
+default on an event loop kept per thread (prefork), so async clients an
+agent caches between calls keep working; a loop that was interrupted (a
+time limit) is replaced. The I/O modes pass their process's one loop
+instead (worker.holding).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import asyncio
 import copy
 import inspect
 import threading
-from collections.abc import Awaitable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
 from shared.task import Message, Task, latest_user_message
@@ -28,8 +30,13 @@ Outputs = Generator[object, None, object]
 FINAL_TYPES = (Done, Reply, Ask, NeedAuth, Reject)
 
 
-def call(agent: Agent, task: Task) -> Outputs:
-    """Run `agent.run` on `task`; yields progress items, returns the result."""
+RunAsync = Callable[[Awaitable[Any]], Any]
+
+
+def call(agent: Agent, task: Task, run: RunAsync | None = None) -> Outputs:
+    """Run `agent.run` on `task`; yields progress items, returns the result.
+    `run(awaitable)` runs async code to its end (default: `run_async`)."""
+    run = run or run_async
     assert agent.run is not None
     message: Message = latest_user_message(task) or {
         "kind": "message",
@@ -47,9 +54,9 @@ def call(agent: Agent, task: Task) -> Outputs:
     if inspect.isgenerator(result):
         return (yield from _drive(result))
     if inspect.isasyncgen(result):
-        return (yield from _drive_async(result))
+        return (yield from _drive_async(result, run))
     if inspect.isawaitable(result):
-        return run_async(result)
+        return run(result)
     return result
 
 
@@ -67,18 +74,18 @@ def _drive(generator: Generator[object, Any, object]) -> Outputs:
         generator.close()
 
 
-def _drive_async(generator: Any) -> Outputs:
+def _drive_async(generator: Any, run: RunAsync) -> Outputs:
     try:
         while True:
             try:
-                item = run_async(generator.__anext__())
+                item = run(generator.__anext__())
             except StopAsyncIteration:
                 return None
             if isinstance(item, FINAL_TYPES):
                 return item
             yield item
     finally:
-        run_async(generator.aclose())
+        run(generator.aclose())
 
 
 _loops = threading.local()

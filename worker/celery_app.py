@@ -12,7 +12,9 @@ Reliability settings, chosen together (docs/workers.md explains each):
   its worker cannot possibly still be running it; the redelivered copy finds
   the task terminal or `working` and does nothing (see worker.fulfil);
 - heartbeat < stale_after (Settings enforces it) < visibility_timeout: the
-  reaper fails a dead worker's task before the broker would redeliver it.
+  reaper fails a dead worker's task before the broker would redeliver it;
+- TOOLNEXUS_POOL picks the pool (worker.pools): in the I/O modes the
+  worker itself keeps the time limit, which Celery's thread pool cannot.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from shared.wiring import open_store
 from worker.agent import Agent, agent_or_problem
 from worker.observe import bind_deliveries, observed_fulfil
 from worker.outcome import TaskFailed, celery_result
+from worker.pools import celery_pool, concurrency, holds_many, store_connections
 from worker.reaper import sweep
 
 # Beyond the hard time limit, so the broker never redelivers a running task.
@@ -91,8 +94,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             }
         },
     }
-    if settings.concurrency is not None:
-        config["worker_concurrency"] = settings.concurrency
+    config["worker_pool"] = celery_pool(settings)
+    if (calls := concurrency(settings)) is not None:
+        config["worker_concurrency"] = calls
     return config
 
 
@@ -125,7 +129,7 @@ class ProcessRuntime:
         with self._lock:
             if self._pid != os.getpid() or self._store is None or self._agent is None:
                 settings = self._settings
-                self._store = open_store(settings)
+                self._store = open_store(settings, connections=store_connections(settings))
                 self._agent = agent_or_problem(self._settings)
                 self._pid = os.getpid()
             return self._store, self._agent
@@ -136,6 +140,7 @@ def create_celery(settings: Settings, *, store: TaskStore | None = None) -> Cele
     app = Celery("toolnexus", set_as_current=False)
     app.conf.update(celery_config(settings))
     runtime = ProcessRuntime(settings, store)
+    held = holds_many(settings)
     bind_deliveries()
     enable("toolnexus-worker")
 
@@ -155,7 +160,12 @@ def create_celery(settings: Settings, *, store: TaskStore | None = None) -> Cele
         store = runtime.store()
         with continuing(f"process {FULFIL_TASK}", self.request.get, {"toolnexus.task_id": task_id}):
             state = observed_fulfil(
-                store, task_id, runtime.agent(), settings, timeout_errors=(SoftTimeLimitExceeded,)
+                store,
+                task_id,
+                runtime.agent(),
+                settings,
+                timeout_errors=(SoftTimeLimitExceeded,),
+                held=held,
             )
             return celery_result(
                 task_id,

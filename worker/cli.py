@@ -113,7 +113,12 @@ HOST = Flag("--host", "TOOLNEXUS_HOST", "interface to bind (0.0.0.0: every one)"
 PORT = Flag("--port", "TOOLNEXUS_PORT", "port to listen on")
 SKILLS = Flag("--skills", "TOOLNEXUS_SKILLS", "directory searched for **/SKILL.md")
 LOG_LEVEL = Flag("--log-level", "TOOLNEXUS_LOG_LEVEL", "level of the service's own lines")
-CONCURRENCY = Flag("--concurrency", "TOOLNEXUS_CONCURRENCY", "worker processes")
+CONCURRENCY = Flag(
+    "--concurrency",
+    "TOOLNEXUS_CONCURRENCY",
+    "worker processes (prefork), or calls held (I/O pools)",
+)
+POOL = Flag("--pool", "TOOLNEXUS_POOL", "prefork, or threads/asyncio for agents that mostly wait")
 STATE_DIR = Flag("--state-dir", "TOOLNEXUS_STATE_DIR", "where beat keeps its schedule")
 WORKERS = Flag("--workers", "WEB_CONCURRENCY", "gunicorn worker processes (default: CPU count)")
 FLOWER_PORT = Flag("--port", "FLOWER_PORT", "Flower's port (default 5555)")
@@ -291,9 +296,9 @@ ROLES: dict[str, Role] = {
         Role(
             "worker",
             "A Celery worker running the agent; start as many as you like.",
-            (*_COMMON, CONCURRENCY),
+            (*_COMMON, CONCURRENCY, POOL),
             _worker,
-            "`celery worker` (e.g. --hostname, --pool)",
+            "`celery worker` (e.g. --hostname)",
         ),
         Role(
             "beat",

@@ -15,6 +15,10 @@ One delivery of a task id does this:
    is closed, so the function stops at its next yield.
 3. Save the result as a change *from `working`*, so it loses to a cancel or
    a reaper that made the task terminal meanwhile.
+
+In an I/O mode (`held=True`, TOOLNEXUS_POOL=threads|asyncio) the call is
+held by `worker.holding` meanwhile: its coroutines run on the process's
+event loop, and its time limit and a cancel stop it there.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 
 from shared.backoff import Backoff
 from shared.errors import StoreError
@@ -31,8 +36,9 @@ from shared.store import Outcome, Record, TaskStore
 from shared.task import SUBMITTED, WORKING, state_of
 from shared.transitions import claim, transition
 from worker.agent import Agent
-from worker.calling import call
+from worker.calling import RunAsync, call, run_async
 from worker.heartbeat import heartbeating
+from worker.holding import CallStopped, holding, watching
 from worker.results import RunProgress, UnsupportedResult, failed, final_change
 
 log = logging.getLogger(__name__)
@@ -46,25 +52,35 @@ def fulfil(
     *,
     timeout_errors: tuple[type[BaseException], ...] = (),
     on_run: Callable[[], object] | None = None,
+    held: bool = False,
 ) -> str:
     """Run one delivery of `task_id`; return the task's state afterwards ("" if unknown).
 
     `timeout_errors` are the exceptions that mean "out of time" (Celery's
     SoftTimeLimitExceeded); they fail the task saying it timed out.
     `on_run()` is called just before the function runs, if this delivery runs it.
+    `held`: one of many calls in this process, held by `worker.holding`.
     """
-    # The claim reads the task itself: no separate load, one round trip fewer
-    # (and on a store that claims in one step, no separate read either).
-    claimed = claim(store, task_id, to=WORKING, from_state=SUBMITTED)
-    if claimed.record is None:
-        log.warning("task %s: not in the store, nothing to run", task_id)
-        return ""
-    if not claimed.applied:
-        state = state_of(claimed.record.task)
-        log.info("task %s: is %s, not submitted; not running it", task_id, state)
-        return state
-    with heartbeating(store, task_id, settings.heartbeat):
-        saved = _run(store, agent, claimed.record, settings, timeout_errors, on_run)
+    with ExitStack() as stack:
+        # A held call watches its task from before the claim, so that a
+        # cancel saved right after the claim still reaches it.
+        watch = stack.enter_context(watching(store, task_id)) if held else None
+        # The claim reads the task itself: no separate load, one round trip
+        # fewer (and on a store that claims in one step, no separate read either).
+        claimed = claim(store, task_id, to=WORKING, from_state=SUBMITTED)
+        if claimed.record is None:
+            log.warning("task %s: not in the store, nothing to run", task_id)
+            return ""
+        if not claimed.applied:
+            state = state_of(claimed.record.task)
+            log.info("task %s: is %s, not submitted; not running it", task_id, state)
+            return state
+        stack.enter_context(heartbeating(store, task_id, settings.heartbeat))
+        run: RunAsync = run_async
+        if held:
+            call = stack.enter_context(holding(store, claimed.record, agent, settings, watch))
+            run = call.run_async
+        saved = _run(store, agent, claimed.record, settings, timeout_errors, on_run, run)
     final = state_of(saved.task) if saved.task else ""
     if not saved.applied:
         log.info("task %s: became %s while running; result discarded", task_id, final)
@@ -78,6 +94,7 @@ def _run(
     settings: Settings,
     timeout_errors: tuple[type[BaseException], ...],
     on_run: Callable[[], object] | None,
+    run: RunAsync,
 ) -> Outcome:
     """Drive the function, saving each yielded item, then its result."""
     if agent.run is None:
@@ -86,7 +103,7 @@ def _run(
     record, progress, produced = claimed, RunProgress(), False
     if on_run is not None:
         on_run()
-    outputs = call(agent, claimed.task)
+    outputs = call(agent, claimed.task, run)
     try:
         while True:
             try:
@@ -100,6 +117,8 @@ def _run(
             record, produced = saved.record, True
     except timeout_errors:
         finish = failed(f"timed out after {settings.time_limit:g} s")
+    except CallStopped as stopped:  # its time limit or a cancel (worker.holding)
+        finish = failed(str(stopped))
     except UnsupportedResult as error:
         finish = failed(str(error))
     except Exception as error:

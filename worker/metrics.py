@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from shared.metrics import RUN_BUCKETS
 
@@ -17,6 +17,8 @@ class WorkerMetrics:
     reaped: Counter
     resent: Counter
     unanswered: Counter
+    calls_held: Gauge
+    loop_lag: Gauge
 
 
 @cache
@@ -44,5 +46,16 @@ def worker_metrics() -> WorkerMetrics:
         unanswered=Counter(
             "toolnexus_unanswered",
             "Tasks the reaper failed because they waited for input past TOOLNEXUS_INPUT_TIMEOUT",
+        ),
+        # The I/O modes (worker.holding): one process holds many calls.
+        calls_held=Gauge(
+            "toolnexus_calls_held",
+            "Agent calls a worker process holds now (TOOLNEXUS_POOL=threads|asyncio)",
+            multiprocess_mode="livesum",
+        ),
+        loop_lag=Gauge(
+            "toolnexus_event_loop_lag_seconds",
+            "How late the worker's event loop last woke a sleeper: an agent blocking it",
+            multiprocess_mode="livemax",
         ),
     )

@@ -37,6 +37,7 @@ def observed_fulfil(
     settings: Settings,
     *,
     timeout_errors: tuple[type[BaseException], ...] = (),
+    held: bool = False,
 ) -> str:
     """`fulfil`, logged and counted when this delivery ran the function."""
     started: list[float] = []
@@ -49,6 +50,7 @@ def observed_fulfil(
             settings,
             timeout_errors=timeout_errors,
             on_run=lambda: started.append(time.monotonic()),
+            held=held,
         )
     # With no function to run, the claiming delivery fails the task itself.
     ran = bool(started) or (agent.run is None and state == FAILED)

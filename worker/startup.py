@@ -6,7 +6,8 @@
 - A unique node name: two workers started without `-n` on one host would
   both be `celery@<host>` (one merged node in Flower, a
   DuplicateNodenameWarning); the default becomes `worker-<pid>@<host>`.
-- A start-up line naming store, broker, queue, function and the timings.
+- A start-up line naming store, broker, queue, function, pool and the
+  timings, and a warning when `-P` overrides the pool TOOLNEXUS_POOL chose.
 - Metrics on TOOLNEXUS_METRICS_PORT when set: a worker adds up its pool
   processes (multiprocess mode, chosen before the pool forks); beat serves
   its reaper counts.
@@ -23,6 +24,7 @@ import socket
 from typing import Any
 
 from celery import signals
+from celery.concurrency import get_implementation
 from celery.utils.nodenames import default_nodename
 
 from shared.logs import configure_logging
@@ -34,6 +36,7 @@ from shared.metrics import (
 )
 from shared.settings import Settings
 from shared.startup import startup_line
+from worker.pools import celery_pool
 
 log = logging.getLogger("worker.startup")
 
@@ -58,8 +61,21 @@ def install(settings: Settings) -> None:
             use_multiprocess_dir(os.environ.get(MULTIPROC_VARIABLE))
 
     def worker_started(sender: Any = None, instance: Any = None, **_: Any) -> None:
+        chosen = get_implementation(celery_pool(settings))
+        used = getattr(instance, "pool_cls", chosen)
+        if used is not chosen:
+            log.warning(
+                "TOOLNEXUS_POOL=%s needs the %s pool, but the command line chose %s (-P):"
+                " this worker keeps the guarantees of %s on a pool they were not made for;"
+                " leave -P out and let TOOLNEXUS_POOL choose",
+                settings.pool,
+                chosen.__name__,
+                getattr(used, "__name__", used),
+                settings.pool,
+            )
         extra = {
             "node": sender,
+            "pool": settings.pool,
             "concurrency": getattr(instance, "concurrency", "?"),
             "metrics": _metrics_address(settings),
         }

@@ -1,0 +1,24 @@
+"""bench/waiting.py's `asyncio-64` run: the worker with the store's connection
+pool held at its default (64) instead of sized from the concurrency.
+
+    celery -A bench.capped_worker worker
+
+worker.celery_app takes `store_connections` from worker.pools when first
+imported, so it is replaced before the app is made.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import worker
+import worker.pools
+from shared.settings import Settings
+
+
+def _default_pool(settings: Settings) -> int | None:
+    return None  # the store's own default, shared.redis_store.POOL_SIZE
+
+
+worker.pools.store_connections = _default_pool
+app: Any = worker.app

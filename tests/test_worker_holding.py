@@ -1,0 +1,192 @@
+"""The I/O modes in one process: the watch's callback for event loops on every
+built-in store, held calls' time limit and cancel run through `fulfil`, the
+choice of pool and its sizes, and the pool's info for Flower.
+
+tests/test_worker_pools.py runs the same through real Celery workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from shared.errors import ConfigError
+from shared.events import to_state
+from shared.file_store import file_store
+from shared.memory_store import memory_store
+from shared.redis_store import POOL_SIZE, redis_store
+from shared.settings import Settings
+from shared.store import EventStore
+from shared.task import CANCELED, FAILED, new_task, state_of, text_message
+from shared.transitions import transition
+from tests.support.polling import wait_for
+from worker.agent import Agent
+from worker.celery_app import celery_config
+from worker.fulfil import fulfil
+from worker.holding import held_count
+from worker.pools import IO_POOL_CLASS, IOPool, store_connections
+
+
+@pytest.fixture(params=["memory", "file", "redis"])
+def event_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    if request.param == "memory":
+        yield memory_store()
+    elif request.param == "file":
+        yield file_store(str(tmp_path / "tasks"))
+    else:
+        store = redis_store(request.getfixturevalue("redis_url"))
+        yield store
+        store.client.close()
+
+
+def submitted(store: Any, text: str = "hi") -> str:
+    task = new_task(text_message("user", text))
+    store.save(task)
+    return str(task["id"])
+
+
+def test_a_watch_calls_back_on_every_wake_up_and_at_once_if_already_woken(
+    event_store: Any,
+) -> None:
+    assert isinstance(event_store, EventStore)
+    task_id = submitted(event_store)
+    with event_store.watch(task_id) as watch:
+        assert transition(event_store, task_id, to_state("working")).applied
+        early = threading.Event()
+        # Woken before anyone asked for a callback: it is called at once (or
+        # as soon as the store's own delivery of that wake-up arrives).
+        watch.on_wake(early.set)
+        assert early.wait(10)
+
+        later = threading.Event()
+        watch.on_wake(later.set)
+        later.clear()
+        assert transition(event_store, task_id, to_state(CANCELED)).applied
+        assert later.wait(10)
+
+
+# --- held calls, in process -------------------------------------------------------
+
+
+def run_held(store: Any, task_id: str, agent: Agent, settings: Settings) -> list[str]:
+    outcome: list[str] = []
+    thread = threading.Thread(
+        target=lambda: outcome.append(fulfil(store, task_id, agent, settings, held=True))
+    )
+    thread.start()
+    return outcome
+
+
+async def sleeps(text: str) -> str:
+    try:
+        await asyncio.sleep(float(text))
+    except asyncio.CancelledError:
+        seen.append("cancelled")
+        raise
+    return "slept"
+
+
+seen: list[str] = []
+
+
+def test_a_held_coroutine_past_its_time_limit_is_cancelled_and_fails() -> None:
+    seen.clear()
+    store = memory_store()
+    task_id = submitted(store, "60")
+    outcome = run_held(store, task_id, Agent(sleeps), Settings(time_limit=0.3))
+
+    wait_for(lambda: outcome, timeout=30, what="the held call to end")
+    task = store.get(task_id)
+    assert outcome == [FAILED] and task is not None
+    assert task["status"]["message"]["parts"][0]["text"] == "timed out after 0.3 s"
+    assert seen == ["cancelled"]
+    wait_for(lambda: held_count() == 0, timeout=10, what="the call released")
+
+
+def test_a_cancel_stops_a_held_coroutine() -> None:
+    seen.clear()
+    store = memory_store()
+    task_id = submitted(store, "60")
+    outcome = run_held(store, task_id, Agent(sleeps), Settings(time_limit=120))
+    wait_for(lambda: state_of(store.get(task_id) or {}) == "working" and held_count(), timeout=10)
+    # What /metrics shows meanwhile (a worker serves this registry on TOOLNEXUS_METRICS_PORT).
+    assert REGISTRY.get_sample_value("toolnexus_calls_held") == held_count() == 1
+
+    assert transition(store, task_id, to_state(CANCELED)).applied
+    wait_for(lambda: outcome, timeout=30, what="the cancelled call to end")
+    assert outcome == [CANCELED]
+    assert seen == ["cancelled"]
+    assert state_of(store.get(task_id) or {}) == CANCELED
+    wait_for(lambda: REGISTRY.get_sample_value("toolnexus_calls_held") == 0, timeout=10)
+
+
+def test_a_blocking_call_past_its_time_limit_is_failed_and_its_result_dropped() -> None:
+    release = threading.Event()
+
+    def blocks(text: str) -> str:
+        release.wait(60)
+        return "too late"
+
+    store = memory_store()
+    task_id = submitted(store)
+    outcome = run_held(store, task_id, Agent(blocks), Settings(time_limit=0.3))
+    wait_for(lambda: state_of(store.get(task_id) or {}) == FAILED, timeout=30, what="time-out")
+    release.set()
+    wait_for(lambda: outcome, timeout=30, what="the blocking call to return")
+    task = store.get(task_id)
+    assert outcome == [FAILED] and task is not None
+    assert "artifacts" not in task  # "too late" was dropped
+
+
+# --- choosing the pool ------------------------------------------------------------
+
+
+def test_the_pool_setting_names_its_choices_and_gevent_is_refused_clearly() -> None:
+    assert Settings().pool == "prefork"
+    with pytest.raises(ConfigError, match=r"TOOLNEXUS_POOL='gevent': gevent is not available"):
+        Settings.from_env({"TOOLNEXUS_POOL": "gevent"})
+    with pytest.raises(ConfigError, match=r"use one of prefork, threads, asyncio"):
+        Settings.from_env({"TOOLNEXUS_POOL": "eventlet"})
+
+
+@pytest.mark.parametrize(
+    ("pool", "concurrency", "celery_pool", "calls", "connections"),
+    [
+        ("prefork", None, "prefork", None, None),
+        ("prefork", 4, "prefork", 4, None),
+        ("asyncio", None, IO_POOL_CLASS, 100, 108),
+        ("asyncio", 10, IO_POOL_CLASS, 10, POOL_SIZE),
+        ("threads", 1000, IO_POOL_CLASS, 1000, 1008),
+    ],
+)
+def test_each_pool_s_celery_settings_and_store_connections(
+    pool: str,
+    concurrency: int | None,
+    celery_pool: str,
+    calls: int | None,
+    connections: int | None,
+) -> None:
+    settings = Settings(pool=pool, concurrency=concurrency)
+    config = celery_config(settings)
+    assert config["worker_pool"] == celery_pool
+    assert config.get("worker_concurrency") == calls
+    assert config["task_acks_late"] and config["worker_prefetch_multiplier"] == 1
+    assert store_connections(settings) == connections
+
+
+def test_the_io_pool_reports_the_calls_it_holds() -> None:
+    # BasePool.info calls the private _get_info; this fails by name if that moves.
+    pool = IOPool(limit=3)
+    try:
+        info = pool.info
+        assert info["toolnexus-calls-held"] == held_count()
+        assert info["max-concurrency"] == 3
+        pool.terminate_job(None)  # a revoke's terminate: nothing to kill, no error
+    finally:
+        pool.executor.shutdown()

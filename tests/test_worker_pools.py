@@ -1,0 +1,332 @@
+"""The I/O modes (TOOLNEXUS_POOL=threads|asyncio) as real `celery -A worker
+worker` subprocesses on a private Redis: many calls held by one process at
+once, the worker's own time limit, a cancel reaching a running coroutine, a
+worker SIGKILLed with many calls in flight, warm shutdown, streaming agents'
+events in order, and the loop-lag warning.
+
+The agents (tests/support/waiting_agents.py) wait for a go file, so the
+tests decide when calls end instead of racing a sleep; deadlines are
+generous, and nothing here asserts a timing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.events import to_state
+from shared.redis_store import RedisStore, redis_store
+from shared.settings import Settings
+from shared.task import (
+    CANCELED,
+    COMPLETED,
+    FAILED,
+    SUBMITTED,
+    TERMINAL_STATES,
+    Task,
+    new_task,
+    state_of,
+    text_message,
+)
+from shared.transitions import transition
+from tests.support.compose import compose, container_environment, dotenv_for
+from tests.support.polling import wait_for
+from tests.support.waiting_agents import Gate
+from web.dispatch import CeleryDispatcher
+from worker.celery_app import create_celery
+
+ROOT = Path(__file__).resolve().parent.parent
+AGENTS = "tests.support.waiting_agents"
+# Each mode with the kind of agent it is for; async agents run on the
+# process's loop in both, so the cancel test runs a coroutine in each.
+MODES = [("threads", "_blocking"), ("asyncio", "")]
+MODE_IDS = [mode for mode, _ in MODES]
+
+
+class IOFleet:
+    """I/O-mode workers (and beat) on one private Redis, killed at the end."""
+
+    def __init__(self, redis_url: str, tmp_path: Path, pool: str, **variables: str) -> None:
+        self.tmp_path = tmp_path
+        self.marks = tmp_path / "marks"
+        self.marks.mkdir()
+        self.go = tmp_path / "go"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLNEXUS_")}
+        self.env = {
+            **env,
+            "PYTHONPATH": str(ROOT),
+            "TOOLNEXUS_BROKER_URL": redis_url,
+            "TOOLNEXUS_STORE": redis_url,
+            "TOOLNEXUS_QUEUE": f"toolnexus-io-{uuid.uuid4().hex[:8]}",
+            "TOOLNEXUS_POOL": pool,
+            "TOOLNEXUS_HEARTBEAT": "0.2",
+            "TOOLNEXUS_STALE_AFTER": "2",
+            "TOOLNEXUS_REAP_EVERY": "0.3",
+            **variables,
+        }
+        self.settings = Settings.from_env(self.env)
+        self.store: RedisStore = redis_store(redis_url)
+        self.dispatcher = CeleryDispatcher(self.settings)
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = open(self.tmp_path / f"{name}.log", "ab")  # noqa: SIM115 - the child's
+        process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "worker", *args],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.processes[name] = process
+        return process
+
+    def worker(self, name: str) -> subprocess.Popen[bytes]:
+        return self.start(name, "worker", "-n", f"{name}@%h", "-l", "INFO")
+
+    def beat(self) -> subprocess.Popen[bytes]:
+        schedule = str(self.tmp_path / "beat-schedule")
+        return self.start("beat", "beat", "-s", schedule, "-l", "INFO")
+
+    def submit(self, count: int, **gate: Any) -> list[str]:
+        text = Gate(go=str(self.go), marks=str(self.marks), **gate).encode()
+        ids = []
+        for _ in range(count):
+            task = self.store.save(new_task(text_message("user", text)))
+            self.dispatcher.enqueue(task["id"])
+            ids.append(str(task["id"]))
+        return ids
+
+    def open_gate(self) -> None:
+        self.go.write_text("go")
+
+    def marked(self, what: str) -> Counter[str]:
+        """How many marks of `what` each task left (`done` counts runs to the end)."""
+        return Counter(path.name.split(".")[0] for path in self.marks.glob(f"*.{what}*"))
+
+    def states(self, ids: list[str]) -> Counter[str]:
+        return Counter(state_of(self.store.get(i) or {"status": {"state": "?"}}) for i in ids)
+
+    def wait_states(self, ids: list[str], *states: str, timeout: float = 60) -> dict[str, Task]:
+        def probe() -> dict[str, Task] | None:
+            tasks = {i: self.store.get(i) for i in ids}
+            if all(t is not None and state_of(t) in states for t in tasks.values()):
+                return {i: t for i, t in tasks.items() if t is not None}
+            return None
+
+        what = f"{len(ids)} task(s) {'/'.join(states)}: {self.states(ids)}\n{self.logs()}"
+        return wait_for(probe, timeout=timeout, what=what)
+
+    def wait_working(self, ids: list[str], timeout: float = 60) -> None:
+        """Every task claimed and its call started: all held at once."""
+
+        def probe() -> bool:
+            working = set(self.store.stale(float("inf")))
+            return set(ids) <= working and set(ids) <= set(self.marked("started"))
+
+        wait_for(probe, timeout=timeout, what=f"{len(ids)} calls held at once\n{self.logs()}")
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace")[-4000:] for p in self.tmp_path.glob("*.log"))
+
+    def close(self) -> None:
+        for process in self.processes.values():
+            with contextlib.suppress(ProcessLookupError):  # the group may be gone
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+        self.dispatcher.close()
+        self.store.client.close()
+
+
+@pytest.fixture
+def fleet(redis_url: str, tmp_path: Path) -> Iterator[Any]:
+    made: list[IOFleet] = []
+
+    def make(pool: str, **variables: str) -> IOFleet:
+        made.append(IOFleet(redis_url, tmp_path, pool, **variables))
+        return made[-1]
+
+    yield make
+    for each in made:
+        each.close()
+
+
+def reason(task: Task) -> str:
+    return str(task["status"]["message"]["parts"][0]["text"])
+
+
+@pytest.mark.parametrize(("pool", "kind"), MODES, ids=MODE_IDS)
+def test_one_process_holds_many_calls_at_once(fleet: Any, pool: str, kind: str) -> None:
+    calls = 40
+    io = fleet(pool, TOOLNEXUS_RUN=f"{AGENTS}:gated{kind}", TOOLNEXUS_CONCURRENCY=str(calls))
+    io.worker("many")
+    ids = io.submit(calls)
+
+    io.wait_working(ids)
+    # What Flower's worker page shows: the pool's info from `inspect stats`.
+    app = create_celery(io.settings)
+    stats = wait_for(lambda: app.control.inspect(timeout=5).stats(), timeout=30, what="stats")
+    (pool_info,) = [node["pool"] for node in stats.values()]
+    assert pool_info["toolnexus-calls-held"] == calls
+    assert pool_info["max-concurrency"] == calls
+
+    io.open_gate()
+    io.wait_states(ids, COMPLETED)
+    assert io.marked("done") == dict.fromkeys(ids, 1)
+    assert io.store.stale(float("inf")) == []
+
+
+@pytest.mark.parametrize(("pool", "kind"), MODES, ids=MODE_IDS)
+def test_the_worker_enforces_the_time_limit(fleet: Any, pool: str, kind: str) -> None:
+    io = fleet(pool, TOOLNEXUS_RUN=f"{AGENTS}:gated{kind}", TOOLNEXUS_TIME_LIMIT="1")
+    io.worker("limited")
+    ids = io.submit(3)  # the gate never opens: each would wait for ever
+
+    tasks = io.wait_states(ids, FAILED)
+    assert {reason(task) for task in tasks.values()} == {"timed out after 1 s"}
+    if kind == "":  # a coroutine is cancelled; a blocking call's result is dropped
+        wait_for(lambda: set(io.marked("cancelled")) == set(ids), timeout=30, what="cancels")
+    io.open_gate()  # the blocking calls now return: their results must not count
+    later = io.submit(1, then=0.0)
+    io.wait_states(later, COMPLETED)
+    assert io.states(ids) == {FAILED: 3}
+    assert set(io.marked("done")) <= set(later) | (set(ids) if kind else set())
+
+
+@pytest.mark.parametrize("pool", MODE_IDS)
+def test_a_cancel_reaches_the_running_coroutine(fleet: Any, pool: str) -> None:
+    io = fleet(pool, TOOLNEXUS_RUN=f"{AGENTS}:gated")
+    io.worker("canceler")
+    ids = io.submit(5)
+    io.wait_working(ids)
+    target, others = ids[0], ids[1:]
+
+    # What the front end's CancelTask does: the stored state, then a revoke.
+    assert transition(io.store, target, to_state(CANCELED)).applied
+    io.dispatcher.revoke(target)
+
+    wait_for(lambda: target in io.marked("cancelled"), timeout=15, what=f"cancel\n{io.logs()}")
+    io.open_gate()
+    io.wait_states(others, COMPLETED)
+    task = io.store.get(target)
+    assert task is not None and state_of(task) == CANCELED
+    assert "artifacts" not in task
+    assert target not in io.marked("done")
+    assert set(io.marked("cancelled")) == {target}
+
+
+@pytest.mark.parametrize(("pool", "kind"), MODES, ids=MODE_IDS)
+def test_a_killed_worker_s_calls_are_all_failed_and_none_runs_twice(
+    fleet: Any, pool: str, kind: str
+) -> None:
+    calls = 30
+    io = fleet(pool, TOOLNEXUS_RUN=f"{AGENTS}:gated{kind}", TOOLNEXUS_CONCURRENCY=str(calls))
+    victim = io.worker("victim")
+    ids = io.submit(calls)
+    io.wait_working(ids)
+
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait(10)
+    io.beat()
+    tasks = io.wait_states(ids, *TERMINAL_STATES)
+    assert {reason(task) for task in tasks.values()} == {"worker lost: no heartbeat for 2 s"}
+    assert io.store.stale(float("inf")) == []
+
+    # A worker that comes up afterwards (and gets any redelivered message)
+    # runs none of them again.
+    io.worker("survivor")
+    io.open_gate()
+    later = io.submit(1)
+    io.wait_states(later, COMPLETED)
+    assert io.states(ids) == {FAILED: calls}
+    assert set(io.marked("done")) == set(later)
+
+
+@pytest.mark.parametrize(("pool", "kind"), MODES, ids=MODE_IDS)
+def test_warm_shutdown_lets_held_calls_finish_and_leaves_the_rest_queued(
+    fleet: Any, pool: str, kind: str
+) -> None:
+    io = fleet(pool, TOOLNEXUS_RUN=f"{AGENTS}:gated{kind}", TOOLNEXUS_CONCURRENCY="4")
+    first = io.worker("leaving")
+    ids = io.submit(7, then=0.5)
+    wait_for(lambda: len(io.marked("started")) == 4, timeout=60, what=f"4 held\n{io.logs()}")
+    held = sorted(io.marked("started"))
+
+    first.send_signal(signal.SIGTERM)  # Celery's warm shutdown
+    io.open_gate()
+    assert first.wait(60) == 0
+    assert io.states(held) == {COMPLETED: 4}
+    queued = [i for i in ids if i not in held]
+    assert io.states(queued) == {SUBMITTED: 3}  # back in the queue, never started
+
+    io.worker("next")
+    io.wait_states(queued, COMPLETED)
+    assert io.marked("done") == dict.fromkeys(ids, 1)
+
+
+@pytest.mark.parametrize(("pool", "kind"), MODES, ids=MODE_IDS)
+def test_streaming_agents_events_stay_in_order_under_concurrency(
+    fleet: Any, pool: str, kind: str
+) -> None:
+    calls, items = 20, 15
+    io = fleet(pool, TOOLNEXUS_RUN=f"{AGENTS}:counting{kind}", TOOLNEXUS_CONCURRENCY=str(calls))
+    io.worker("streamer")
+    ids = io.submit(calls, items=items)
+    io.wait_working(ids)
+    io.open_gate()
+    io.wait_states(ids, COMPLETED)
+
+    for task_id in ids:
+        logged = io.store.events(task_id, 0)
+        numbers = [number for number, _ in logged]
+        assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)
+        texts = [
+            part["text"]
+            for _, event in logged
+            if event.get("kind") == "status-update" and event["status"]["state"] == "working"
+            for part in (event["status"].get("message") or {}).get("parts", [])
+        ]
+        assert texts == [str(n) for n in range(items)], (task_id, texts)
+        assert logged[-1][1]["status"]["state"] == COMPLETED
+
+
+def test_an_agent_blocking_the_loop_is_warned_about(fleet: Any) -> None:
+    io = fleet("asyncio", TOOLNEXUS_RUN=f"{AGENTS}:hogging")
+    io.worker("hog")
+    task = io.store.save(new_task(text_message("user", "1.5")))
+    io.dispatcher.enqueue(task["id"])
+    io.wait_states([str(task["id"])], COMPLETED)
+    wait_for(lambda: "event loop stalled" in io.logs(), timeout=15, what="the lag warning")
+
+
+def test_compose_documents_an_opt_in_worker_for_waiting_agents() -> None:
+    dotenv = dotenv_for({}, None)
+    services = compose(dotenv)["services"]
+    io_worker, worker = services["worker-io"], services["worker"]
+    assert io_worker["profiles"] == ["io"]  # `docker compose up` alone leaves it out
+    assert io_worker["command"][:2] == worker["command"][:2] == ["toolnexus-serve", "worker"]
+    assert io_worker["env_file"] == worker["env_file"] == ".env"
+    settings = Settings.from_env(container_environment(io_worker, dotenv))
+    assert settings.pool == "asyncio" and (settings.concurrency or 0) >= 100
+    # Warm shutdown waits for held calls up to the time limit.
+    assert io_worker["stop_grace_period"] == worker["stop_grace_period"]
+
+
+def test_a_pool_forced_with_dash_p_is_warned_about(fleet: Any) -> None:
+    io = fleet("asyncio", TOOLNEXUS_RUN=f"{AGENTS}:gated")
+    io.start("forced", "worker", "-n", "forced@%h", "-P", "solo", "-l", "INFO")
+    wait_for(
+        lambda: "the command line chose" in io.logs(), timeout=60, what=f"warning\n{io.logs()}"
+    )
+    assert "TOOLNEXUS_POOL=asyncio needs the IOPool pool" in io.logs()
