@@ -104,6 +104,7 @@ def create_app(
             skills,
             url,
             streaming=isinstance(task_store, EventStore),
+            push=tasks.push is not None,
             security=security,
             overrides=card_overrides,
         )

@@ -40,6 +40,7 @@ def build_card(
     url: str,
     *,
     streaming: bool,
+    push: bool = False,
     security: Mapping[str, Any] | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -55,7 +56,7 @@ def build_card(
             {"url": url, "protocolBinding": TRANSPORT, "protocolVersion": version}
             for version in INTERFACE_VERSIONS
         ],
-        "capabilities": {"streaming": streaming, "pushNotifications": False},
+        "capabilities": {"streaming": streaming, "pushNotifications": push},
         "defaultInputModes": list(settings.input_modes),
         "defaultOutputModes": list(settings.output_modes),
         "skills": [skill.card_entry() for skill in skills],
