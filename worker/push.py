@@ -1,0 +1,218 @@
+"""Push delivery: a durable feed from each task's event log to its webhooks.
+
+Nothing is delivered from a wake-up. For each (task, webhook) the push
+store keeps a cursor (the last event the receiver answered 2xx to); a
+delivery holds the pair's lease, reads the log after the cursor (through
+`shared.following`, so a trimmed start or a lost stretch becomes the Task
+as it stands, never a silent gap), POSTs each event in order and moves the
+cursor only after a 2xx. Beat's sweep (`sweep`) finds every pair whose
+task has events past its cursor and whose lease is free (never taken, let
+go, run out because its worker died, or parked until a retry is due) and
+sends a delivery for it on the push queue. So a lost message, a dead
+worker or a receiver that is down only delays an event; it never drops one.
+
+Retries: a failed attempt parks the pair's lease until the next attempt
+(exponential backoff with jitter, or the receiver's Retry-After on 429 and
+503), and the sweep takes it up then; an event still failing after
+TOOLNEXUS_PUSH_RETRY_FOR seconds is given up (logged, counted) and the
+feed goes on with the next. A 4xx other than 408 and 429, a 3xx (redirects
+are not followed) and an address the SSRF rules refuse are given up at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from shared.codec import encode_bytes
+from shared.dialects import stream_response
+from shared.following import follow
+from shared.push_http import Allowed, Answer, Refused, Webhook
+from shared.push_store import Cursor, PushConfig, PushStore
+from shared.settings import Settings
+from shared.store import EventStore, Record
+from shared.task import is_terminal, state_of
+from worker.push_metrics import push_metrics
+
+log = logging.getLogger(__name__)
+
+EVENT_ID_HEADER = "X-A2A-Event-ID"
+TOKEN_HEADER = "X-A2A-Notification-Token"
+_RETRIED_4XX = frozenset({408, 429})
+_RETRY_AFTER = frozenset({429, 503})
+
+Send = Callable[[str, str, str], None]  # (task id, config id, lease holder)
+
+
+class GaveUp(Exception):
+    """Raised at the end of a delivery that gave an event up, so Flower shows it failed."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    retry_for: float
+    backoff: float
+    backoff_max: float
+    connect_timeout: float
+    read_timeout: float
+    lease: float
+    linger: float
+    allowed: Allowed
+
+    @classmethod
+    def of(cls, settings: Settings) -> Policy:
+        return cls(
+            retry_for=settings.push_retry_for,
+            backoff=settings.push_backoff,
+            backoff_max=settings.push_backoff_max,
+            connect_timeout=settings.push_connect_timeout,
+            read_timeout=settings.push_read_timeout,
+            # Held across one whole attempt at least, so it never runs out mid-POST.
+            lease=max(
+                settings.push_lease, settings.push_connect_timeout + settings.push_read_timeout + 1
+            ),
+            linger=settings.push_linger,
+            allowed=Allowed.parse(settings.push_allowed_hosts),
+        )
+
+    def delay(self, failures: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            # Honoured as asked; TOOLNEXUS_PUSH_RETRY_FOR still bounds the whole.
+            return min(retry_after, self.retry_for)
+        ceiling = min(self.backoff_max, self.backoff * 2 ** max(0, failures - 1))
+        return random.uniform(ceiling / 2, ceiling)
+
+
+def headers(config: PushConfig, event_id: int) -> dict[str, str]:
+    found = {"Content-Type": "application/json", EVENT_ID_HEADER: str(event_id)}
+    if "token" in config:
+        found[TOKEN_HEADER] = config["token"]
+    if "authentication" in config:
+        auth = config["authentication"]
+        found["Authorization"] = f"{auth['scheme']} {auth['credentials']}".rstrip()
+    return found
+
+
+def sweep(store: EventStore, push: PushStore, send: Send, lease: float) -> int:
+    """Hand every (task, webhook) with events past its cursor and a free lease
+    to a delivery; forget the push state of tasks that are gone, and stop
+    sweeping tasks that are finished and delivered. The number handed out."""
+    handed = 0
+    for task_id in push.pushing():
+        record = store.read(task_id)
+        if record is None:
+            push.forget(task_id)  # the task expired: its webhooks go with it
+            continue
+        behind = False
+        for config in push.configs(task_id):
+            if push.cursor(task_id, config["id"]).delivered >= record.seq:
+                continue
+            behind = True
+            holder = uuid.uuid4().hex
+            if push.lease(task_id, config["id"], holder, lease):
+                send(task_id, config["id"], holder)
+                handed += 1
+        if not behind and is_terminal(state_of(record.task)):
+            push.done(task_id)
+    return handed
+
+
+def deliver(
+    store: EventStore, push: PushStore, task_id: str, config_id: str, holder: str, policy: Policy
+) -> str:
+    """One delivery run for (task, webhook), holding `holder`'s lease: POST
+    what is past the cursor, in order, until caught up and the task quiet
+    for `policy.linger` s, a failure parks it, or the lease is lost."""
+    if not push.lease(task_id, config_id, holder, policy.lease):
+        return "taken"
+    config = push.config(task_id, config_id)
+    if config is None:
+        push.release(task_id, config_id, holder)
+        return "deleted"
+    cursor = push.cursor(task_id, config_id)
+    webhook = Webhook(config["url"], policy.allowed, policy.connect_timeout, policy.read_timeout)
+    gave_up = cursor.given_up
+    try:
+        # Follows for `linger` s at most; what comes later, the next sweep hands on.
+        deadline = time.monotonic() + policy.linger
+        idle = max(0.5, min(policy.linger, policy.lease / 3))
+        for item in follow(
+            store, task_id, cursor.delivered, deadline=deadline, idle=idle, reader="push"
+        ):
+            if not push.lease(task_id, config_id, holder, policy.lease):
+                return "lost"  # another delivery has it now (this one stalled past its lease)
+            if item is None:
+                continue
+            seq, body = (item.seq, item.task) if isinstance(item, Record) else item
+            payload = encode_bytes(stream_response(config.get("version", "1.0"), body))
+            cursor, parked = _attempt(webhook, config, seq, payload, cursor, policy)
+            push.set_cursor(task_id, config_id, cursor)
+            if parked is not None:
+                push.lease(task_id, config_id, holder, parked)  # the sweep takes it up then
+                return "retrying"
+        push.release(task_id, config_id, holder)
+    finally:
+        webhook.close()
+    if cursor.given_up > gave_up:
+        raise GaveUp(
+            f"task {task_id}: webhook {config_id}: {cursor.given_up - gave_up} event(s) given up"
+        )
+    return "delivered"
+
+
+def _attempt(
+    webhook: Webhook, config: PushConfig, seq: int, payload: bytes, cursor: Cursor, policy: Policy
+) -> tuple[Cursor, float | None]:
+    """POST one event: the cursor after it, and how long to park if it is to be retried."""
+    metrics = push_metrics()
+    where = f"task {config['taskId']}: webhook {config['id']}: event {seq}"
+    started = time.monotonic()
+    answer: Answer | None = None
+    try:
+        answer = webhook.post(payload, headers(config, seq))
+    except Refused as error:
+        log.warning("%s: not sent: %s", where, error)
+        return _given_up(cursor, seq, "refused"), None
+    except OSError as error:
+        problem = f"no answer ({type(error).__name__}: {error})"
+    except Exception as error:  # http.client's protocol errors
+        problem = f"no valid answer ({type(error).__name__})"
+    metrics.post_seconds.observe(time.monotonic() - started)
+    if answer is not None:
+        if 200 <= answer.status < 300:
+            metrics.delivered.inc()
+            return Cursor(delivered=seq, given_up=cursor.given_up), None
+        problem = f"answered {answer.status}"
+        if answer.status < 400:
+            log.warning("%s: %s: redirects are not followed; given up", where, problem)
+            return _given_up(cursor, seq, "redirect"), None
+        if answer.status < 500 and answer.status not in _RETRIED_4XX:
+            log.warning("%s: %s: not retried; given up", where, problem)
+            return _given_up(cursor, seq, "rejected"), None
+    now = time.time()
+    since = cursor.since or now
+    if now - since >= policy.retry_for:
+        log.warning(
+            "%s: %s; failing for %.0f s (TOOLNEXUS_PUSH_RETRY_FOR): given up",
+            where,
+            problem,
+            now - since,
+        )
+        return _given_up(cursor, seq, "expired"), None
+    failures = cursor.failures + 1
+    retry_after = (
+        answer.retry_after if answer is not None and answer.status in _RETRY_AFTER else None
+    )
+    delay = policy.delay(failures, retry_after)
+    log.info("%s: %s; attempt %d failed, retrying in %.2f s", where, problem, failures, delay)
+    metrics.retries.inc()
+    return Cursor(cursor.delivered, failures, since, cursor.given_up), delay
+
+
+def _given_up(cursor: Cursor, seq: int, reason: str) -> Cursor:
+    push_metrics().given_up.labels(reason).inc()
+    return Cursor(delivered=seq, given_up=cursor.given_up + 1)
