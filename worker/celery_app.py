@@ -28,7 +28,7 @@ from kombu.entity import Queue
 
 from shared.dispatch import FULFIL_TASK, PUSH_SWEEP_TASK, PUSH_TASK, REAP_TASK
 from shared.errors import StoreError
-from shared.push_store import PushStore, push_store
+from shared.push_store import PushStore
 from shared.redis_broker import broker_transport
 from shared.settings import Settings
 from shared.store import EventStore, TaskStore
@@ -37,7 +37,7 @@ from shared.wiring import open_store
 from worker.agent import Agent, agent_or_problem
 from worker.observe import bind_deliveries, observed_fulfil
 from worker.outcome import TaskFailed, celery_result
-from worker.push import GaveUp, Policy, deliver
+from worker.push import GaveUp, Policy, deliver, push_feed
 from worker.push import sweep as sweep_push
 from worker.reaper import sweep
 
@@ -206,11 +206,7 @@ def register_push(app: Celery, settings: Settings, runtime: ProcessRuntime) -> N
     policy = Policy.of(settings)
 
     def pushing() -> tuple[EventStore, PushStore] | None:
-        store = runtime.store()
-        push = push_store(store) if settings.push else None
-        if push is None or not isinstance(store, EventStore):
-            return None
-        return store, push
+        return push_feed(runtime.store(), settings)
 
     @app.task(  # type: ignore[untyped-decorator]
         name=PUSH_TASK,

@@ -33,6 +33,7 @@ from web.http_errors import JsonErrorRequestHandler
 from web.observe import CountingDispatcher
 from worker.agent import load_agent
 from worker.inprocess import InProcessDispatcher, default_threads
+from worker.push import push_thread
 from worker.reaper import ReaperThread, resend_waiting
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         on_terminal=agent.on_task,
         clock=time.time,
     ).start()
+    pusher = push_thread(store, settings)
     threads = default_threads(settings)
     log.info(
         startup_line(PROGRAM, settings, {"url": server_url(settings, server), "threads": threads})
@@ -135,6 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _serve_until_signalled(server)
     finally:
         reaper.stop()
+        if pusher is not None:
+            pusher.stop()
         finished = dispatcher.close(timeout=args.grace)
     if not finished:
         _tell(settings, "stopped with tasks still running; they stay 'working'")

@@ -23,16 +23,18 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from shared.codec import encode_bytes
 from shared.dialects import stream_response
 from shared.following import follow
 from shared.push_http import Allowed, Answer, Refused, Webhook
-from shared.push_store import Cursor, PushConfig, PushStore
+from shared.push_store import Cursor, PushConfig, PushStore, push_store
 from shared.settings import Settings
 from shared.store import EventStore, Record
 from shared.task import is_terminal, state_of
@@ -216,3 +218,59 @@ def _attempt(
 def _given_up(cursor: Cursor, seq: int, reason: str) -> Cursor:
     push_metrics().given_up.labels(reason).inc()
     return Cursor(delivered=seq, given_up=cursor.given_up + 1)
+
+
+class PushThread:
+    """Embedded mode's push delivery: the sweep on a thread, each delivery on
+    a small pool; the same feed, cursors and leases as with Celery."""
+
+    def __init__(
+        self, store: EventStore, push: PushStore, settings: Settings, *, threads: int = 4
+    ) -> None:
+        self._store, self._push = store, push
+        self._policy = Policy.of(settings)
+        self._every = settings.push_sweep
+        self._stopping = threading.Event()
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="toolnexus-push")
+        self._thread = threading.Thread(target=self._run, name="toolnexus-push-sweep", daemon=True)
+
+    def start(self) -> PushThread:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self._every):
+            try:
+                sweep(self._store, self._push, self._send, self._policy.lease)
+            except Exception:
+                log.exception("push sweep failed; it runs again in %g s", self._every)
+
+    def _send(self, task_id: str, config_id: str, holder: str) -> None:
+        self._pool.submit(self._deliver, task_id, config_id, holder)
+
+    def _deliver(self, task_id: str, config_id: str, holder: str) -> None:
+        try:
+            deliver(self._store, self._push, task_id, config_id, holder, self._policy)
+        except GaveUp as error:
+            log.info("%s", error)
+        except Exception:
+            log.exception("task %s: webhook %s: delivery failed", task_id, config_id)
+
+
+def push_feed(store: object, settings: Settings) -> tuple[EventStore, PushStore] | None:
+    """The store and its push state, when push is on and the store keeps both."""
+    push = push_store(store) if settings.push else None
+    if push is None or not isinstance(store, EventStore):
+        return None
+    return store, push
+
+
+def push_thread(store: object, settings: Settings) -> PushThread | None:
+    """Started when `push_feed` has something to deliver from; else None."""
+    feed = push_feed(store, settings)
+    return PushThread(*feed, settings).start() if feed is not None else None
