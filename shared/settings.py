@@ -259,6 +259,9 @@ class Settings:
     push_lease: float = _env("PUSH_LEASE", _seconds, 30.0)
     # seconds a delivery keeps following a quiet task before it lets go
     push_linger: float = _env("PUSH_LINGER", _seconds, 10.0)
+    # a PEM private key (RSA or EC P-256), inline or @path: each delivery then
+    # carries a JWT signed with it, and /.well-known/jwks.json publishes its public key
+    push_signing_key: str | None = _env("PUSH_SIGNING_KEY", _optional_file_text, None)
     # --- end of the push settings ---
     # the agent
     # Set but empty: no function; workers then fail each task saying so.

@@ -5,11 +5,13 @@ in-process deliverer POSTs every event to a real receiver, in order."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import jwt
 import pytest
 from a2a.client import ClientConfig, ClientFactory
 from a2a.client.card_resolver import A2ACardResolver
@@ -26,7 +28,10 @@ from a2a.types import (
     TaskPushNotificationConfig,
     TaskState,
 )
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
+from shared.push_signing import JWKS_PATH
 from tests.support.embedded import embedded_server
 from tests.support.polling import wait_for
 from tests.support.webhook_receiver import Receiver
@@ -113,6 +118,45 @@ def test_the_sdk_registers_a_webhook_and_every_event_arrives(
     for hit in hits:
         assert hit.headers["authorization"] == "Bearer sdk-secret"
         assert hit.headers["x-a2a-notification-token"] == "sdk-token"
+
+
+def test_signed_deliveries_verify_against_the_published_jwks(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+    (tmp_path / "push-key.pem").write_bytes(pem)
+    env = {**ENV, "TOOLNEXUS_PUSH_SIGNING_KEY": f"@{tmp_path / 'push-key.pem'}"}
+    hook = receiver.url("/signed")
+    with embedded_server(tmp_path, env) as (host, port):
+        base = f"http://{host}:{port}"
+        message = {"role": "ROLE_USER", "messageId": "signed-1", "parts": [{"text": "hi"}]}
+        params = {
+            "message": message,
+            "configuration": {
+                "returnImmediately": True,
+                "taskPushNotificationConfig": {"url": hook},
+            },
+        }
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}
+        reply = httpx.post(base, json=body, headers={"A2A-Version": "1.0"}, timeout=10).json()
+        assert "result" in reply, reply
+        wait_for(
+            lambda: any(_final(hit.body) for hit in receiver.delivered("/signed")),
+            timeout=30,
+            what="the final signed event",
+        )
+        keys = jwt.PyJWKSet.from_dict(httpx.get(f"{base}{JWKS_PATH}", timeout=10).json())
+    seen = set()
+    for hit in receiver.delivered("/signed"):
+        token = hit.headers["x-a2a-signature"]
+        kid = jwt.get_unverified_header(token)["kid"]
+        claims = jwt.decode(token, keys[kid].key, algorithms=["ES256"], audience=hook)
+        assert claims["iss"] == "toolnexus-agent"
+        assert claims["body_sha256"] == hashlib.sha256(hit.raw).hexdigest()
+        assert claims["exp"] > claims["iat"]
+        seen.add(claims["jti"])
+    assert len(seen) == len(receiver.delivered("/signed")) > 1  # one jti per POST
 
 
 def _final(body: dict[str, object]) -> bool:

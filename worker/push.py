@@ -34,6 +34,7 @@ from shared.codec import encode_bytes
 from shared.dialects import stream_response
 from shared.following import follow
 from shared.push_http import Allowed, Answer, Refused, Webhook
+from shared.push_signing import SIGNATURE_HEADER, Signer, signer
 from shared.push_store import Cursor, PushConfig, PushStore, push_store
 from shared.settings import Settings
 from shared.store import EventStore, Record
@@ -64,6 +65,7 @@ class Policy:
     lease: float
     linger: float
     allowed: Allowed
+    signer: Signer | None = None
 
     @classmethod
     def of(cls, settings: Settings) -> Policy:
@@ -79,6 +81,7 @@ class Policy:
             ),
             linger=settings.push_linger,
             allowed=Allowed.parse(settings.push_allowed_hosts),
+            signer=signer(settings),
         )
 
     def delay(self, failures: int, retry_after: float | None) -> float:
@@ -89,8 +92,12 @@ class Policy:
         return random.uniform(ceiling / 2, ceiling)
 
 
-def headers(config: PushConfig, event_id: int) -> dict[str, str]:
+def headers(
+    config: PushConfig, event_id: int, body: bytes, sign: Signer | None = None
+) -> dict[str, str]:
     found = {"Content-Type": "application/json", EVENT_ID_HEADER: str(event_id)}
+    if sign is not None:
+        found[SIGNATURE_HEADER] = sign.sign(config["url"], body)
     if "token" in config:
         found[TOKEN_HEADER] = config["token"]
     if "authentication" in config:
@@ -175,7 +182,7 @@ def _attempt(
     started = time.monotonic()
     answer: Answer | None = None
     try:
-        answer = webhook.post(payload, headers(config, seq))
+        answer = webhook.post(payload, headers(config, seq, payload, policy.signer))
     except Refused as error:
         log.warning("%s: not sent: %s", where, error)
         return _given_up(cursor, seq, "refused"), None

@@ -19,6 +19,7 @@ class Hit:
     body: Any
     status: int  # what the receiver answered
     at: float  # time.monotonic() when it arrived
+    raw: bytes = b""  # the body's bytes as sent
 
     @property
     def event_id(self) -> int:
@@ -42,7 +43,8 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
-                body = json.loads(self.rfile.read(length) or b"null")
+                raw = self.rfile.read(length)
+                body = json.loads(raw or b"null")
                 status, headers = receiver._answer(self.path)
                 hit = Hit(
                     self.path,
@@ -50,6 +52,7 @@ class Receiver:
                     body,
                     status,
                     time.monotonic(),
+                    raw,
                 )
                 with receiver._lock:
                     receiver.hits.append(hit)
