@@ -2,7 +2,7 @@
 
     uvicorn --factory bench.sdk_peer:create_app [--workers N]
 
-A Starlette app with the SDK's DefaultRequestHandler and JSON-RPC routes
+A Starlette app with the SDK's DefaultRequestHandler, JSON-RPC routes (and its HTTP+JSON routes)
 (A2A 1.0, with 0.3 compatibility), configured by the environment:
 
   BENCH_SDK_STORE  "memory" (InMemoryTaskStore, default) or a SQLAlchemy URL
@@ -29,7 +29,7 @@ from typing import Any
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import (
     AgentCapabilities,
@@ -124,7 +124,10 @@ def create_app() -> Starlette:
     executor = Streamer() if agent == "streamer" else Echo()
     handler = DefaultRequestHandler(agent_executor=executor, task_store=_store(), agent_card=card)
     routes = create_jsonrpc_routes(handler, rpc_url="/", enable_v0_3_compat=True)
-    return Starlette(routes=[*create_agent_card_routes(card), *routes])
+    # Its HTTP+JSON routes too, after the others: their `/{tenant}` mount
+    # would take any path with a segment.
+    rest = create_rest_routes(handler)
+    return Starlette(routes=[*create_agent_card_routes(card), *routes, *rest])
 
 
 async def _on_table(url: str, table: str, drop: bool) -> None:

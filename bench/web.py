@@ -1,6 +1,7 @@
 """Front-end requests per second, beside baselines and the official a2a-sdk server.
 
-    python3 bench/web.py [--rounds 5] [--seconds 5] [--connections 32] [--quick]
+    python3 bench/web.py [--rounds 5] [--seconds 5] [--connections 32] [--quick] [--rest-only]
+                         [--paired]
 
 Starts, all at once and each on a free port:
   * this service: gunicorn with the repo's gunicorn.conf.py (its worker class
@@ -20,7 +21,13 @@ Then drives each with the same load generator (`wrk` when installed, else
 Python threads) at the same concurrency, A2A 1.0 wire unless the dialect
 says otherwise: GetTask, and SendMessage that returns at once
 (`returnImmediately`), each request with a fresh messageId (a repeated one
-would measure the idempotent duplicate path). Every response is checked:
+would measure the idempotent duplicate path); both over JSON-RPC and over
+HTTP+JSON (`GET /tasks/{id}`, `POST /message:send`), this service's and the
+in-memory a2a-sdk server's REST app. `--rest-only` measures just those
+(this service's two bindings and the in-memory SDK's), for a short run;
+`--paired` also drives the two loads of each ratio at the same time (Python
+threads, the connections shared), which on a machine others are loading
+compares them under the same conditions. Every response is checked:
 a non-200 status or a JSON-RPC error fails the run. The measurements are
 interleaved, round by round (each round in a rotated order), and each
 figure is the median over the rounds; each ratio is the median of the
@@ -44,7 +51,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +64,7 @@ BASELINE_KEY = "bench:task"
 PLACEHOLDER = "@ID@"  # in a body template: replaced by a fresh id per request
 POSTGRES = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 A2A_10 = {"A2A-Version": "1.0"}
+SEND = "/message:send"  # HTTP+JSON's SendMessage
 
 
 def baseline_app(redis_url: str) -> Any:
@@ -83,14 +91,30 @@ def rpc_body(method: str, params: dict[str, Any]) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
 
 
-def post(port: int, body: bytes, headers: dict[str, str] | None = None) -> dict[str, Any]:
+def post(
+    port: int,
+    body: bytes | None,
+    headers: dict[str, str] | None = None,
+    *,
+    verb: str = "POST",
+    path: str = "/",
+) -> dict[str, Any]:
+    """One request; its JSON-RPC reply, or its HTTP+JSON one (`path` not /)."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    connection.request("POST", "/", body, {"Content-Type": "application/json", **(headers or {})})
-    reply: dict[str, Any] = json.loads(connection.getresponse().read())
+    sent = {"Content-Type": "application/json", **(headers or {})}
+    connection.request(verb, path, body, sent)
+    response = connection.getresponse()
+    reply: dict[str, Any] = json.loads(response.read())
     connection.close()
-    if "result" not in reply:
-        raise RuntimeError(f"port {port}: {reply}")
+    if response.status != 200 or ("result" not in reply and path == "/"):
+        raise RuntimeError(f"port {port}: {verb} {path}: HTTP {response.status} {reply}")
     return reply
+
+
+def rest_send() -> bytes:
+    """SendMessage as HTTP+JSON's `POST /message:send` body: the bare request."""
+    params: dict[str, Any] = json.loads(send_v10())["params"]
+    return json.dumps(params).encode()
 
 
 def fresh(template: bytes) -> bytes:
@@ -112,12 +136,18 @@ def send_toolnexus() -> bytes:
 
 @dataclass(frozen=True)
 class Load:
-    """One thing to measure: a body (template) posted to a server."""
+    """One thing to measure: a request (its body a template) sent to a server."""
 
     name: str
     port: int
     body: bytes
     headers: dict[str, str]
+    verb: str = "POST"
+    path: str = "/"  # JSON-RPC's; an HTTP+JSON route otherwise
+
+    def check(self) -> None:
+        """It works once, before it is measured."""
+        post(self.port, fresh(self.body) or None, self.headers, verb=self.verb, path=self.path)
 
 
 # --- load generators -------------------------------------------------------------------
@@ -125,12 +155,12 @@ class Load:
 # wrk: the body is built per request when it holds the placeholder; every
 # response is checked, and the errors of all threads are summed in done().
 WRK_SCRIPT = """
-wrk.method = "POST"
+wrk.method = {verb}
 wrk.headers["Content-Type"] = "application/json"
 {headers}
 local head, tail = {head}, {tail}
 local templated = {templated}
-if not templated then wrk.body = head end
+if not templated and head ~= "" then wrk.body = head end
 local threads = {{}}
 function setup(thread)
   table.insert(threads, thread)
@@ -165,6 +195,7 @@ def wrk_script(load: Load) -> str:
         f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in load.headers.items()
     )
     return WRK_SCRIPT.format(
+        verb=json.dumps(load.verb),
         headers=headers,
         head=json.dumps(head),
         tail=json.dumps(tail),
@@ -177,7 +208,7 @@ def load_wrk(load: Load, seconds: float, connections: int, label: str) -> float:
         script.write(wrk_script(load))
     try:
         command = ["wrk", "-t2", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s"]
-        command += ["-s", script.name, f"http://127.0.0.1:{load.port}/", "--", label]
+        command += ["-s", script.name, f"http://127.0.0.1:{load.port}{load.path}", "--", label]
         output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     finally:
         os.unlink(script.name)
@@ -192,20 +223,30 @@ def load_wrk(load: Load, seconds: float, connections: int, label: str) -> float:
 
 def load_python(load: Load, seconds: float, connections: int, label: str) -> float:
     """The fallback generator: one keep-alive connection per thread."""
+    return load_together([load], seconds, connections, label)[0]
+
+
+def load_together(loads: list[Load], seconds: float, connections: int, label: str) -> list[float]:
+    """Drive `loads` at the same time, `connections` shared out among them,
+    one keep-alive connection per thread: each load's requests per second,
+    under the same conditions as the others' (on a shared machine, runs made
+    one after the other are not)."""
     counts = [0] * connections
     failures: list[str] = []
     stop_at = time.monotonic() + seconds
-    templated = PLACEHOLDER.encode() in load.body
 
     def drive(index: int) -> None:
+        load = loads[index % len(loads)]
+        templated = PLACEHOLDER.encode() in load.body
         connection = http.client.HTTPConnection("127.0.0.1", load.port, timeout=10)
         headers = {"Content-Type": "application/json", **load.headers}
         while time.monotonic() < stop_at:
-            connection.request("POST", "/", fresh(load.body) if templated else load.body, headers)
+            body = (fresh(load.body) if templated else load.body) or None
+            connection.request(load.verb, load.path, body, headers)
             response = connection.getresponse()
             reply = response.read()
             if response.status != 200 or b'"error"' in reply:
-                failures.append(f"HTTP {response.status}: {reply[:200]!r}")
+                failures.append(f"{load.name}: HTTP {response.status}: {reply[:200]!r}")
                 return
             counts[index] += 1
         connection.close()
@@ -217,8 +258,9 @@ def load_python(load: Load, seconds: float, connections: int, label: str) -> flo
     for thread in threads:
         thread.join()
     if failures:
-        raise RuntimeError(f"{load.name} ({label}): errors under load: {failures[0]}")
-    return sum(counts) / (time.monotonic() - started)
+        raise RuntimeError(f"{label}: errors under load: {failures[0]}")
+    elapsed = time.monotonic() - started
+    return [sum(counts[i :: len(loads)]) / elapsed for i in range(len(loads))]
 
 
 Generator = Callable[[Load, float, int, str], float]
@@ -234,7 +276,13 @@ class Fleet:
 
 
 def start_all(
-    redis_url: str, postgres: str, table: str, servers: list[Server], callbacks: list[Any]
+    redis_url: str,
+    postgres: str,
+    table: str,
+    servers: list[Server],
+    callbacks: list[Any],
+    *,
+    rest_only: bool = False,
 ) -> Fleet:
     env = {
         "TOOLNEXUS_STORE": f"{redis_url}/1",
@@ -252,13 +300,37 @@ def start_all(
 
     stored = redis.Redis.from_url(f"{redis_url}/1").hget(f"toolnexus:task:{task['id']}", "doc")
     assert stored, "the stored task was not found where the Redis store keeps it"
+    memory = uvicorn("bench.sdk_peer:create_app", {}, 1, "a2a-sdk in-memory")
+    servers.append(memory)
+
+    def peer_get(server: Server) -> bytes:
+        sdk_task = post(server.port, fresh(send_v10()), A2A_10)["result"]["task"]
+        body = rpc_body("GetTask", {"id": sdk_task["id"]})
+        assert post(server.port, body, A2A_10)["result"]["id"] == sdk_task["id"]
+        return body
+
+    def rest_get(port: int, task_id: str) -> Load:
+        return Load("", port, b"", A2A_10, "GET", f"/tasks/{task_id}")
+
+    memory_get = peer_get(memory)
+    sdk_task_id = json.loads(memory_get)["params"]["id"]
+    both = [
+        Load("toolnexus GetTask", web.port, get_v10, A2A_10),
+        Load("toolnexus SendMessage", web.port, send_v10(), A2A_10),
+        replace(rest_get(web.port, task["id"]), name="toolnexus GetTask, HTTP+JSON"),
+        Load("toolnexus SendMessage, HTTP+JSON", web.port, rest_send(), A2A_10, "POST", SEND),
+        Load("sdk memory GetTask", memory.port, memory_get, A2A_10),
+        Load("sdk memory SendMessage", memory.port, send_v10(), A2A_10),
+        replace(rest_get(memory.port, sdk_task_id), name="sdk memory GetTask, HTTP+JSON"),
+        Load("sdk memory SendMessage, HTTP+JSON", memory.port, rest_send(), A2A_10, "POST", SEND),
+    ]
+    if rest_only:
+        return _checked(both, workers)
+
     redis.Redis.from_url(f"{redis_url}/0").set(BASELINE_KEY, stored)
     trivial = gunicorn(f"bench.web:baseline_app('{redis_url}/0')", env, "trivial Flask")
     servers.append(trivial)
     assert post(trivial.port, get_v10)["result"]["id"] == task["id"]
-
-    memory = uvicorn("bench.sdk_peer:create_app", {}, 1, "a2a-sdk in-memory")
-    servers.append(memory)
     from bench.sdk_peer import drop_table, prepare_table
 
     prepare_table(postgres, table)
@@ -271,26 +343,21 @@ def start_all(
     )
     servers.append(database)
 
-    def peer_get(server: Server) -> bytes:
-        sdk_task = post(server.port, fresh(send_v10()), A2A_10)["result"]["task"]
-        body = rpc_body("GetTask", {"id": sdk_task["id"]})
-        assert post(server.port, body, A2A_10)["result"]["id"] == sdk_task["id"]
-        return body
-
     get_toolnexus = rpc_body("GetTask", {"id": task["id"]})
     loads = [
-        Load("toolnexus GetTask", web.port, get_v10, A2A_10),
-        Load("toolnexus SendMessage", web.port, send_v10(), A2A_10),
+        *both,
         Load("toolnexus GetTask, toolnexus dialect", web.port, get_toolnexus, {}),
         Load("toolnexus SendMessage, toolnexus dialect", web.port, send_toolnexus(), {}),
         Load("trivial GetTask", trivial.port, get_v10, A2A_10),
-        Load("sdk memory GetTask", memory.port, peer_get(memory), A2A_10),
-        Load("sdk memory SendMessage", memory.port, send_v10(), A2A_10),
         Load("sdk postgres GetTask", database.port, peer_get(database), A2A_10),
         Load("sdk postgres SendMessage", database.port, send_v10(), A2A_10),
     ]
-    for load in loads:  # every body works once before it is measured
-        post(load.port, fresh(load.body), load.headers)
+    return _checked(loads, workers)
+
+
+def _checked(loads: list[Load], workers: int) -> Fleet:
+    for load in loads:  # every request works once before it is measured
+        load.check()
     return Fleet({load.name: load for load in loads}, workers)
 
 
@@ -315,6 +382,30 @@ def measure_all(
 
 RATIOS = (
     # (what, ours, theirs, aim or None)
+    (
+        "HTTP+JSON GetTask vs JSON-RPC GetTask",
+        "toolnexus GetTask, HTTP+JSON",
+        "toolnexus GetTask",
+        0.9,
+    ),
+    (
+        "HTTP+JSON SendMessage vs JSON-RPC SendMessage",
+        "toolnexus SendMessage, HTTP+JSON",
+        "toolnexus SendMessage",
+        0.9,
+    ),
+    (
+        "HTTP+JSON GetTask vs a2a-sdk REST in-memory",
+        "toolnexus GetTask, HTTP+JSON",
+        "sdk memory GetTask, HTTP+JSON",
+        1.3,
+    ),
+    (
+        "HTTP+JSON SendMessage vs a2a-sdk REST in-memory",
+        "toolnexus SendMessage, HTTP+JSON",
+        "sdk memory SendMessage, HTTP+JSON",
+        1.3,
+    ),
     ("GetTask vs trivial Flask + 1 Redis GET", "toolnexus GetTask", "trivial GetTask", 1.0),
     ("GetTask vs a2a-sdk in-memory", "toolnexus GetTask", "sdk memory GetTask", 1.3),
     ("SendMessage vs a2a-sdk in-memory", "toolnexus SendMessage", "sdk memory SendMessage", 3.0),
@@ -340,6 +431,35 @@ RATIOS = (
 )
 
 
+def measure_paired(
+    fleet: Fleet, rounds: int, seconds: float, connections: int
+) -> dict[str, list[float]]:
+    """Each ratio's two loads driven at the same time, `connections` shared:
+    per round, the ratio of their rates."""
+    pairs = [(what, ours, theirs) for what, ours, theirs, _ in RATIOS if ours in fleet.loads]
+    pairs = [pair for pair in pairs if pair[2] in fleet.loads]
+    ratios: dict[str, list[float]] = {what: [] for what, _, _ in pairs}
+    for round_number in range(rounds):
+        for what, ours, theirs in pairs:
+            label = f"p{round_number}-{uuid.uuid4().hex[:8]}"
+            loads = [fleet.loads[ours], fleet.loads[theirs]]
+            mine, other = load_together(loads, seconds, connections, label)
+            ratios[what].append(mine / other)
+        print(f"  paired round {round_number + 1}/{rounds} done", flush=True)
+    return ratios
+
+
+def report_paired(ratios: dict[str, list[float]]) -> None:
+    print("\nratios of loads driven at the same time (median, then each round's)")
+    aims = {what: aim for what, _, _, aim in RATIOS}
+    for what, values in ratios.items():
+        ratio = statistics.median(values)
+        runs = " ".join(f"{value:.2f}" for value in values)
+        aim = aims[what]
+        verdict = "" if aim is None else f"aim >= {aim:g}x: {'met' if ratio >= aim else 'NOT met'}"
+        print(f"  {what:<52} {ratio:>6.2f}x  [{runs}]  {verdict}")
+
+
 def report(rates: dict[str, list[float]], fleet: Fleet) -> None:
     print(f"\nreq/s, median of {len(next(iter(rates.values())))} runs (each run's figure after it)")
     for name, values in rates.items():
@@ -350,6 +470,8 @@ def report(rates: dict[str, list[float]], fleet: Fleet) -> None:
         f" gunicorn and the PostgreSQL peer: {fleet.workers} workers"
     )
     for what, ours, theirs, aim in RATIOS:
+        if ours not in rates or theirs not in rates:
+            continue  # not measured in this run (--rest-only)
         per_round = [a / b for a, b in zip(rates[ours], rates[theirs], strict=True)]
         ratio = statistics.median(per_round)
         spread = f"{min(per_round):.2f}-{max(per_round):.2f}"
@@ -364,6 +486,16 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32, help="default 32")
     parser.add_argument("--postgres", default=POSTGRES, help=f"SQLAlchemy URL (default {POSTGRES})")
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 rounds of 2 s")
+    parser.add_argument(
+        "--rest-only",
+        action="store_true",
+        help="only GetTask and SendMessage over both bindings, here and on the in-memory SDK",
+    )
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="also drive each ratio's two loads at the same time, sharing the connections",
+    )
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.seconds = 2, 2.0
@@ -379,8 +511,15 @@ def main() -> None:
     callbacks: list[Any] = []
     table = f"bench_sdk_{uuid.uuid4().hex[:8]}"
     try:
-        fleet = start_all(redis_server.url, args.postgres, table, servers, callbacks)
+        fleet = start_all(
+            redis_server.url, args.postgres, table, servers, callbacks, rest_only=args.rest_only
+        )
         rates = measure_all(fleet, generator, args.rounds, args.seconds, args.connections)
+        paired = (
+            measure_paired(fleet, args.rounds, args.seconds, args.connections)
+            if args.paired
+            else None
+        )
     finally:
         for server in reversed(servers):
             server.stop()
@@ -388,6 +527,8 @@ def main() -> None:
             callback()
         redis_server.close()
     report(rates, fleet)
+    if paired is not None:
+        report_paired(paired)
 
 
 if __name__ == "__main__":

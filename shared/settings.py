@@ -324,6 +324,10 @@ class Settings:
     # Celery workers and beat serve Prometheus metrics on this port (unset: they
     # serve none); the web tier serves them at /metrics on its own port
     metrics_port: int | None = _env("METRICS_PORT", _optional_port, None)
+    # the extended agent card (GetExtendedAgentCard, GET /extendedAgentCard):
+    # fields laid over the public card for callers past the bearer check;
+    # unset: none is offered
+    extended_card: Mapping[str, Any] | None = _env("EXTENDED_CARD", _json_object, None)
 
     def __post_init__(self) -> None:
         if self.heartbeat >= self.stale_after:

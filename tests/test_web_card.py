@@ -40,8 +40,11 @@ def test_card_defaults_are_a_1_0_card() -> None:
     assert card["defaultInputModes"] == ["text/plain", "application/json"]
     assert card["defaultOutputModes"] == ["text/plain", "application/json"]
     assert card["supportedInterfaces"] == [
-        {"url": "http://agent.test:8080/", "protocolBinding": "JSONRPC", "protocolVersion": v}
-        for v in ("1.0", "0.3")
+        *(
+            {"url": "http://agent.test:8080/", "protocolBinding": "JSONRPC", "protocolVersion": v}
+            for v in ("1.0", "0.3")
+        ),
+        {"url": "http://agent.test:8080", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
     ]
     assert card["skills"] == []
     assert not V10_ONLY & card.keys()  # the 1.0 schema forbids the 0.3 fields
@@ -144,9 +147,13 @@ def test_a_bad_card_setting_names_the_variable(value: str, said: str) -> None:
     assert said in str(caught.value)
 
 
-def test_the_official_sdk_reads_the_card_with_both_interfaces() -> None:
+def test_the_official_sdk_reads_the_card_with_every_interface() -> None:
     card = parse_agent_card(card_for(Settings(skills=str(EXAMPLES), api_tokens=("t",))))
-    assert [i.protocol_version for i in card.supported_interfaces] == ["1.0", "0.3"]
+    assert [(i.protocol_binding, i.protocol_version) for i in card.supported_interfaces] == [
+        ("JSONRPC", "1.0"),
+        ("JSONRPC", "0.3"),
+        ("HTTP+JSON", "1.0"),
+    ]
     assert card.skills[0].name == "hello-world"
     assert "bearer" in card.security_schemes
     assert card.security_schemes["bearer"].http_auth_security_scheme.scheme == "bearer"

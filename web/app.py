@@ -9,14 +9,15 @@ trace ever reaches a peer.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
 from email.utils import formatdate
-from typing import Any
+from typing import Any, Final
 
 from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.wrappers import Response as BaseResponse
 
 from shared.codec import encode_bytes
@@ -29,8 +30,8 @@ from shared.store import BeatRecord, EventStore, MemoryLimited, TaskStore
 from shared.wiring import load_hook, open_store
 from web.auth import authenticator_for
 from web.browsers import browser_policy
-from web.card import MAX_AGE, build_card, entity_tag, wanted_version, with_v03_fields
-from web.dialects import V03
+from web.card import MAX_AGE, entity_tag, wanted_version
+from web.card_views import CardViews
 from web.dispatch import CeleryDispatcher
 from web.endpoint import RpcEndpoint, front, refused
 from web.errors import (
@@ -38,11 +39,15 @@ from web.errors import (
     STORE_UNAVAILABLE,
     InvalidRequest,
     RequestError,
+    WireError,
     describe,
     error_body,
+    status_body,
 )
+from web.hangups import HangupMonitor
 from web.methods import Tasks
 from web.observe import observe
+from web.rest import RestEndpoint
 from web.rpc import wire_version
 from web.skills import load_skills
 
@@ -75,7 +80,16 @@ def create_app(
     authenticator = authenticator_for(settings)
     browsers = browser_policy(settings, strict_hosts=strict_hosts)
     tasks = Tasks(settings, task_store, dispatcher, load_hook(settings))
-    card_overrides = {**(settings.card or {}), **(card or {})}
+    cards = CardViews(
+        settings,
+        skills,
+        browsers,
+        authenticator.card_schemes(),
+        streaming=isinstance(task_store, EventStore),
+        push=tasks.push is not None,
+        overrides={**(settings.card or {}), **(card or {})},
+        extended_fields=settings.extended_card,
+    )
     started = formatdate(time.time(), usegmt=True)
 
     app = Flask(__name__)
@@ -98,19 +112,7 @@ def create_app(
         except RequestError as error:
             return refused(error, None)
         version = wanted_version(requested, request.path == LEGACY_CARD_PATH, settings.card_compat)
-        url, from_host = browsers.base_url(request)
-        security = authenticator.card_schemes()
-        document = build_card(
-            settings,
-            skills,
-            url,
-            streaming=isinstance(task_store, EventStore),
-            push=tasks.push is not None,
-            security=security,
-            overrides=card_overrides,
-        )
-        if version == V03:
-            document = with_v03_fields(document, security)
+        document, from_host = cards.public(request, version)
         tag = entity_tag(document)
         fresh = request.if_none_match.contains(tag)
         response = Response(status=304) if fresh else _json(document, 200)
@@ -132,6 +134,10 @@ def create_app(
                 "name": settings.name,
                 "agentCard": CARD_PATH,
                 "send": "POST / with a JSON-RPC 2.0 request, Content-Type: application/json",
+                "httpJson": (
+                    "or the HTTP+JSON routes (POST /message:send, GET /tasks/{id}, ...)"
+                    " with A2A-Version: 1.0"
+                ),
                 "example": {
                     "jsonrpc": "2.0",
                     "id": 1,
@@ -173,8 +179,11 @@ def create_app(
 
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected_error)
-    endpoint = RpcEndpoint(tasks, authenticator, browsers, settings.max_body)
-    app.wsgi_app = front(app.wsgi_app, endpoint)  # type: ignore[method-assign, assignment]
+    hangups = HangupMonitor()
+    extended = cards.extended if settings.extended_card is not None else None
+    endpoint = RpcEndpoint(tasks, authenticator, browsers, settings.max_body, hangups, extended)
+    rest = RestEndpoint(tasks, authenticator, browsers, settings.max_body, hangups, extended)
+    app.wsgi_app = front(app.wsgi_app, endpoint, rest)  # type: ignore[method-assign, assignment]
     return app
 
 
@@ -233,19 +242,32 @@ def _memory_warning(store: TaskStore, share: float) -> str | None:
     )
 
 
+# Flask's own refusals (unknown paths, wrong verbs on its routes) in the
+# HTTP+JSON error shape, so every route of the service answers alike.
+_HTTP_REASONS: Final = {404: "ROUTE_NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}
+_HTTP_STATUS_NAMES: Final = {404: "NOT_FOUND"}
+
+
 def _http_error(error: HTTPException) -> Response:
     status = error.code or 500
     if request.path == "/" and request.method == "POST":
         cause = InvalidRequest(error.description or error.name) if status < 500 else error
         return _json(error_body(describe(cause), None, typed_data=False), status)
-    return _json({"error": {"code": status, "message": error.name}}, status)
+    wire = WireError(
+        -32600, error.name, _HTTP_REASONS.get(status, "INVALID_REQUEST"), rest_status=status
+    )
+    wire = dataclasses.replace(wire, status=_HTTP_STATUS_NAMES.get(status, "INVALID_ARGUMENT"))
+    reply = _json(status_body(wire), status)
+    if status == 405 and isinstance(error, MethodNotAllowed) and error.valid_methods:
+        reply.headers["Allow"] = ", ".join(error.valid_methods)
+    return reply
 
 
 def _unexpected_error(error: Exception) -> Response:
     log.error("unhandled error on %s %s", request.method, request.path, exc_info=error)
     if request.path == "/" and request.method == "POST":
         return _json(error_body(describe(error), None, typed_data=False), 500)
-    return _json({"error": {"code": 500, "message": "internal error"}}, 500)
+    return _json(status_body(describe(error)), 500)
 
 
 def _json(payload: Mapping[str, Any], status: int) -> Response:

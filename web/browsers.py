@@ -37,7 +37,7 @@ from web.errors import HostNotAllowed, OriginNotAllowed
 from web.wsgi import HttpRequest
 
 ANY: Final = "*"
-ALLOWED_METHODS: Final = "GET, POST, OPTIONS"
+ALLOWED_METHODS: Final = "GET, POST, DELETE, OPTIONS"
 ALLOWED_HEADERS: Final = "Authorization, Content-Type, A2A-Version, A2A-Extensions, Last-Event-ID"
 EXPOSED_HEADERS: Final = "WWW-Authenticate, ETag"
 PREFLIGHT_MAX_AGE: Final = "600"

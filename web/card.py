@@ -13,7 +13,8 @@ the 0.3 reader finds its own). Which one a request gets:
   TOOLNEXUS_CARD_COMPAT=0.3 (for deployments whose clients predate 1.0).
 
 `supportedInterfaces` lists the one JSON-RPC endpoint under 1.0 and 0.3,
-from which clients of either generation pick theirs.
+from which clients of either generation pick theirs, then the HTTP+JSON
+binding (1.0) at the same base URL.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from web.dialects import V03, V10
 from web.skills import Skill
 
 TRANSPORT: Final = "JSONRPC"
+HTTP_JSON_BINDING: Final = "HTTP+JSON"
 PROTOCOL_V03: Final = "0.3.0"
 INTERFACE_VERSIONS: Final = (V10, V03)
 # How long a client or cache may keep the card before asking again.
@@ -43,20 +45,30 @@ def build_card(
     push: bool = False,
     security: Mapping[str, Any] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    extended: bool = False,
 ) -> dict[str, Any]:
     """The 1.0 card for the endpoint at `url`. `security` maps scheme names to
     `{"type": "http", "scheme": "bearer", ...}` (the OpenAPI form both
-    generations derive theirs from); `overrides` replace top-level fields."""
+    generations derive theirs from); `overrides` replace top-level fields;
+    `extended`: an extended card is offered to authenticated callers."""
     url = url.rstrip("/") + "/"
+    interfaces = [
+        {"url": url, "protocolBinding": TRANSPORT, "protocolVersion": version}
+        for version in INTERFACE_VERSIONS
+    ]
+    # The HTTP+JSON routes hang off the same base (`web.rest`), 1.0 only.
+    interfaces.append(
+        {"url": url.rstrip("/"), "protocolBinding": HTTP_JSON_BINDING, "protocolVersion": V10}
+    )
+    capabilities: dict[str, Any] = {"streaming": streaming, "pushNotifications": push}
+    if extended:
+        capabilities["extendedAgentCard"] = True
     card: dict[str, Any] = {
         "name": settings.name,
         "description": settings.description,
         "version": settings.version,
-        "supportedInterfaces": [
-            {"url": url, "protocolBinding": TRANSPORT, "protocolVersion": version}
-            for version in INTERFACE_VERSIONS
-        ],
-        "capabilities": {"streaming": streaming, "pushNotifications": push},
+        "supportedInterfaces": interfaces,
+        "capabilities": capabilities,
         "defaultInputModes": list(settings.input_modes),
         "defaultOutputModes": list(settings.output_modes),
         "skills": [skill.card_entry() for skill in skills],

@@ -15,7 +15,8 @@ with metrics (`web.observe`), the Host and Origin screen and CORS headers
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import partial
 from typing import Any
 
 from werkzeug.exceptions import ClientDisconnected
@@ -37,15 +38,19 @@ from web.errors import (
 from web.hangups import HangupMonitor
 from web.methods import Tasks
 from web.observe import Observed, answered, begin, finish, following
+from web.rest_routes import is_rest_path
 from web.rpc import handle, typed_errors
 from web.streaming import Stream
-from web.wsgi import Headers, WsgiRequest, answer, read_body, status_line
+from web.wsgi import Headers, HttpRequest, WsgiRequest, answer, read_body, status_line
 
 log = logging.getLogger(__name__)
 
 VERSION_HEADER = "A2A-Version"
 JSON = "application/json"
 WSGIApp = Callable[[dict[str, Any], Any], Iterable[bytes]]
+# The extended agent card as a request (its URL) shows it, in a wire version;
+# None: none offered.
+ExtendedCard = Callable[[HttpRequest, str], Mapping[str, Any]]
 _STREAM_HEADERS: Headers = (
     ("Content-Type", "text/event-stream; charset=utf-8"),
     ("Cache-Control", "no-store"),
@@ -53,20 +58,42 @@ _STREAM_HEADERS: Headers = (
 )
 
 
-class RpcEndpoint:
+class Edge:
+    """What every endpoint of the edge holds: the methods, the caller check,
+    the browser policy, the body limit, the hang-up monitor, the extended card."""
+
     def __init__(
         self,
         tasks: Tasks,
         authenticator: Authenticator,
         browsers: BrowserPolicy,
         max_body: int,
+        hangups: HangupMonitor | None = None,
+        extended_card: ExtendedCard | None = None,
     ) -> None:
         self._tasks = tasks
         self._authenticator = authenticator
         self._browsers = browsers
         self._max_body = max_body
-        self._hangups = HangupMonitor()
+        self._hangups = hangups or HangupMonitor()
+        self._extended_card = extended_card
 
+    def _headers(self, request: WsgiRequest, observed: Observed) -> Headers:
+        return edge_headers(self._browsers, request, observed)
+
+    def _screened(
+        self, request: WsgiRequest, observed: Observed, start_response: Any
+    ) -> Iterable[bytes] | None:
+        """The browser screen: raises a refusal, answers a CORS preflight, or None."""
+        preflight = self._browsers.screen(request)
+        if preflight is None:
+            return None
+        preflight.headers[REQUEST_ID_HEADER] = observed.request_id
+        finish(observed, preflight.status_code)
+        return preflight(request.environ, start_response)
+
+
+class RpcEndpoint(Edge):
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         request = WsgiRequest(environ)
         observed = begin(request, "/")
@@ -86,17 +113,18 @@ class RpcEndpoint:
     ) -> Iterable[bytes]:
         version = request.headers.get(VERSION_HEADER) or request.arg(VERSION_HEADER)
         try:
-            preflight = self._browsers.screen(request)
+            preflight = self._screened(request, observed, start_response)
             if preflight is not None:
-                preflight.headers[REQUEST_ID_HEADER] = observed.request_id
-                finish(observed, preflight.status_code)
-                return preflight(request.environ, start_response)
+                return preflight
             owner = self._authenticator.principal(request.headers.get("Authorization"))
-            body = self._body(request)
-            _require_json(request.mimetype)
+            body = request_body(request, self._max_body)
+            require_json(request.mimetype)
         except RequestError as error:
             return self._refused(error, version, request, observed, start_response)
-        reply = handle(body, version, self._tasks, owner, request.headers.get("Last-Event-ID"))
+        card = None if self._extended_card is None else partial(self._extended_card, request)
+        reply = handle(
+            body, version, self._tasks, owner, request.headers.get("Last-Event-ID"), card
+        )
         answered(observed, body, version, reply)
         if isinstance(reply, Stream):
             return self._stream(reply, request, observed, start_response)
@@ -117,34 +145,53 @@ class RpcEndpoint:
         wire = describe(error)
         observed.outcome = str(wire.code)
         body = encode_bytes(error_body(wire, None, typed_data=typed_errors(version)))
-        headers = list(self._headers(request, observed))
-        if wire.http_status == 401:
-            headers.append(("WWW-Authenticate", 'Bearer realm="toolnexus"'))
+        headers = [*self._headers(request, observed), *challenge(wire.http_status)]
         finish(observed, wire.http_status)
         return answer(start_response, wire.http_status, body, JSON, headers)
 
     def _stream(
         self, stream: Stream, request: WsgiRequest, observed: Observed, start_response: Any
     ) -> Iterator[bytes]:
-        observed.streaming = True  # recorded when it ends, by `following`
-        start_response(status_line(200), [*_STREAM_HEADERS, *self._headers(request, observed)])
-        return _events(stream, following, observed, self._hangups, request.environ)
+        headers = self._headers(request, observed)
+        return open_stream(stream, request, observed, start_response, self._hangups, headers)
 
-    def _headers(self, request: WsgiRequest, observed: Observed) -> Headers:
-        cors = self._browsers.cors_headers(request)
-        vary = [("Vary", "Origin")] if self._browsers.origins else []
-        return [(REQUEST_ID_HEADER, observed.request_id), *vary, *cors]
 
-    def _body(self, request: WsgiRequest) -> bytes:
-        try:
-            body = read_body(request.environ, self._max_body)
-        except ClientDisconnected:
-            raise BodyIncomplete(
-                "request body incomplete: fewer bytes arrived than its Content-Length says"
-            ) from None
-        if body is None:
-            raise BodyTooLarge(f"request body too large: the limit is {self._max_body} bytes")
-        return body
+def edge_headers(browsers: BrowserPolicy, request: WsgiRequest, observed: Observed) -> Headers:
+    """The headers of every answer from the edge: the request id and CORS."""
+    cors = browsers.cors_headers(request)
+    vary = [("Vary", "Origin")] if browsers.origins else []
+    return [(REQUEST_ID_HEADER, observed.request_id), *vary, *cors]
+
+
+def challenge(status: int) -> Headers:
+    """A 401 tells the caller which scheme to use."""
+    return [("WWW-Authenticate", 'Bearer realm="toolnexus"')] if status == 401 else []
+
+
+def request_body(request: WsgiRequest, max_body: int) -> bytes:
+    try:
+        body = read_body(request.environ, max_body)
+    except ClientDisconnected:
+        raise BodyIncomplete(
+            "request body incomplete: fewer bytes arrived than its Content-Length says"
+        ) from None
+    if body is None:
+        raise BodyTooLarge(f"request body too large: the limit is {max_body} bytes")
+    return body
+
+
+def open_stream(
+    stream: Stream,
+    request: WsgiRequest,
+    observed: Observed,
+    start_response: Any,
+    hangups: HangupMonitor,
+    headers: Headers,
+) -> Iterator[bytes]:
+    """Start an event stream: its headers now, its events as they come."""
+    observed.streaming = True  # recorded when it ends, by `following`
+    start_response(status_line(200), [*_STREAM_HEADERS, *headers])
+    return _events(stream, following, observed, hangups, request.environ)
 
 
 def _events(
@@ -161,16 +208,25 @@ def _events(
                 yield b": keepalive\n\n"
                 continue
             seq, payload = item
-            head = f"id: {seq}\n".encode() if seq else b""
+            if seq:
+                head = f"id: {seq}\n".encode()
+            elif not stream.wire.enveloped:
+                head = b"event: error\n"  # a bare stream's only event without an id
+            else:
+                head = b""
             yield head + b"data: " + encode_bytes(payload) + b"\n\n"
 
 
-def front(flask_app: WSGIApp, endpoint: RpcEndpoint) -> WSGIApp:
-    """The WSGI app: `POST /` to the endpoint, everything else to Flask."""
+def front(flask_app: WSGIApp, endpoint: RpcEndpoint, rest: WSGIApp | None = None) -> WSGIApp:
+    """The WSGI app: `POST /` to the JSON-RPC endpoint, the HTTP+JSON routes
+    to `rest`, everything else to Flask."""
 
     def dispatch(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
-        if environ.get("REQUEST_METHOD") == "POST" and environ.get("PATH_INFO") in ("/", ""):
+        path = environ.get("PATH_INFO") or "/"
+        if path == "/" and environ.get("REQUEST_METHOD") == "POST":
             return endpoint(environ, start_response)
+        if rest is not None and is_rest_path(path):
+            return rest(environ, start_response)
         return flask_app(environ, start_response)
 
     return dispatch
@@ -183,11 +239,11 @@ def refused(error: RequestError, version: str | None) -> Response:
     return Response(body, status=wire.http_status, mimetype=JSON)
 
 
-def _require_json(mimetype: str) -> None:
-    """JSON-RPC bodies are JSON. Refusing anything else also keeps browsers
+def require_json(
+    mimetype: str, refusal: type[ContentTypeNotSupported] = ContentTypeNotSupported
+) -> None:
+    """Request bodies are JSON. Refusing anything else also keeps browsers
     out: a page can send text/plain or a form without asking, not JSON."""
     if mimetype != JSON and not mimetype.endswith("+json"):
         shown = mimetype or "none"
-        raise ContentTypeNotSupported(
-            f"Content-Type {shown!r} is not supported: send application/json"
-        )
+        raise refusal(f"Content-Type {shown!r} is not supported: send application/json")

@@ -78,6 +78,24 @@ class ContentTypeNotSupported(RequestError):
     types the agent does not accept."""
 
 
+class BodyNotJson(ContentTypeNotSupported):
+    """A request body whose Content-Type is not JSON. HTTP+JSON answers it 415
+    (RFC 9110's Unsupported Media Type); the A2A error of §5.4 (400) is about
+    the media types of message parts."""
+
+
+class RouteNotFound(MethodNotFound):
+    """HTTP+JSON: no route at this path."""
+
+
+class VerbNotAllowed(MethodNotFound):
+    """HTTP+JSON: a route that exists, asked with a verb it does not serve."""
+
+    def __init__(self, message: str, *, allowed: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.allowed = allowed
+
+
 class PushNotSupported(RequestError):
     """A push-notification config method: this server sends no push notifications."""
 
@@ -119,7 +137,9 @@ class TaskError(ToolnexusError):
 @dataclass(frozen=True)
 class WireError:
     """What the peer is told: code, message, a reason for 1.0's ErrorInfo,
-    the HTTP status and any context worth returning (e.g. the task id)."""
+    the HTTP status of each binding (`http_status`: JSON-RPC's; `rest_status`
+    and `status`, the google.rpc code name: HTTP+JSON's) and any context worth
+    returning (e.g. the task id)."""
 
     code: int
     message: str
@@ -128,31 +148,50 @@ class WireError:
     http_status: int = 200
     field: str | None = None
     metadata: dict[str, str] = dataclasses.field(default_factory=dict)
+    rest_status: int = 500
+    status: str = "INTERNAL"
 
 
-# (class, code, reason, HTTP status); the first matching class wins, so
-# subclasses come before their bases.
-_TABLE: Final[tuple[tuple[type[Exception], int, str, int], ...]] = (
-    (ParseError, -32700, "PARSE_ERROR", 200),
-    (BodyTooLarge, -32600, "REQUEST_TOO_LARGE", 413),
-    (BodyIncomplete, -32600, "REQUEST_INCOMPLETE", 400),
-    (HostNotAllowed, -32600, "HOST_NOT_ALLOWED", 400),
-    (OriginNotAllowed, -32600, "ORIGIN_NOT_ALLOWED", 403),
-    (InvalidRequest, -32600, "INVALID_REQUEST", 200),
-    (MethodNotFound, -32601, "METHOD_NOT_FOUND", 200),
-    (InvalidParams, -32602, "INVALID_PARAMS", 200),
-    (InvalidTaskId, -32602, "INVALID_PARAMS", 200),
-    (ContextTaken, -32602, "INVALID_PARAMS", 200),
-    (TaskNotFound, -32001, "TASK_NOT_FOUND", 200),
-    (TaskNotCancelable, -32002, "TASK_NOT_CANCELABLE", 200),
-    (PushNotSupported, -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED", 200),
-    (UnsupportedOperation, -32004, "UNSUPPORTED_OPERATION", 200),
-    (InvalidTransition, -32004, "UNSUPPORTED_OPERATION", 200),
-    (ContentTypeNotSupported, -32005, "CONTENT_TYPE_NOT_SUPPORTED", 200),
-    (ExtendedCardNotConfigured, -32007, "EXTENDED_AGENT_CARD_NOT_CONFIGURED", 200),
-    (VersionNotSupported, -32009, "VERSION_NOT_SUPPORTED", 200),
-    (Unauthorized, -32000, "UNAUTHENTICATED", 401),
-    (AuthUnavailable, -32603, "AUTH_UNAVAILABLE", 503),
+# google.rpc code names (HTTP+JSON's `error.status`).
+_INVALID: Final = "INVALID_ARGUMENT"
+_PRECONDITION: Final = "FAILED_PRECONDITION"
+_NOT_FOUND: Final = "NOT_FOUND"
+_UNAVAILABLE: Final = "UNAVAILABLE"
+
+# (class, JSON-RPC code, reason, JSON-RPC's HTTP status, HTTP+JSON's status
+# and code name; spec 1.0.1 §5.4 for the A2A errors); the first matching
+# class wins, so subclasses come before their bases.
+_TABLE: Final[tuple[tuple[type[Exception], int, str, int, int, str], ...]] = (
+    (ParseError, -32700, "PARSE_ERROR", 200, 400, _INVALID),
+    (BodyTooLarge, -32600, "REQUEST_TOO_LARGE", 413, 413, _INVALID),
+    (BodyIncomplete, -32600, "REQUEST_INCOMPLETE", 400, 400, _INVALID),
+    (HostNotAllowed, -32600, "HOST_NOT_ALLOWED", 400, 400, _INVALID),
+    (OriginNotAllowed, -32600, "ORIGIN_NOT_ALLOWED", 403, 403, "PERMISSION_DENIED"),
+    (InvalidRequest, -32600, "INVALID_REQUEST", 200, 400, _INVALID),
+    (RouteNotFound, -32601, "ROUTE_NOT_FOUND", 404, 404, _NOT_FOUND),
+    (VerbNotAllowed, -32601, "METHOD_NOT_ALLOWED", 405, 405, _INVALID),
+    (MethodNotFound, -32601, "METHOD_NOT_FOUND", 200, 404, _NOT_FOUND),
+    (InvalidParams, -32602, "INVALID_PARAMS", 200, 400, _INVALID),
+    (InvalidTaskId, -32602, "INVALID_PARAMS", 200, 400, _INVALID),
+    (ContextTaken, -32602, "INVALID_PARAMS", 200, 400, _INVALID),
+    (TaskNotFound, -32001, "TASK_NOT_FOUND", 200, 404, _NOT_FOUND),
+    (TaskNotCancelable, -32002, "TASK_NOT_CANCELABLE", 200, 400, _PRECONDITION),
+    (PushNotSupported, -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED", 200, 400, _PRECONDITION),
+    (UnsupportedOperation, -32004, "UNSUPPORTED_OPERATION", 200, 400, _PRECONDITION),
+    (InvalidTransition, -32004, "UNSUPPORTED_OPERATION", 200, 400, _PRECONDITION),
+    (BodyNotJson, -32005, "CONTENT_TYPE_NOT_SUPPORTED", 200, 415, _INVALID),
+    (ContentTypeNotSupported, -32005, "CONTENT_TYPE_NOT_SUPPORTED", 200, 400, _INVALID),
+    (
+        ExtendedCardNotConfigured,
+        -32007,
+        "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+        200,
+        400,
+        _PRECONDITION,
+    ),
+    (VersionNotSupported, -32009, "VERSION_NOT_SUPPORTED", 200, 400, _PRECONDITION),
+    (Unauthorized, -32000, "UNAUTHENTICATED", 401, 401, "UNAUTHENTICATED"),
+    (AuthUnavailable, -32603, "AUTH_UNAVAILABLE", 503, 503, _UNAVAILABLE),
 )
 
 
@@ -163,21 +202,34 @@ def describe(error: BaseException, *, task_id: str | None = None) -> WireError:
     if isinstance(error, TaskError):
         return describe(error.cause, task_id=error.task_id)
     metadata = {"taskId": task_id} if task_id else {}
-    for kind, code, reason, status in _TABLE:
+    for kind, code, reason, status, rest_status, rest_name in _TABLE:
         if isinstance(error, kind):
             where = getattr(error, "field", None)
             return WireError(
-                code, str(error), reason, http_status=status, field=where, metadata=metadata
+                code,
+                str(error),
+                reason,
+                http_status=status,
+                field=where,
+                metadata=metadata,
+                rest_status=rest_status,
+                status=rest_name,
             )
-    if isinstance(error, StoreError):
-        log.warning("store fault: %s", error)
-        return WireError(
-            -32603, STORE_UNAVAILABLE, "STORE_UNAVAILABLE", OWN_DOMAIN, metadata=metadata
+    if isinstance(error, StoreError | BrokerError):
+        log.warning("%s fault: %s", "store" if isinstance(error, StoreError) else "broker", error)
+        message, reason = (
+            (STORE_UNAVAILABLE, "STORE_UNAVAILABLE")
+            if isinstance(error, StoreError)
+            else (BROKER_UNAVAILABLE, "BROKER_UNAVAILABLE")
         )
-    if isinstance(error, BrokerError):
-        log.warning("broker fault: %s", error)
         return WireError(
-            -32603, BROKER_UNAVAILABLE, "BROKER_UNAVAILABLE", OWN_DOMAIN, metadata=metadata
+            -32603,
+            message,
+            reason,
+            OWN_DOMAIN,
+            metadata=metadata,
+            rest_status=503,
+            status=_UNAVAILABLE,
         )
     log.error("internal error", exc_info=error)
     return WireError(-32603, "internal error", "INTERNAL_ERROR", metadata=metadata)
@@ -188,21 +240,40 @@ def error_body(wire: WireError, request_id: object, *, typed_data: bool) -> dict
     `data` array: a google.rpc.ErrorInfo, plus a BadRequest for -32602."""
     error: dict[str, Any] = {"code": wire.code, "message": wire.message}
     if typed_data:
-        data: list[dict[str, Any]] = [
-            {
-                "@type": ERROR_INFO,
-                "reason": wire.reason,
-                "domain": wire.domain,
-                "metadata": wire.metadata,
-            }
-        ]
-        if wire.field is not None:
-            violation = {"field": wire.field, "description": wire.message}
-            data.append({"@type": BAD_REQUEST, "fieldViolations": [violation]})
-        error["data"] = data
+        error["data"] = details(wire)
     elif wire.metadata or wire.field is not None:
         plain: dict[str, Any] = dict(wire.metadata)
         if wire.field is not None:
             plain["field"] = wire.field
         error["data"] = plain
     return {"jsonrpc": "2.0", "id": request_id, "error": error}
+
+
+def details(wire: WireError) -> list[dict[str, Any]]:
+    """The typed details of an error (ProtoJSON `Any`s): a google.rpc.ErrorInfo,
+    plus a BadRequest naming the field when one is at fault."""
+    found: list[dict[str, Any]] = [
+        {
+            "@type": ERROR_INFO,
+            "reason": wire.reason,
+            "domain": wire.domain,
+            "metadata": wire.metadata,
+        }
+    ]
+    if wire.field is not None:
+        violation = {"field": wire.field, "description": wire.message}
+        found.append({"@type": BAD_REQUEST, "fieldViolations": [violation]})
+    return found
+
+
+def status_body(wire: WireError) -> dict[str, Any]:
+    """An HTTP+JSON error (spec §11.6): the google.rpc.Status shape, its code
+    the HTTP status."""
+    return {
+        "error": {
+            "code": wire.rest_status,
+            "status": wire.status,
+            "message": wire.message,
+            "details": details(wire),
+        }
+    }

@@ -77,12 +77,13 @@ def camel_case(value: Any) -> Any:
         return value
     renamed: dict[str, Any] = {}
     for key, item in value.items():
-        name = _camel(key) if "_" in key else key
+        name = camel_name(key) if "_" in key else key
         renamed.setdefault(name, item if name in _OPAQUE else camel_case(item))
     return renamed
 
 
-def _camel(name: str) -> str:
+def camel_name(name: str) -> str:
+    """`history_length` -> `historyLength`."""
     head, *rest = name.split("_")
     return head + "".join(word[:1].upper() + word[1:] for word in rest)
 

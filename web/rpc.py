@@ -54,11 +54,13 @@ class Dialect:
     version: str  # which wire shapes: V03 (the stored ones) or V10
     blocking: bool  # SendMessage's default when the request does not say
     wraps_send: bool  # 1.0: SendMessage answers {"task": ...} or {"message": ...}
+    enveloped: bool = True  # stream events in JSON-RPC responses (HTTP+JSON: bare)
 
 
 TOOLNEXUS: Final = Dialect("toolnexus", V03, blocking=False, wraps_send=False)
 A2A_03: Final = Dialect("a2a-0.3", V03, blocking=True, wraps_send=False)
 A2A_10: Final = Dialect("a2a-1.0", V10, blocking=True, wraps_send=True)
+HTTP_JSON: Final = Dialect("http+json", V10, blocking=True, wraps_send=True, enveloped=False)
 
 
 @dataclass(frozen=True)
@@ -70,15 +72,21 @@ class Call:
     owner: str
     request_id: object
     last_event_id: str | None  # the Last-Event-ID header: only streams read it
+    extended_card: Callable[[str], Mapping[str, Any]] | None = None  # by version; None: none
 
     @property
     def resume_after(self) -> int | None:
         """The stream event the peer saw last, if it says so."""
-        return _last_event(self.last_event_id)
+        return last_event(self.last_event_id)
 
     @property
     def wire(self) -> Wire:
-        return Wire(self.dialect.version, self.request_id, self.tasks.keepalive)
+        return Wire(
+            self.dialect.version,
+            self.request_id,
+            self.tasks.keepalive,
+            enveloped=self.dialect.enveloped,
+        )
 
 
 SEND, STREAM, GET, CANCEL, LIST, SUBSCRIBE, CARD = (
@@ -156,6 +164,7 @@ def handle(
     tasks: Tasks,
     owner: str,
     last_event_id: str | None = None,
+    extended_card: Callable[[str], Mapping[str, Any]] | None = None,
 ) -> Reply | Stream:
     """One request body in: a JSON-RPC response and its HTTP status, or a stream."""
     request_id: object = None
@@ -169,12 +178,11 @@ def handle(
         params = envelope.get("params")
         if params is not None and not is_mapping(params):
             raise InvalidParams("params must be an object", field="params")
-        params = check.camel_case(params)
         kind = METHODS[method]
-        parsed = _PARSERS[kind](params)
+        parsed = parse(kind, params)
         if request_id is _NOTIFICATION:
             raise InvalidRequest("id is required: notifications are not supported")
-        call = Call(tasks, dialect, owner, request_id, last_event_id)
+        call = Call(tasks, dialect, owner, request_id, last_event_id, extended_card)
         result = _RUNNERS[kind](call, parsed)
     except Exception as error:
         wire = describe(error)
@@ -183,6 +191,16 @@ def handle(
     if isinstance(result, Stream):
         return result
     return {"jsonrpc": "2.0", "id": request_id, "result": result}, 200
+
+
+def parse(kind: str, params: object) -> Any:
+    """A method's params, checked (either spelling of each name), ready to run."""
+    return _PARSERS[kind](check.camel_case(params))
+
+
+def run(kind: str, call: Call, parsed: Any) -> Any:
+    """Run a method on params from `parse`: its result, or a Stream."""
+    return _RUNNERS[kind](call, parsed)
 
 
 # --- the methods ---------------------------------------------------------------
@@ -278,7 +296,9 @@ def _push_delete(call: Call, query: check.PushConfigQuery) -> Any:
 
 
 def _card(call: Call, params: object) -> Any:
-    raise ExtendedCardNotConfigured("this agent has no extended agent card")
+    if call.extended_card is None:
+        raise ExtendedCardNotConfigured("this agent has no extended agent card")
+    return call.extended_card(call.dialect.version)
 
 
 _PARSERS: Final[Mapping[str, Callable[[Any], Any]]] = {
@@ -391,15 +411,20 @@ def _plain_loads(body: bytes) -> Any:
     return _strict_loads(body)
 
 
-def _parse(body: bytes) -> Mapping[str, Any]:
+def parse_json(body: bytes) -> Any:
+    """A request body as JSON a task can hold; ParseError when it is not."""
     try:
         if _plainly_storable(body):
-            envelope = _plain_loads(body)
-        else:
-            envelope = _strict_loads(body)
-            _check_storable(envelope)
+            return _plain_loads(body)
+        value = _strict_loads(body)
+        _check_storable(value)
     except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
         raise ParseError(f"Invalid JSON payload: {str(error)[:100]}") from None
+    return value
+
+
+def _parse(body: bytes) -> Mapping[str, Any]:
+    envelope = parse_json(body)
     if isinstance(envelope, list):
         raise InvalidRequest("batch requests are not supported")
     if not isinstance(envelope, dict):
@@ -407,7 +432,7 @@ def _parse(body: bytes) -> Mapping[str, Any]:
     return envelope
 
 
-def _last_event(header: str | None) -> int | None:
+def last_event(header: str | None) -> int | None:
     if header is None or not header.strip():
         return None
     try:

@@ -36,13 +36,14 @@ from shared.following import Followed, Interrupt, follow, is_final, is_stopped
 from shared.store import EventStore, Record
 from shared.task import WORKING, is_at_rest, is_terminal, state_of
 from web.dialects import V03, event_for, task_for
-from web.errors import UnsupportedOperation, describe, error_body
+from web.errors import UnsupportedOperation, describe, error_body, status_body
 from web.methods import Tasks, owned
 from web.params import SendParams
 
 log = logging.getLogger(__name__)
 
-# (SSE id, JSON-RPC response), or None: a keepalive comment is due.
+# (SSE id, JSON-RPC response or bare StreamResponse), or None: a keepalive
+# comment is due. An error ends a stream with SSE id 0.
 Item = tuple[int, dict[str, Any]] | None
 
 
@@ -54,8 +55,11 @@ class Wire:
     request_id: object
     keepalive: float
     interrupt: Interrupt | None = None  # set when the client hangs up
+    enveloped: bool = True  # False: bare StreamResponses (HTTP+JSON)
 
     def result(self, seq: int, payload: dict[str, Any]) -> Item:
+        if not self.enveloped:
+            return seq, payload
         return seq, {"jsonrpc": "2.0", "id": self.request_id, "result": payload}
 
     def task(self, record: Record) -> Item:
@@ -69,6 +73,8 @@ class Wire:
 
     def error(self, error: Exception, task_id: str) -> Item:
         wire = describe(error, task_id=task_id)
+        if not self.enveloped:
+            return 0, status_body(wire)
         return 0, error_body(wire, self.request_id, typed_data=self.version != V03)
 
 

@@ -75,3 +75,30 @@ def results(events: list[Event]) -> list[dict[str, Any]]:
     for event in events:
         assert "result" in event.data, event.data
     return [event.data["result"] for event in events]
+
+
+class RestStream(Stream):
+    """One HTTP+JSON streaming request (`POST /message:stream`, `GET` or
+    `POST /tasks/{id}:subscribe`): its events are bare StreamResponses."""
+
+    def __init__(
+        self,
+        url: str,
+        verb: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        version: str | None = "1.0",
+        last_event_id: int | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 30,
+    ) -> None:
+        sent = {"Accept": "text/event-stream", **(headers or {})}
+        if version is not None:
+            sent["A2A-Version"] = version
+        if last_event_id is not None:
+            sent["Last-Event-ID"] = str(last_event_id)
+        self.response = requests.request(
+            verb, f"{url.rstrip('/')}{path}", json=body, headers=sent, stream=True, timeout=timeout
+        )
+        self.comments = 0
