@@ -100,7 +100,9 @@ class PushStore(Protocol):
 
 
 class MemoryPush:
-    def __init__(self) -> None:
+    def __init__(self, ttl: float | None = None) -> None:
+        self._ttl = ttl
+        self._finished: dict[str, float] = {}  # task -> when its push state is forgotten
         self._lock = threading.Lock()
         self._configs: dict[str, dict[str, str]] = {}  # task -> id -> JSON
         self._cursors: dict[tuple[str, str], Cursor] = {}
@@ -115,6 +117,7 @@ class MemoryPush:
                 raise TooManyConfigs(f"task {task_id} already has {cap} push configs")
             held[config["id"]] = encode(config)
             self._pushing.add(task_id)
+            self._finished.pop(task_id, None)
 
     def config(self, task_id: str, config_id: str) -> PushConfig | None:
         with self._lock:
@@ -154,19 +157,28 @@ class MemoryPush:
                 del self._leases[(task_id, config_id)]
 
     def pushing(self) -> list[str]:
+        now = time.time()
         with self._lock:
+            for task_id in [t for t, when in self._finished.items() if when <= now]:
+                self._forget(task_id)
             return sorted(self._pushing)
 
     def done(self, task_id: str) -> None:
         with self._lock:
             self._pushing.discard(task_id)
+            if self._ttl:
+                self._finished[task_id] = time.time() + self._ttl
 
     def forget(self, task_id: str) -> None:
         with self._lock:
-            self._pushing.discard(task_id)
-            self._configs.pop(task_id, None)
-            for key in [key for key in self._cursors if key[0] == task_id]:
-                del self._cursors[key]
+            self._forget(task_id)
+
+    def _forget(self, task_id: str) -> None:
+        self._pushing.discard(task_id)
+        self._finished.pop(task_id, None)
+        self._configs.pop(task_id, None)
+        for key in [key for key in self._cursors if key[0] == task_id]:
+            del self._cursors[key]
 
 
 # --- Redis ---------------------------------------------------------------------
@@ -199,7 +211,8 @@ class RedisPush:
     <prefix>push:cur:<task> (hash id -> cursor JSON), <prefix>push:lease:<task>:<hash of id>
     (holder, with a PX expiry) and the set <prefix>push:tasks."""
 
-    def __init__(self, store: RedisStore) -> None:
+    def __init__(self, store: RedisStore, ttl: float | None = None) -> None:
+        self._ttl = int(ttl) if ttl else 0
         self._client = store.client
         self._prefix = f"{store.prefix}push:"
         self._tasks = f"{self._prefix}tasks"
@@ -265,7 +278,12 @@ class RedisPush:
 
     def done(self, task_id: str) -> None:
         with self._reachable():
-            self._client.srem(self._tasks, task_id)
+            pipe = self._client.pipeline()
+            pipe.srem(self._tasks, task_id)
+            if self._ttl:  # forgotten when the task is (its TTL runs from when it finished)
+                pipe.expire(self._key("cfg", task_id), self._ttl)
+                pipe.expire(self._key("cur", task_id), self._ttl)
+            pipe.execute()
 
     def forget(self, task_id: str) -> None:
         with self._reachable():
@@ -283,7 +301,8 @@ class FilePush:
     `.push/<task>.leases.json` its leases; every change is made under one
     flock and lands by rename, so a reader never sees half a file."""
 
-    def __init__(self, store: FileStore) -> None:
+    def __init__(self, store: FileStore, ttl: float | None = None) -> None:
+        self._ttl = ttl
         self._root = store.directory / ".push"
         self._root.mkdir(mode=0o700, exist_ok=True)
         self._lock_path = self._root / ".lock"
@@ -326,6 +345,7 @@ class FilePush:
                 raise TooManyConfigs(f"task {task_id} already has {cap} push configs")
             state["configs"][config["id"]] = dict(config)
             state["pushing"] = True
+            state.pop("forget_at", None)
             self._dump(self._path(task_id), state)
 
     def config(self, task_id: str, config_id: str) -> PushConfig | None:
@@ -375,16 +395,23 @@ class FilePush:
                 self._dump(path, leases)
 
     def pushing(self) -> list[str]:
-        found = []
+        found, now = [], time.time()
         for path in sorted(self._root.glob("*.json")):
-            if not path.name.endswith(".leases.json") and self._load(path).get("pushing", True):
-                found.append(path.name.removesuffix(".json"))
+            if path.name.endswith(".leases.json"):
+                continue
+            state, task_id = self._load(path), path.name.removesuffix(".json")
+            if state.get("pushing", True):
+                found.append(task_id)
+            elif state.get("forget_at", now + 1) <= now:
+                self.forget(task_id)
         return found
 
     def done(self, task_id: str) -> None:
         with self._locked():
             state = self._state(task_id)
             state["pushing"] = False
+            if self._ttl:
+                state["forget_at"] = time.time() + self._ttl
             self._dump(self._path(task_id), state)
 
     def forget(self, task_id: str) -> None:
@@ -408,18 +435,20 @@ _OPENED: weakref.WeakKeyDictionary[object, PushStore] = weakref.WeakKeyDictionar
 _OPENING = threading.Lock()
 
 
-def push_store(store: object) -> PushStore | None:
+def push_store(store: object, ttl: float | None = None) -> PushStore | None:
     """The push state beside `store`'s tasks; None for a store of another kind
-    (a user's own), which then serves no push notifications."""
+    (a user's own), which then serves no push notifications. `ttl` (the
+    task TTL the store was opened with): how long a finished, delivered
+    task's push state is kept, so it goes when the task does."""
     with _OPENING:
         found = _OPENED.get(store)
         if found is None:
             if isinstance(store, RedisStore):
-                found = RedisPush(store)
+                found = RedisPush(store, ttl)
             elif isinstance(store, FileStore):
-                found = FilePush(store)
+                found = FilePush(store, ttl)
             elif isinstance(store, MemoryStore):
-                found = MemoryPush()
+                found = MemoryPush(ttl)
             else:
                 return None
             _OPENED[store] = found

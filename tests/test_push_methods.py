@@ -14,7 +14,16 @@ import pytest
 
 from shared import Settings, memory_store
 from shared.file_store import FileStore
-from shared.push_store import Cursor, PushConfig, PushStore, TooManyConfigs, push_store
+from shared.push_store import (
+    Cursor,
+    FilePush,
+    MemoryPush,
+    PushConfig,
+    PushStore,
+    RedisPush,
+    TooManyConfigs,
+    push_store,
+)
 from shared.redis_store import redis_store
 from tests.support.polling import wait_for
 from tests.test_web_support import PlayingDispatcher
@@ -242,3 +251,27 @@ def test_push_store_contract(pushes: PushStore) -> None:
     assert pushes.pushing() == []
     pushes.forget("t1")
     assert pushes.configs("t1") == []
+
+
+@pytest.mark.parametrize("kind", ["memory", "file", "redis"])
+def test_a_finished_tasks_push_state_goes_after_the_task_ttl(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    pushes: PushStore
+    if kind == "memory":
+        pushes = MemoryPush(ttl=1)
+    elif kind == "file":
+        pushes = FilePush(FileStore(tmp_path / "tasks"), ttl=1)
+    else:
+        pushes = RedisPush(redis_store(request.getfixturevalue("redis_url")), ttl=1)
+    pushes.put(config("t1", "a"), cap=2)
+    pushes.put(config("t2", "a"), cap=2)
+    pushes.done("t1")
+    assert pushes.configs("t1") != []  # kept a while: Get still answers after the end
+
+    def forgotten() -> bool:
+        pushes.pushing()  # the sweep's call, which also forgets what is due to go
+        return pushes.configs("t1") == []
+
+    wait_for(forgotten, timeout=10, what="t1's configs to go")
+    assert pushes.configs("t2") != []  # a task still pushing keeps its own

@@ -92,7 +92,9 @@ class Tasks:
         self.input_modes = settings.input_modes
         self.idempotent = settings.idempotent_sends
         self._hook = hook
-        self.push: PushStore | None = push_store(store) if settings.push else None
+        self.push: PushStore | None = (
+            push_store(store, settings.task_ttl) if settings.push else None
+        )
         self.max_webhooks = settings.push_max_configs
 
     def send(self, params: SendParams, owner: str, *, blocking: bool) -> Sent:

@@ -84,6 +84,11 @@ class Policy:
             signer=signer(settings),
         )
 
+    @property
+    def renew_after(self) -> float:
+        one_post = self.connect_timeout + self.read_timeout + 1
+        return min(self.lease / 3, self.lease - one_post)
+
     def delay(self, failures: int, retry_after: float | None) -> float:
         if retry_after is not None:
             # Honoured as asked; TOOLNEXUS_PUSH_RETRY_FOR still bounds the whole.
@@ -138,6 +143,7 @@ def deliver(
     for `policy.linger` s, a failure parks it, or the lease is lost."""
     if not push.lease(task_id, config_id, holder, policy.lease):
         return "taken"
+    renewed = time.monotonic()
     config = push.config(task_id, config_id)
     if config is None:
         push.release(task_id, config_id, holder)
@@ -152,8 +158,13 @@ def deliver(
         for item in follow(
             store, task_id, cursor.delivered, deadline=deadline, idle=idle, reader="push"
         ):
-            if not push.lease(task_id, config_id, holder, policy.lease):
-                return "lost"  # another delivery has it now (this one stalled past its lease)
+            # Renewed once a third of the lease has gone (not on every event: on
+            # Redis that is a round trip), and always while what is left of it
+            # would not outlast one more POST, so it never runs out mid-POST.
+            if time.monotonic() - renewed > policy.renew_after:
+                if not push.lease(task_id, config_id, holder, policy.lease):
+                    return "lost"  # another delivery has it now (this one stalled past it)
+                renewed = time.monotonic()
             if item is None:
                 continue
             seq, body = (item.seq, item.task) if isinstance(item, Record) else item
@@ -271,7 +282,7 @@ class PushThread:
 
 def push_feed(store: object, settings: Settings) -> tuple[EventStore, PushStore] | None:
     """The store and its push state, when push is on and the store keeps both."""
-    push = push_store(store) if settings.push else None
+    push = push_store(store, settings.task_ttl) if settings.push else None
     if push is None or not isinstance(store, EventStore):
         return None
     return store, push
