@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from shared import Settings
-from shared.events import status_update
+from shared.events import artifact_update, status_update
 from shared.memory_store import MemoryStore
 from shared.push_http import Allowed
 from shared.push_store import push_store
@@ -116,3 +116,23 @@ def test_a_lease_held_by_another_is_left_alone(receiver: Receiver) -> None:
 def test_the_ssrf_rules(host: str, address: str, allowed: bool) -> None:
     rules = Allowed.parse(["127.0.0.1", "hooks.internal", "192.168.7.0/24"])
     assert rules.permits(host, ipaddress.ip_address(address)) is allowed
+
+
+def test_events_trimmed_before_delivery_arrive_as_the_task(receiver: Receiver) -> None:
+    store = MemoryStore(log_limit=3)
+    push = push_store(store)
+    assert push is not None
+    task_id = a_task(store, receiver, "/trimmed")
+    for n in range(4):  # six events in all; the log keeps the last three
+        record = store.read(task_id)
+        assert record is not None
+        event = artifact_update(
+            record.task, {"artifactId": "a", "parts": [{"kind": "text", "text": f"{n}"}]}
+        )
+        assert store.commit(Commit(record.task, [event], record.seq, snapshot=False))
+    deliver(store, push, task_id, "c", "me", Policy.of(SETTINGS))
+    hits = receiver.delivered("/trimmed")
+    # Never a silent gap: the task as it stands, numbered as its latest event.
+    assert [(hit.event_id, list(hit.body)) for hit in hits] == [(6, ["task"])]
+    assert hits[0].body["task"]["id"] == task_id
+    assert [a["parts"][0]["text"] for a in hits[0].body["task"]["artifacts"]] == ["3"]
