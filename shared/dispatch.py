@@ -11,6 +11,8 @@ from typing import Protocol
 
 FULFIL_TASK = "toolnexus.fulfil"
 REAP_TASK = "toolnexus.reap_stale"
+PUSH_TASK = "toolnexus.push"  # one delivery run for a (task, webhook)
+PUSH_SWEEP_TASK = "toolnexus.push_sweep"  # run by beat itself, like the reaper
 
 
 class Dispatcher(Protocol):

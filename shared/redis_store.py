@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, cast
 
 import redis
@@ -340,6 +340,16 @@ class RedisStore:
 
     def _key(self, kind: str, name: str) -> str:
         return f"{self._prefix}{kind}:{name}"
+
+    # --- for rooms that keep their own keys beside the tasks (shared.push_store) ---
+
+    @property
+    def prefix(self) -> str:
+        return self._prefix
+
+    def reachable(self) -> AbstractContextManager[None]:
+        """`_reachable`: Redis faults as one StoreError naming the cause."""
+        return self._reachable()
 
     @contextmanager
     def _reachable(self) -> Iterator[None]:

@@ -265,6 +265,36 @@ class Settings:
     # appendfsync): always (every append; a power cut loses nothing
     # acknowledged), everysec (once a second) or no (when the OS will)
     file_fsync: str = _env("FILE_FSYNC", _fsync_policy, "always")
+    # --- push notifications (issue 22) ---
+    # false: the push-notification methods answer -32003 and the card says so
+    push: bool = _env("PUSH", _flag, True)
+    # webhook configs one task may hold
+    # the Celery queue deliveries travel on (a worker consumes it, the fulfil
+    # queue, or both)
+    push_queue: str = _env("PUSH_QUEUE", _text, "push")
+    push_max_configs: int = _env("PUSH_MAX_CONFIGS", _count, 10)
+    # seconds an event is retried (exponential backoff with jitter) before it
+    # is given up
+    push_retry_for: float = _env("PUSH_RETRY_FOR", _seconds, 3600.0)
+    # the first retry's delay, and the longest delay between two attempts
+    push_backoff: float = _env("PUSH_BACKOFF", _seconds, 1.0)
+    push_backoff_max: float = _env("PUSH_BACKOFF_MAX", _seconds, 300.0)
+    push_connect_timeout: float = _env("PUSH_CONNECT_TIMEOUT", _seconds, 10.0)
+    push_read_timeout: float = _env("PUSH_READ_TIMEOUT", _seconds, 10.0)
+    # hosts or CIDRs a webhook may reach although loopback, private,
+    # link-local or reserved (e.g. 127.0.0.1 for local development)
+    push_allowed_hosts: tuple[str, ...] = _env("PUSH_ALLOWED_HOSTS", _names, ())
+    # seconds between beat's sweeps for due deliveries and dead leases
+    push_sweep: float = _env("PUSH_SWEEP", _seconds, 1.0)
+    # seconds a delivery worker holds a (task, webhook) without renewing it;
+    # after that (a dead worker) the sweep hands it to another
+    push_lease: float = _env("PUSH_LEASE", _seconds, 30.0)
+    # seconds a delivery keeps following a quiet task before it lets go
+    push_linger: float = _env("PUSH_LINGER", _seconds, 10.0)
+    # a PEM private key (RSA or EC P-256), inline or @path: each delivery then
+    # carries a JWT signed with it, and /.well-known/jwks.json publishes its public key
+    push_signing_key: str | None = _env("PUSH_SIGNING_KEY", _optional_file_text, None)
+    # --- end of the push settings ---
     # the agent
     # Set but empty: no function; workers then fail each task saying so.
     run: str | None = _env("RUN", _optional_reference, "examples.agents:echo")

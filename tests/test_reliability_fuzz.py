@@ -532,9 +532,19 @@ METHOD = st.sampled_from(sorted(set(METHODS) - STREAMING))
 
 
 def check_result_task(target: Target, reply: dict[str, Any]) -> None:
-    """A successful reply carries a task that is really in the store."""
+    """A successful reply carries a task that is really in the store (or
+    concerns one: the push-notification config methods)."""
     result = reply["result"]
+    if result is None or result == {}:  # a deleted push config (0.3, 1.0)
+        return
+    if isinstance(result, list) or "configs" in result:  # listed push configs (0.3, 1.0)
+        configs = result if isinstance(result, list) else result["configs"]
+        assert all(target.store.get(config["taskId"]) is not None for config in configs)
+        return
     assert isinstance(result, dict), result
+    if "url" in result.get("pushNotificationConfig", result):  # one push config
+        assert target.store.get(result["taskId"]) is not None, result
+        return
     task = result.get("task", result)
     if "tasks" in result:  # ListTasks
         assert isinstance(result["tasks"], list)

@@ -41,7 +41,7 @@ def test_the_default_card_is_the_1_0_card_with_the_0_3_fields() -> None:
     assert card["name"] == "toolnexus-agent"
     assert card["description"] == ""
     assert card["version"] == "0.1.0"
-    assert card["capabilities"] == {"streaming": True, "pushNotifications": False}
+    assert card["capabilities"] == {"streaming": True, "pushNotifications": True}
     assert card["defaultInputModes"] == ["text/plain", "application/json"]
     assert card["defaultOutputModes"] == ["text/plain", "application/json"]
     assert card["supportedInterfaces"] == [
@@ -302,3 +302,8 @@ def test_duplicate_names_keep_the_first_file(tmp_path: Path) -> None:
 def test_a_skills_path_that_is_not_a_directory_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="TOOLNEXUS_SKILLS"):
         load_skills(tmp_path / "missing")
+
+
+def test_the_card_says_no_push_when_it_is_turned_off() -> None:
+    card = card_for(Settings(push=False))
+    assert card["capabilities"] == {"streaming": True, "pushNotifications": False}

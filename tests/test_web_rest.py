@@ -167,13 +167,39 @@ def test_cancel_a_working_task_then_not_again(store: MemoryStore) -> None:
         ("DELETE", "/tasks/{id}/pushNotificationConfigs/c-1"),
     ],
 )
-def test_push_config_routes_say_push_is_not_supported(
-    client: FlaskClient, verb: str, path: str
+def test_push_config_routes_say_push_is_not_supported_when_it_is_off(
+    store: MemoryStore, verb: str, path: str
 ) -> None:
+    client = client_for(store, push=False)
     task_id = send(client)["task"]["id"]
     body = {"url": "https://example.com/hook"} if verb == "POST" else None
     response = client.open(path.format(id=task_id), method=verb, json=body, headers=V10)
     refusal(response, 400, "PUSH_NOTIFICATION_NOT_SUPPORTED")
+
+
+def test_push_configs_over_http_json_run_the_same_methods(client: FlaskClient) -> None:
+    task_id = send(client)["task"]["id"]
+    base = f"/tasks/{task_id}/pushNotificationConfigs"
+    config = {"id": "c-1", "url": "https://example.com/hook", "token": "t"}
+    made = client.post(base, json=config, headers=V10)
+    assert made.status_code == 200, made.data
+    assert made.get_json() == {"taskId": task_id, **config}
+    client.post(base, json={**config, "id": "c-2"}, headers=V10)
+    first = client.get(f"{base}?pageSize=1", headers=V10).get_json()
+    assert [c["id"] for c in first["configs"]] == ["c-1"] and first["nextPageToken"] == "c-1"
+    rest = client.get(f"{base}?pageSize=1&pageToken=c-1", headers=V10).get_json()
+    assert [c["id"] for c in rest["configs"]] == ["c-2"] and rest["nextPageToken"] == ""
+    assert client.get(f"{base}/c-1", headers=V10).get_json() == made.get_json()
+    assert client.delete(f"{base}/c-1", headers=V10).status_code == 200
+    assert client.delete(f"{base}/c-1", headers=V10).status_code == 200  # idempotent
+    refusal(client.get(f"{base}/c-1", headers=V10), 404, "TASK_NOT_FOUND")
+    # The path names the task: a body naming another changes nothing.
+    other = send(client)["task"]["id"]
+    client.post(base, json={**config, "id": "c-3", "taskId": other}, headers=V10)
+    assert client.get(f"/tasks/{other}/pushNotificationConfigs", headers=V10).get_json() == {
+        "configs": [],
+        "nextPageToken": "",
+    }
 
 
 def test_the_extended_card_is_offered_when_configured(store: MemoryStore) -> None:

@@ -24,6 +24,7 @@ from shared.codec import encode_bytes
 from shared.dispatch import Dispatcher
 from shared.errors import StoreError
 from shared.event_metrics import event_metrics
+from shared.push_signing import JWKS_PATH, signer
 from shared.settings import Settings
 from shared.store import BeatRecord, EventStore, MemoryLimited, TaskStore
 from shared.wiring import load_hook, open_store
@@ -86,6 +87,7 @@ def create_app(
         browsers,
         authenticator.card_schemes(),
         streaming=isinstance(task_store, EventStore),
+        push=tasks.push is not None,
         overrides={**(settings.card or {}), **(card or {})},
         extended_fields=settings.extended_card,
     )
@@ -157,6 +159,15 @@ def create_app(
             },
             200,
         )
+
+    push_signer = signer(settings) if tasks.push is not None else None
+    if push_signer is not None:
+        published = push_signer.jwks()
+
+        @app.get(JWKS_PATH)
+        def push_keys() -> Response:
+            """The public keys that verify this agent's signed webhook POSTs."""
+            return _json(published, 200)
 
     @app.get("/healthz")
     def healthz() -> Response:

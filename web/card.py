@@ -46,6 +46,7 @@ def build_card(
     url: str,
     *,
     streaming: bool,
+    push: bool = False,
     security: Mapping[str, Any] | None = None,
     overrides: Mapping[str, Any] | None = None,
     extended: bool = False,
@@ -63,7 +64,7 @@ def build_card(
     interfaces.append(
         {"url": url.rstrip("/"), "protocolBinding": HTTP_JSON_BINDING, "protocolVersion": V10}
     )
-    capabilities: dict[str, Any] = {"streaming": streaming, "pushNotifications": False}
+    capabilities: dict[str, Any] = {"streaming": streaming, "pushNotifications": push}
     if extended:
         capabilities["extendedAgentCard"] = True
     card: dict[str, Any] = {

@@ -30,6 +30,7 @@ class CardViews:
     browsers: BrowserPolicy
     security: Mapping[str, Any]
     streaming: bool
+    push: bool
     overrides: Mapping[str, Any]
     extended_fields: Mapping[str, Any] | None
 
@@ -56,6 +57,7 @@ class CardViews:
             self.skills,
             url,
             streaming=self.streaming,
+            push=self.push,
             security=self.security,
             overrides=overrides,
             extended=self.extended_fields is not None,

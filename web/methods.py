@@ -27,6 +27,7 @@ from shared.errors import (
 )
 from shared.events import Event, message_added, status_update, to_state
 from shared.following import follow
+from shared.push_store import PushConfig, PushStore, TooManyConfigs, push_store
 from shared.settings import Settings
 from shared.store import EventStore, Record, TaskStore, message_key
 from shared.task import (
@@ -44,9 +45,15 @@ from shared.task import (
 )
 from shared.text import shown
 from shared.transitions import OnTerminal, transition
-from web.errors import BROKER_UNAVAILABLE, ContentTypeNotSupported, InvalidParams, TaskError
+from web.errors import (
+    BROKER_UNAVAILABLE,
+    ContentTypeNotSupported,
+    InvalidParams,
+    PushNotSupported,
+    TaskError,
+)
 from web.media import accepts
-from web.params import SendParams, TaskQuery
+from web.params import SendParams, TaskQuery, WebhookParams
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +92,10 @@ class Tasks:
         self.input_modes = settings.input_modes
         self.idempotent = settings.idempotent_sends
         self._hook = hook
+        self.push: PushStore | None = (
+            push_store(store, settings.task_ttl) if settings.push else None
+        )
+        self.max_webhooks = settings.push_max_configs
 
     def send(self, params: SendParams, owner: str, *, blocking: bool) -> Sent:
         # The bound counts from the request, not from the end of saving and
@@ -134,8 +145,67 @@ class Tasks:
             log.warning("could not revoke task %s", task_id, exc_info=True)
         return outcome.task
 
+    # --- push notification configs ----------------------------------------------
+
+    def set_webhook(
+        self, task_id: str, webhook: WebhookParams, owner: str, version: str
+    ) -> PushConfig:
+        push = self._push()
+        owned(self.store.get(task_id), task_id, owner)
+        return self._put_webhook(push, task_id, webhook, version)
+
+    def webhook(self, task_id: str, config_id: str | None, owner: str) -> PushConfig:
+        push = self._push()
+        owned(self.store.get(task_id), task_id, owner)
+        found = push.config(task_id, config_id or task_id)
+        if found is None:
+            raise TaskNotFound(f"task {task_id} has no push notification config {config_id}")
+        return found
+
+    def webhooks(self, task_id: str, owner: str) -> list[PushConfig]:
+        push = self._push()
+        owned(self.store.get(task_id), task_id, owner)
+        return push.configs(task_id)
+
+    def delete_webhook(self, task_id: str, config_id: str | None, owner: str) -> None:
+        """Idempotent: deleting a config that is gone is no error."""
+        push = self._push()
+        owned(self.store.get(task_id), task_id, owner)
+        push.delete(task_id, config_id or task_id)
+
+    def _push(self) -> PushStore:
+        if self.push is None:
+            raise PushNotSupported("push notifications are not supported by this agent")
+        return self.push
+
+    def _put_webhook(
+        self, push: PushStore, task_id: str, webhook: WebhookParams, version: str
+    ) -> PushConfig:
+        config: PushConfig = {
+            "id": webhook.config_id or task_id,
+            "taskId": task_id,
+            "url": webhook.url,
+            "version": version,
+        }
+        if webhook.token is not None:
+            config["token"] = webhook.token
+        if webhook.scheme is not None:
+            config["authentication"] = {
+                "scheme": webhook.scheme,
+                "credentials": webhook.credentials or "",
+            }
+        try:
+            push.put(config, self.max_webhooks)
+        except TooManyConfigs as error:
+            raise InvalidParams(str(error), field="id") from None
+        return config
+
     def _create(self, params: SendParams, owner: str) -> tuple[Sent, bool]:
         task = new_task(params.message, params.context_id, owner or None)
+        if params.webhook is not None:
+            # Saved before the task exists, so no event of it can pass unseen
+            # by the sweep; a config whose task is never made is forgotten by it.
+            self._put_webhook(self._push(), task["id"], params.webhook, params.version)
         if not isinstance(self.store, EventStore):
             return Sent(self.store.save(task), 0), True
         key = message_key(owner, params.message["messageId"]) if self.idempotent else None
@@ -150,6 +220,10 @@ class Tasks:
             created = self.store.create(task, key, supersedes=created.task["id"])
         if created.created:
             return Sent(created.task, 1), True
+        if params.webhook is not None:  # a retry: its webhook goes with the task it made
+            assert self.push is not None
+            self.push.forget(task["id"])
+            self._put_webhook(self.push, created.task["id"], params.webhook, params.version)
         return self._as_it_stands(created.task["id"]), False
 
     def _resume(self, params: SendParams, owner: str) -> tuple[Sent, bool]:

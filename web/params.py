@@ -47,6 +47,8 @@ class SendParams:
     blocking: bool | None  # None: the dialect's default
     history_length: int | None
     media_types: tuple[str, ...] = ()  # of each part, as the peer declared it
+    webhook: WebhookParams | None = None  # a push config given with the send
+    version: str = "1.0"  # the wire version it came in (its webhook gets that shape)
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,7 @@ def send_params(params: object) -> SendParams:
         blocking=_blocking(configuration),
         history_length=_history_length(configuration, "configuration.historyLength"),
         media_types=tuple(part_media_type(part) for part in message["parts"]),
+        webhook=inline_webhook(configuration),
     )
 
 
@@ -312,3 +315,127 @@ def _optional_int(value: object, field: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidParams(f"{field} must be an integer", field=field)
     return value
+
+
+# --- push notification configs -------------------------------------------------
+
+MAX_URL_LENGTH: Final = 2048
+MAX_SECRET_LENGTH: Final = 4096
+
+
+@dataclass(frozen=True)
+class WebhookParams:
+    """A webhook as given, before it is tied to a task: `config_id` None
+    means the task's id (the official SDK's default)."""
+
+    config_id: str | None
+    url: str
+    token: str | None
+    scheme: str | None
+    credentials: str | None
+
+
+@dataclass(frozen=True)
+class PushConfigParams:
+    task_id: str
+    webhook: WebhookParams
+
+
+@dataclass(frozen=True)
+class PushConfigQuery:
+    task_id: str
+    config_id: str | None  # None: the task's id (0.3's get without an id)
+    page_size: int
+    page_token: str
+
+
+def push_config_params(params: object) -> PushConfigParams:
+    """CreateTaskPushNotificationConfig (1.0: the TaskPushNotificationConfig
+    itself) or tasks/pushNotificationConfig/set (0.3: taskId plus a nested
+    pushNotificationConfig)."""
+    body = _object(params, "params")
+    task = _optional_task_id(body.get("taskId"), "taskId")
+    if task is None:
+        raise InvalidParams("taskId must be a non-empty string", field="taskId")
+    if "pushNotificationConfig" in body:
+        return PushConfigParams(
+            task, webhook(body["pushNotificationConfig"], "pushNotificationConfig")
+        )
+    return PushConfigParams(task, webhook(body, ""))
+
+
+def push_config_query(params: object) -> PushConfigQuery:
+    """Get/List/Delete: 1.0 names the task `taskId` and the config `id`; 0.3
+    names the task `id` and the config `pushNotificationConfigId`."""
+    body = _object(params, "params")
+    if body.get("taskId") not in (None, ""):
+        task_field, config_field = "taskId", "id"
+    else:
+        task_field, config_field = "id", "pushNotificationConfigId"
+    task = _optional_task_id(body.get(task_field), task_field)
+    if task is None:
+        raise InvalidParams(f"{task_field} must be a non-empty string", field=task_field)
+    page_size = _optional_int(body.get("pageSize"), "pageSize") or MAX_PAGE_SIZE
+    if not 1 <= page_size <= MAX_PAGE_SIZE:
+        raise InvalidParams(f"pageSize must be 1 to {MAX_PAGE_SIZE}", field="pageSize")
+    return PushConfigQuery(
+        task_id=task,
+        config_id=_optional_text(body.get(config_field), config_field, MAX_ID_LENGTH),
+        page_size=page_size,
+        page_token=_optional_text(body.get("pageToken"), "pageToken", MAX_ID_LENGTH) or "",
+    )
+
+
+def inline_webhook(configuration: Mapping[str, Any]) -> WebhookParams | None:
+    """A send's own webhook: 1.0 `taskPushNotificationConfig`, 0.3 `pushNotificationConfig`."""
+    for name in ("taskPushNotificationConfig", "pushNotificationConfig"):
+        if configuration.get(name) is not None:
+            return webhook(configuration[name], f"configuration.{name}")
+    return None
+
+
+def webhook(value: object, where: str) -> WebhookParams:
+    prefix = f"{where}." if where else ""
+    body = _object(value, where or "params")
+    url = _text(body.get("url"), f"{prefix}url", MAX_URL_LENGTH)
+    scheme_part, _, rest = url.partition("://")
+    if scheme_part.lower() not in ("http", "https") or not rest or _has_line_break(url):
+        raise InvalidParams(f"{prefix}url must be an http or https URL", field=f"{prefix}url")
+    token = _secret(body.get("token"), f"{prefix}token")
+    scheme = credentials = None
+    if body.get("authentication") is not None:
+        auth = _object(body["authentication"], f"{prefix}authentication")
+        found = auth.get("scheme")
+        if found is None and isinstance(auth.get("schemes"), list) and auth["schemes"]:
+            found = auth["schemes"][0]  # 0.3: a list of schemes; the first is used
+        scheme = _secret(found, f"{prefix}authentication.scheme")
+        if (
+            scheme is None
+            or not scheme.isascii()
+            or not all(c.isalnum() or c in "-._~+" for c in scheme)
+        ):
+            raise InvalidParams(
+                f"{prefix}authentication.scheme must be an HTTP auth scheme such as Bearer",
+                field=f"{prefix}authentication.scheme",
+            )
+        credentials = _secret(auth.get("credentials"), f"{prefix}authentication.credentials")
+    return WebhookParams(
+        config_id=_optional_text(body.get("id"), f"{prefix}id", MAX_ID_LENGTH),
+        url=url,
+        token=token,
+        scheme=scheme,
+        credentials=credentials,
+    )
+
+
+def _has_line_break(text: str) -> bool:
+    return any(char in text for char in "\r\n\x00")
+
+
+def _secret(value: object, field: str) -> str | None:
+    """A token or credentials: a header value, so never a line break (which
+    would let it write headers of its own). Never echoed in the error."""
+    text = _optional_text(value, field, MAX_SECRET_LENGTH)
+    if text is not None and (_has_line_break(text) or not text.isprintable()):
+        raise InvalidParams(f"{field} must not hold line breaks or control characters", field=field)
+    return text

@@ -57,6 +57,7 @@ from web.rpc import (
     GET,
     HTTP_JSON,
     LIST,
+    PUSH_LIST,
     SEND,
     STREAM,
     SUBSCRIBE,
@@ -138,7 +139,7 @@ class RestEndpoint(Edge):
         body: dict[str, Any] = {}
         if request.method == "POST":
             body = self._body(request, required=route.kind in (SEND, STREAM))
-        elif route.kind in (GET, LIST):
+        elif route.kind in (GET, LIST, PUSH_LIST):
             body = _query(request.environ.get("QUERY_STRING") or "")
         if route.kind == SUBSCRIBE:
             body = {}  # the task is the path's: nothing else to say

@@ -15,11 +15,30 @@ from typing import Final
 
 from shared.text import shown
 from web.errors import RouteNotFound, VerbNotAllowed
-from web.rpc import CANCEL, CARD, GET, LIST, PUSH, SEND, STREAM, SUBSCRIBE
+from web.rpc import (
+    CANCEL,
+    CARD,
+    GET,
+    LIST,
+    PUSH_DELETE,
+    PUSH_GET,
+    PUSH_LIST,
+    PUSH_SET,
+    SEND,
+    STREAM,
+    SUBSCRIBE,
+)
 
 PUSH_CONFIGS: Final = "pushNotificationConfigs"
 _MESSAGE_ROUTES: Final = {"message:send": SEND, "message:stream": STREAM}
 _CARD_ROUTE: Final = "extendedAgentCard"
+# The push-config routes serve one method per verb.
+_PUSH_BY_VERB: Final = {
+    ("TaskPushNotificationConfigs", "GET"): (PUSH_LIST, "ListTaskPushNotificationConfigs"),
+    ("TaskPushNotificationConfigs", "POST"): (PUSH_SET, "CreateTaskPushNotificationConfig"),
+    ("TaskPushNotificationConfig", "GET"): (PUSH_GET, "GetTaskPushNotificationConfig"),
+    ("TaskPushNotificationConfig", "DELETE"): (PUSH_DELETE, "DeleteTaskPushNotificationConfig"),
+}
 _TASK_ACTIONS: Final = {
     ":cancel": (CANCEL, "CancelTask", ("POST",)),
     ":subscribe": (SUBSCRIBE, "SubscribeToTask", ("GET", "POST")),
@@ -73,9 +92,10 @@ def match(verb: str, path: str) -> Route:
             f"{shown(verb, 10)} is not served at {route.template}: use {' or '.join(route.verbs)}",
             allowed=route.verbs,
         )
-    if tenant is None:
+    kind, name = _PUSH_BY_VERB.get((route.name, verb), (route.kind, route.name))
+    if tenant is None and kind == route.kind:
         return route
-    return Route(route.kind, route.name, route.template, route.verbs, route.path_params, tenant)
+    return Route(kind, name, route.template, route.verbs, route.path_params, tenant)
 
 
 def _route(segments: list[str]) -> Route | None:
@@ -104,7 +124,7 @@ def _route(segments: list[str]) -> Route | None:
     if count == 3:
         template = f"/tasks/{{taskId}}/{PUSH_CONFIGS}"
         ids = {"taskId": task}
-        return Route(PUSH, "TaskPushNotificationConfigs", template, ("GET", "POST"), ids)
+        return Route(PUSH_LIST, "TaskPushNotificationConfigs", template, ("GET", "POST"), ids)
     template = f"/tasks/{{taskId}}/{PUSH_CONFIGS}/{{id}}"
     params = {"taskId": task, "id": segments[3]}
-    return Route(PUSH, "TaskPushNotificationConfig", template, ("GET", "DELETE"), params)
+    return Route(PUSH_GET, "TaskPushNotificationConfig", template, ("GET", "DELETE"), params)

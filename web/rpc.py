@@ -13,6 +13,7 @@ that can be refused is refused before a stream starts, as a plain reply.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -27,14 +28,13 @@ from shared.codec import may_hold_long_integer
 from shared.errors import ToolnexusError
 from shared.text import shown
 from web import params as check
-from web.dialects import V03, V10, message_for, task_for
+from web.dialects import V03, V10, message_for, task_for, webhook_for
 from web.errors import (
     ExtendedCardNotConfigured,
     InvalidParams,
     InvalidRequest,
     MethodNotFound,
     ParseError,
-    PushNotSupported,
     TaskError,
     VersionNotSupported,
     describe,
@@ -89,16 +89,16 @@ class Call:
         )
 
 
-SEND, STREAM, GET, CANCEL, LIST, SUBSCRIBE, PUSH, CARD = (
+SEND, STREAM, GET, CANCEL, LIST, SUBSCRIBE, CARD = (
     "send",
     "stream",
     "get",
     "cancel",
     "list",
     "subscribe",
-    "push",
     "card",
 )
+PUSH_SET, PUSH_GET, PUSH_LIST, PUSH_DELETE = "push-set", "push-get", "push-list", "push-delete"
 METHODS: Final = {
     "SendMessage": SEND,
     "message/send": SEND,
@@ -112,14 +112,14 @@ METHODS: Final = {
     "tasks/list": LIST,
     "SubscribeToTask": SUBSCRIBE,
     "tasks/resubscribe": SUBSCRIBE,
-    "CreateTaskPushNotificationConfig": PUSH,
-    "GetTaskPushNotificationConfig": PUSH,
-    "ListTaskPushNotificationConfigs": PUSH,
-    "DeleteTaskPushNotificationConfig": PUSH,
-    "tasks/pushNotificationConfig/set": PUSH,
-    "tasks/pushNotificationConfig/get": PUSH,
-    "tasks/pushNotificationConfig/list": PUSH,
-    "tasks/pushNotificationConfig/delete": PUSH,
+    "CreateTaskPushNotificationConfig": PUSH_SET,
+    "GetTaskPushNotificationConfig": PUSH_GET,
+    "ListTaskPushNotificationConfigs": PUSH_LIST,
+    "DeleteTaskPushNotificationConfig": PUSH_DELETE,
+    "tasks/pushNotificationConfig/set": PUSH_SET,
+    "tasks/pushNotificationConfig/get": PUSH_GET,
+    "tasks/pushNotificationConfig/list": PUSH_LIST,
+    "tasks/pushNotificationConfig/delete": PUSH_DELETE,
     "GetExtendedAgentCard": CARD,
     "agent/getAuthenticatedExtendedCard": CARD,
 }
@@ -207,6 +207,7 @@ def run(kind: str, call: Call, parsed: Any) -> Any:
 
 
 def _send(call: Call, request: check.SendParams) -> Any:
+    request = _in_version(call, request)
     blocking = call.dialect.blocking if request.blocking is None else request.blocking
     with _about_follow_up(request):
         sent = call.tasks.send(request, call.owner, blocking=blocking)
@@ -221,7 +222,14 @@ def _sent_result(dialect: Dialect, sent: Sent, history_length: int | None) -> An
     return {"task": task} if dialect.wraps_send else task
 
 
+def _in_version(call: Call, request: check.SendParams) -> check.SendParams:
+    if request.webhook is None or request.version == call.dialect.version:
+        return request
+    return dataclasses.replace(request, version=call.dialect.version)
+
+
 def _stream(call: Call, request: check.SendParams) -> Stream:
+    request = _in_version(call, request)
     with _about_follow_up(request):
         return send_stream(call.tasks, request, call.owner, call.wire, call.resume_after)
 
@@ -253,8 +261,38 @@ def _subscribe(call: Call, task_id: str) -> Stream:
         return subscription(call.tasks, task_id, call.owner, call.wire, call.resume_after)
 
 
-def _push(call: Call, params: object) -> Any:
-    raise PushNotSupported("push notifications are not supported by this agent")
+def _push_set(call: Call, request: check.PushConfigParams) -> Any:
+    with _AboutTask(request.task_id):
+        config = call.tasks.set_webhook(
+            request.task_id, request.webhook, call.owner, call.dialect.version
+        )
+    return webhook_for(call.dialect.version, config)
+
+
+def _push_get(call: Call, query: check.PushConfigQuery) -> Any:
+    with _AboutTask(query.task_id):
+        config = call.tasks.webhook(query.task_id, query.config_id, call.owner)
+    return webhook_for(call.dialect.version, config)
+
+
+def _push_list(call: Call, query: check.PushConfigQuery) -> Any:
+    with _AboutTask(query.task_id):
+        configs = call.tasks.webhooks(query.task_id, call.owner)
+    if call.dialect.version == V03:
+        return [webhook_for(V03, config) for config in configs]
+    after = [config for config in configs if config["id"] > query.page_token]
+    page = after[: query.page_size]
+    more = len(after) > len(page)
+    return {
+        "configs": [webhook_for(V10, config) for config in page],
+        "nextPageToken": page[-1]["id"] if more else "",
+    }
+
+
+def _push_delete(call: Call, query: check.PushConfigQuery) -> Any:
+    with _AboutTask(query.task_id):
+        call.tasks.delete_webhook(query.task_id, query.config_id, call.owner)
+    return None if call.dialect.version == V03 else {}
 
 
 def _card(call: Call, params: object) -> Any:
@@ -270,7 +308,10 @@ _PARSERS: Final[Mapping[str, Callable[[Any], Any]]] = {
     CANCEL: check.task_id,
     LIST: check.list_query,
     SUBSCRIBE: check.task_id,
-    PUSH: lambda params: params,
+    PUSH_SET: check.push_config_params,
+    PUSH_GET: check.push_config_query,
+    PUSH_LIST: check.push_config_query,
+    PUSH_DELETE: check.push_config_query,
     CARD: lambda params: params,
 }
 _RUNNERS: Final[Mapping[str, Callable[[Call, Any], Any]]] = {
@@ -280,7 +321,10 @@ _RUNNERS: Final[Mapping[str, Callable[[Call, Any], Any]]] = {
     CANCEL: _cancel,
     LIST: _list,
     SUBSCRIBE: _subscribe,
-    PUSH: _push,
+    PUSH_SET: _push_set,
+    PUSH_GET: _push_get,
+    PUSH_LIST: _push_list,
+    PUSH_DELETE: _push_delete,
     CARD: _card,
 }
 

@@ -16,7 +16,10 @@ from typing import Any
 
 from celery.beat import PersistentScheduler
 
-from shared.dispatch import REAP_TASK
+from shared.dispatch import PUSH_SWEEP_TASK, REAP_TASK
+
+# Entries beat runs itself (the reaper, and the push sweep for the same reason).
+IN_PROCESS = frozenset({REAP_TASK, PUSH_SWEEP_TASK})
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +37,17 @@ class ReapingScheduler(PersistentScheduler):  # type: ignore[misc]
         self._reap()
 
     def apply_entry(self, entry: Any, producer: Any = None) -> None:
-        if entry.task != REAP_TASK:
+        if entry.task not in IN_PROCESS:
             super().apply_entry(entry, producer)
             return
-        self._reap(*entry.args, **entry.kwargs)
+        self._run(entry.task, *entry.args, **entry.kwargs)
 
-    def _reap(self, *args: Any, **kwargs: Any) -> None:
+    def _reap(self) -> None:
+        self._run(REAP_TASK)
+
+    def _run(self, name: str, *args: Any, **kwargs: Any) -> None:
         try:
             # Calling a registered task object runs its body here, not on a worker.
-            self.app.tasks[REAP_TASK](*args, **kwargs)
+            self.app.tasks[name](*args, **kwargs)
         except Exception:
-            log.exception("beat: the reaper failed; it runs again next interval")
+            log.exception("beat: %s failed; it runs again next interval", name)

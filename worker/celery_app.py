@@ -26,18 +26,22 @@ from typing import Any
 
 from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded
+from kombu.entity import Queue
 
-from shared.dispatch import FULFIL_TASK, REAP_TASK
+from shared.dispatch import FULFIL_TASK, PUSH_SWEEP_TASK, PUSH_TASK, REAP_TASK
 from shared.errors import StoreError
+from shared.push_store import PushStore
 from shared.redis_broker import broker_transport
 from shared.settings import Settings
-from shared.store import TaskStore
+from shared.store import EventStore, TaskStore
 from shared.tracing import continuing, enable
 from shared.wiring import open_store
 from worker.agent import Agent, agent_or_problem
 from worker.observe import bind_deliveries, observed_fulfil
 from worker.outcome import TaskFailed, celery_result
 from worker.pools import celery_pool, concurrency, holds_many, store_connections
+from worker.push import GaveUp, Policy, deliver, push_feed
+from worker.push import sweep as sweep_push
 from worker.reaper import sweep
 
 # Beyond the hard time limit, so the broker never redelivers a running task.
@@ -46,6 +50,12 @@ VISIBILITY_MARGIN = 60.0
 # (a delayed retry message waits unacknowledged in the worker meanwhile).
 STORE_RETRIES = 5
 STORE_RETRY_BACKOFF_MAX = 30
+STORE_RETRIED: dict[str, Any] = {
+    "autoretry_for": (StoreError,),
+    "max_retries": STORE_RETRIES,
+    "retry_backoff": True,
+    "retry_backoff_max": STORE_RETRY_BACKOFF_MAX,
+}
 
 
 def recheck_after(settings: Settings) -> float:
@@ -64,6 +74,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "broker_connection_retry_on_startup": True,
         "broker_transport_options": {"visibility_timeout": visibility_timeout(settings)},
         "task_default_queue": settings.queue,
+        # A worker started without -Q consumes both; `-Q push` makes a
+        # delivery-only worker, so a slow webhook never delays fulfilment.
+        "task_queues": (Queue(settings.queue), Queue(settings.push_queue)),  # type: ignore[no-untyped-call]
+        "task_routes": {PUSH_TASK: {"queue": settings.push_queue}},
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
         # A task whose A2A outcome is failed raises (worker.outcome) so Flower
@@ -91,7 +105,12 @@ def celery_config(settings: Settings) -> dict[str, Any]:
                 # Run by beat itself (worker.beat); should another scheduler
                 # send it instead, a backlog of reaps collapses to the next one.
                 "options": {"queue": settings.queue, "expires": settings.reap_every},
-            }
+            },
+            "toolnexus-push-sweep": {
+                "task": PUSH_SWEEP_TASK,
+                "schedule": settings.push_sweep,
+                "options": {"queue": settings.push_queue, "expires": settings.push_sweep},
+            },
         },
     }
     config["worker_pool"] = celery_pool(settings)
@@ -150,10 +169,7 @@ def create_celery(settings: Settings, *, store: TaskStore | None = None) -> Cele
         bind=True,
         name=FULFIL_TASK,
         shared=False,
-        autoretry_for=(StoreError,),
-        max_retries=STORE_RETRIES,
-        retry_backoff=True,
-        retry_backoff_max=STORE_RETRY_BACKOFF_MAX,
+        **STORE_RETRIED,
         throws=(TaskFailed,),  # an expected outcome: logged without a traceback
     )
     def fulfil_task(self: Any, task_id: str) -> str:
@@ -193,4 +209,37 @@ def create_celery(settings: Settings, *, store: TaskStore | None = None) -> Cele
             input_timeout=settings.input_timeout,
         )
 
+    register_push(app, settings, runtime)
     return app
+
+
+def register_push(app: Celery, settings: Settings, runtime: ProcessRuntime) -> None:
+    """The delivery task (on the push queue) and beat's sweep for it."""
+    policy = Policy.of(settings)
+
+    def pushing() -> tuple[EventStore, PushStore] | None:
+        return push_feed(runtime.store(), settings)
+
+    @app.task(  # type: ignore[untyped-decorator]
+        name=PUSH_TASK,
+        shared=False,
+        **STORE_RETRIED,
+        throws=(GaveUp,),  # logged without a traceback; Flower shows it failed
+    )
+    def push_task(task_id: str, config_id: str, holder: str) -> str:
+        found = pushing()
+        if found is None:
+            return "push notifications are off"
+        store, push = found
+        return deliver(store, push, task_id, config_id, holder, policy)
+
+    def send(task_id: str, config_id: str, holder: str) -> None:
+        app.send_task(PUSH_TASK, args=[task_id, config_id, holder], queue=settings.push_queue)
+
+    @app.task(name=PUSH_SWEEP_TASK, shared=False)  # type: ignore[untyped-decorator]
+    def push_sweep_task() -> int:
+        found = pushing()
+        if found is None:
+            return 0
+        store, push = found
+        return sweep_push(store, push, send, policy.lease)

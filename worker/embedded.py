@@ -38,6 +38,7 @@ from worker.agent import load_agent
 from worker.cli import EMBEDDED_OVERRIDES, PROGRAM
 from worker.cli import parse_embedded_args as parse_args
 from worker.inprocess import InProcessDispatcher, default_threads
+from worker.push import push_thread
 from worker.reaper import ReaperThread, resend_waiting
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         on_terminal=agent.on_task,
         clock=time.time,
     ).start()
+    pusher = push_thread(store, settings)
     threads = default_threads(settings)
     reachable = server_urls(settings, server)
     urls = " ".join(reachable)
@@ -110,6 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _serve_until_signalled(server)
     finally:
         reaper.stop()
+        if pusher is not None:
+            pusher.stop()
         finished = dispatcher.close(timeout=args.grace)
     if not finished:
         _tell(settings, "stopped with tasks still running; they stay 'working'")

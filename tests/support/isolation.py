@@ -136,17 +136,20 @@ def replay_isolation(url: str, alice_headers: dict[str, str], bob_headers: dict[
     for method, version in (("SendStreamingMessage", "1.0"), ("message/stream", None)):
         as_for_a_ghost(method, follow_up("Mallory"), version)
 
-    # Push configs: a stranger hears exactly what the owner hears.
+    # Push configs: Bob can neither add, read, list nor delete Alice's; each
+    # attempt reads like one on no task, and Alice's own config stays as it was.
+    # Loopback and not allowed: a delivery worker refuses it and sends nothing.
+    hook = {"url": "http://127.0.0.1:9/hook", "id": "alices", "token": "t-alice"}
+    alices = alice.result("CreateTaskPushNotificationConfig", {"taskId": task_id, **hook})
     for method, version in PUSH_METHODS:
-        params = {
-            "taskId": task_id,
-            "id": task_id,
-            "pushNotificationConfig": {"url": "https://mallory.example/hook"},
-        }
-        owners = alice.call(method, params, version)
-        strangers = bob.call(method, params, version)
-        assert strangers == owners, (method, strangers, owners)
-        assert strangers["error"]["code"] == -32003, strangers
+
+        def push_params(tid: str) -> dict[str, Any]:
+            mallory = {"url": "https://mallory.example/hook", "id": "alices"}
+            return {"taskId": tid, "id": tid, **mallory, "pushNotificationConfig": mallory}
+
+        as_for_a_ghost(method, push_params, version)
+    listed = alice.result("ListTaskPushNotificationConfigs", {"taskId": task_id})
+    assert listed["configs"] == [alices], listed
 
     # ListTasks: only one's own, by any filter.
     assert task_id not in bob.listed()

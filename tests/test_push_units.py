@@ -1,0 +1,138 @@
+"""Delivery in-process against a real receiver: the metrics it counts, the
+failure Flower shows for a give-up, and the SSRF rules' address checks."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client import REGISTRY
+
+from shared import Settings
+from shared.events import artifact_update, status_update
+from shared.memory_store import MemoryStore
+from shared.push_http import Allowed
+from shared.push_store import push_store
+from shared.store import Commit
+from shared.task import WORKING, new_task
+from tests.support.webhook_receiver import Receiver
+from worker.push import GaveUp, Policy, deliver
+from worker.push_metrics import push_metrics
+
+SETTINGS = Settings(push_allowed_hosts=("127.0.0.1",), push_linger=0.5, push_backoff=0.01)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    receiver = Receiver().start()
+    yield receiver
+    receiver.stop()
+
+
+def a_task(store: MemoryStore, receiver: Receiver, path: str) -> str:
+    message = {
+        "kind": "message",
+        "role": "user",
+        "messageId": "m",
+        "parts": [{"kind": "text", "text": "x"}],
+    }
+    task = new_task(message, None, None)  # type: ignore[arg-type]
+    store.create(task)
+    store.commit(Commit(task, [status_update(task, WORKING)], 1, snapshot=False))
+    push = push_store(store)
+    assert push is not None
+    push.put({"id": "c", "taskId": task["id"], "url": receiver.url(path), "version": "1.0"}, 10)
+    return task["id"]
+
+
+def counted() -> tuple[float, ...]:
+    push_metrics()  # made on first use
+
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    return (
+        sample("toolnexus_push_deliveries_total"),
+        sample("toolnexus_push_retries_total"),
+        sample("toolnexus_push_given_up_total", reason="rejected"),
+        sample("toolnexus_push_post_duration_seconds_sum"),
+    )
+
+
+def test_deliveries_retries_and_give_ups_are_counted(receiver: Receiver) -> None:
+    store = MemoryStore()
+    push = push_store(store)
+    assert push is not None
+    policy = Policy.of(SETTINGS)
+    before = counted()
+
+    receiver.script("/flaky", (500, {}))
+    flaky = a_task(store, receiver, "/flaky")
+    assert deliver(store, push, flaky, "c", "me", policy) == "retrying"
+    assert push.cursor(flaky, "c").failures == 1
+    assert deliver(store, push, flaky, "c", "me", policy) == "delivered"
+    assert push.cursor(flaky, "c").delivered == 2
+
+    receiver.script("/gone", (404, {}), (404, {}))
+    gone = a_task(store, receiver, "/gone")
+    with pytest.raises(GaveUp):  # the Celery task fails: Flower shows it so
+        deliver(store, push, gone, "c", "me", policy)
+    assert push.cursor(gone, "c").given_up == 2
+
+    delivered, retries, rejected, seconds = (a - b for a, b in zip(counted(), before, strict=True))
+    assert (delivered, retries, rejected) == (2, 1, 2)
+    assert seconds > 0
+
+
+def test_a_lease_held_by_another_is_left_alone(receiver: Receiver) -> None:
+    store = MemoryStore()
+    push = push_store(store)
+    assert push is not None
+    task_id = a_task(store, receiver, "/held")
+    assert push.lease(task_id, "c", "another", 30)
+    assert deliver(store, push, task_id, "c", "me", Policy.of(SETTINGS)) == "taken"
+    assert receiver.on("/held") == []
+
+
+@pytest.mark.parametrize(
+    ("host", "address", "allowed"),
+    [
+        ("example.com", "93.184.215.14", True),
+        ("evil.example", "127.0.0.1", True),  # 127.0.0.1 is on the list
+        ("evil.example", "127.0.0.2", False),
+        ("evil.example", "10.1.2.3", False),
+        ("evil.example", "169.254.169.254", False),  # cloud metadata
+        ("evil.example", "224.0.0.1", False),
+        ("evil.example", "0.0.0.0", False),
+        ("evil.example", "::1", False),
+        ("evil.example", "::ffff:10.0.0.1", False),  # IPv4-mapped
+        ("evil.example", "fe80::1", False),
+        ("evil.example", "fd00::1", False),
+        ("hooks.internal", "10.9.9.9", True),  # named on the list
+        ("evil.example", "192.168.7.7", True),  # in a listed network
+    ],
+)
+def test_the_ssrf_rules(host: str, address: str, allowed: bool) -> None:
+    rules = Allowed.parse(["127.0.0.1", "hooks.internal", "192.168.7.0/24"])
+    assert rules.permits(host, ipaddress.ip_address(address)) is allowed
+
+
+def test_events_trimmed_before_delivery_arrive_as_the_task(receiver: Receiver) -> None:
+    store = MemoryStore(log_limit=3)
+    push = push_store(store)
+    assert push is not None
+    task_id = a_task(store, receiver, "/trimmed")
+    for n in range(4):  # six events in all; the log keeps the last three
+        record = store.read(task_id)
+        assert record is not None
+        event = artifact_update(
+            record.task, {"artifactId": "a", "parts": [{"kind": "text", "text": f"{n}"}]}
+        )
+        assert store.commit(Commit(record.task, [event], record.seq, snapshot=False))
+    deliver(store, push, task_id, "c", "me", Policy.of(SETTINGS))
+    hits = receiver.delivered("/trimmed")
+    # Never a silent gap: the task as it stands, numbered as its latest event.
+    assert [(hit.event_id, list(hit.body)) for hit in hits] == [(6, ["task"])]
+    assert hits[0].body["task"]["id"] == task_id
+    assert [a["parts"][0]["text"] for a in hits[0].body["task"]["artifacts"]] == ["3"]
