@@ -276,6 +276,18 @@ class Settings:
     # fields laid over the public card for callers past the bearer check;
     # unset: none is offered
     extended_card: Mapping[str, Any] | None = _env("EXTENDED_CARD", _json_object, None)
+    # the gRPC binding (`python -m web.grpc_server`): where it listens, the
+    # address the card declares for it (unset: the card lists no GRPC
+    # interface), threads (each open stream holds one), the largest message
+    # it accepts, HTTP/2 keepalive pings, and how long a shutdown lets open
+    # calls and streams finish
+    grpc_host: str = _env("GRPC_HOST", _text, "127.0.0.1")
+    grpc_port: int = _env("GRPC_PORT", _port, 50051)
+    grpc_url: str | None = _env("GRPC_URL", _optional_text, None)
+    grpc_threads: int = _env("GRPC_THREADS", _count, 256)
+    grpc_max_message: int = _env("GRPC_MAX_MESSAGE", _count, 1024 * 1024)
+    grpc_keepalive: float = _env("GRPC_KEEPALIVE", _seconds, 30.0)
+    grpc_grace: float = _env("GRPC_GRACE", _seconds, 10.0)
 
     def __post_init__(self) -> None:
         if self.heartbeat >= self.stale_after:

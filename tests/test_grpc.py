@@ -1,0 +1,454 @@
+"""The gRPC binding against the distributed deployment: `python -m
+web.grpc_server` beside compose.yaml's gunicorn, Celery worker and beat on
+a private Redis, running examples.agents:countdown, with bearer tokens.
+
+- the official a2a-sdk 1.x client, which picks the card's GRPC interface:
+  send, stream, get, list, cancel, subscribe, its typed errors;
+- every error code, with its google.rpc.ErrorInfo, through the generated stub;
+- metadata auth and owner isolation; resume by `last-event-id` metadata;
+- the same scenario over gRPC and JSON-RPC gives the same stored tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+import requests
+from a2a.client import ClientCallContext, ClientConfig, ClientFactory
+from a2a.client.card_resolver import A2ACardResolver
+from a2a.client.transports.grpc import GrpcTransport
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    TaskState,
+    a2a_pb2,
+    a2a_pb2_grpc,
+)
+from google.protobuf import json_format
+from google.rpc import error_details_pb2, status_pb2
+
+from shared.resolve import resolve_store
+from tests.support.a2a import wait_ready
+from tests.support.compose import LocalStack, ServiceProcess, local_stack
+from tests.support.polling import wait_for
+from tests.support.redis_server import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+ALICE, BOB = "tok-alice", "tok-bob"
+COMPLETED = TaskState.TASK_STATE_COMPLETED
+V10 = ("a2a-version", "1.0")
+
+
+def as_alice(*more: tuple[str, str]) -> list[tuple[str, str]]:
+    return [V10, ("authorization", f"Bearer {ALICE}"), *more]
+
+
+class Deployment:
+    def __init__(self, stack: LocalStack, grpc_address: str) -> None:
+        self.stack = stack
+        self.address = grpc_address
+        self.channel = grpc.insecure_channel(grpc_address)
+        self.stub = a2a_pb2_grpc.A2AServiceStub(self.channel)
+
+    @property
+    def web_url(self) -> str:
+        return self.stack.web_url
+
+
+def start_grpc(stack: LocalStack, port: int, **env: str) -> ServiceProcess:
+    """The gRPC process, with the web service's environment (as a `grpc`
+    service in compose.yaml would have), stopped with the stack."""
+    process = ServiceProcess(
+        "grpc",
+        [sys.executable, "-m", "web.grpc_server"],
+        {**stack.environments["web"], "TOOLNEXUS_GRPC_PORT": str(port), **env},
+        ROOT,
+        stack.folder / "grpc.log",
+    )
+    stack.processes["grpc"] = process
+    return process
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    port = free_port()
+    settings = {
+        "TOOLNEXUS_RUN": "examples.agents:countdown",
+        "TOOLNEXUS_KEEPALIVE": "1",
+        "TOOLNEXUS_API_TOKENS": f"alice:{ALICE},bob:{BOB}",
+        "TOOLNEXUS_GRPC_URL": f"127.0.0.1:{port}",
+        "TOOLNEXUS_GRPC_MAX_MESSAGE": "65536",
+    }
+    with local_stack(tmp_path_factory.mktemp("grpc"), settings) as (_, stack):
+        stack.start("web", WEB_CONCURRENCY="1")
+        stack.start("worker")
+        stack.start("beat")
+        process = start_grpc(stack, port)
+        wait_ready(stack.web_url)
+        found = Deployment(stack, f"127.0.0.1:{port}")
+        grpc.channel_ready_future(found.channel).result(timeout=30)
+        assert process.alive(), process.output()
+        yield found
+        found.channel.close()
+
+
+def message(text: str, **fields: Any) -> Message:
+    return Message(
+        role=Role.ROLE_USER, message_id=str(uuid.uuid4()), parts=[Part(text=text)], **fields
+    )
+
+
+def state_of(event: StreamResponse) -> TaskState:
+    if event.HasField("task"):
+        return event.task.status.state
+    if event.HasField("status_update"):
+        return event.status_update.status.state
+    return TaskState.TASK_STATE_UNSPECIFIED
+
+
+def failure(call: Any) -> tuple[grpc.StatusCode, str | None]:
+    """Run `call`; the status code and the ErrorInfo reason it failed with."""
+    with pytest.raises(grpc.RpcError) as raised:
+        result = call()
+        if hasattr(result, "__iter__"):
+            list(result)
+    error: Any = raised.value
+    reason = None
+    for key, value in error.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            status = status_pb2.Status.FromString(value)
+            assert status.code == error.code().value[0]
+            for detail in status.details:
+                if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                    info = error_details_pb2.ErrorInfo()
+                    detail.Unpack(info)
+                    reason = info.reason
+    return error.code(), reason
+
+
+async def sdk_session(deployment: Deployment) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    alice = ClientCallContext(service_parameters={"authorization": f"Bearer {ALICE}"})
+    async with httpx.AsyncClient(timeout=30) as http:
+        card = await A2ACardResolver(http, deployment.web_url).get_agent_card()
+        config = ClientConfig(
+            streaming=True,
+            supported_protocol_bindings=["GRPC"],
+            grpc_channel_factory=grpc.aio.insecure_channel,
+        )
+        client = ClientFactory(config).create(card)
+        seen["transport"] = type(client._transport)
+        streamed = [
+            e
+            async for e in client.send_message(
+                SendMessageRequest(message=message("2")), context=alice
+            )
+        ]
+        seen["stream"] = [state_of(event) for event in streamed]
+        task_id = streamed[0].task.id
+        got = await client.get_task(GetTaskRequest(id=task_id, history_length=1), context=alice)
+        seen["get"] = (got.id == task_id, got.status.state, len(got.history))
+        listed = await client.list_tasks(ListTasksRequest(page_size=50), context=alice)
+        seen["listed"] = task_id in [task.id for task in listed.tasks]
+        with pytest.raises(TaskNotCancelableError):
+            await client.cancel_task(CancelTaskRequest(id=task_id), context=alice)
+        with pytest.raises(TaskNotFoundError):
+            await client.get_task(GetTaskRequest(id="no-such-task"), context=alice)
+
+        polling = ClientConfig(
+            streaming=False,
+            polling=True,
+            supported_protocol_bindings=["GRPC"],
+            grpc_channel_factory=grpc.aio.insecure_channel,
+        )
+        poller = ClientFactory(polling).create(card)
+        running = [
+            e
+            async for e in poller.send_message(
+                SendMessageRequest(message=message("0.5 8")), context=alice
+            )
+        ]
+        canceled = await client.cancel_task(CancelTaskRequest(id=running[0].task.id), context=alice)
+        seen["cancel"] = canceled.status.state
+
+        live = [
+            e
+            async for e in poller.send_message(
+                SendMessageRequest(message=message("0.3 4")), context=alice
+            )
+        ]
+        followed = [
+            e
+            async for e in client.subscribe(
+                SubscribeToTaskRequest(id=live[0].task.id), context=alice
+            )
+        ]
+        seen["subscribe"] = (followed[0].HasField("task"), state_of(followed[-1]))
+        await client.close()
+        await poller.close()
+    return seen
+
+
+def test_the_official_python_client_over_grpc(deployment: Deployment) -> None:
+    seen = asyncio.run(sdk_session(deployment))
+    assert seen["transport"] is GrpcTransport  # the card's GRPC interface, chosen
+    assert seen["stream"][0] == TaskState.TASK_STATE_SUBMITTED
+    assert seen["stream"][-1] == COMPLETED
+    assert seen["get"] == (True, COMPLETED, 1)
+    assert seen["listed"] is True
+    assert seen["cancel"] == TaskState.TASK_STATE_CANCELED
+    assert seen["subscribe"] == (True, COMPLETED)
+
+
+def test_the_card_declares_the_grpc_interface(deployment: Deployment) -> None:
+    card = requests.get(f"{deployment.web_url}/.well-known/agent-card.json", timeout=10).json()
+    grpc_interfaces = [i for i in card["supportedInterfaces"] if i["protocolBinding"] == "GRPC"]
+    assert grpc_interfaces == [
+        {"url": deployment.address, "protocolBinding": "GRPC", "protocolVersion": "1.0"}
+    ]
+
+
+def completed_task(deployment: Deployment, text: str = "1") -> a2a_pb2.Task:
+    reply = deployment.stub.SendMessage(
+        SendMessageRequest(message=message(text)), metadata=as_alice(), timeout=30
+    )
+    assert reply.task.status.state == COMPLETED
+    return reply.task
+
+
+def test_every_error_code_with_its_error_info(deployment: Deployment) -> None:
+    stub = deployment.stub
+    done = completed_task(deployment)
+    empty = SendMessageRequest(message=Message(role=Role.ROLE_USER, message_id="m-empty"))
+    png = message("x")
+    png.parts[0].CopyFrom(Part(raw=b"\x89PNG", media_type="image/png"))
+    calls = {
+        "missing task": lambda: stub.GetTask(GetTaskRequest(id="nope"), metadata=as_alice()),
+        "no parts": lambda: stub.SendMessage(empty, metadata=as_alice()),
+        "bad id": lambda: stub.GetTask(GetTaskRequest(id="a/../b"), metadata=as_alice()),
+        "media type": lambda: stub.SendMessage(
+            SendMessageRequest(message=png), metadata=as_alice()
+        ),
+        "tenant": lambda: stub.GetTask(
+            GetTaskRequest(id=done.id, tenant="t1"), metadata=as_alice()
+        ),
+        "not cancelable": lambda: stub.CancelTask(
+            CancelTaskRequest(id=done.id), metadata=as_alice()
+        ),
+        "push": lambda: stub.GetTaskPushNotificationConfig(
+            a2a_pb2.GetTaskPushNotificationConfigRequest(task_id=done.id, id="c"),
+            metadata=as_alice(),
+        ),
+        "finished subscribe": lambda: stub.SubscribeToTask(
+            SubscribeToTaskRequest(id=done.id), metadata=as_alice()
+        ),
+        "no extended card": lambda: stub.GetExtendedAgentCard(
+            a2a_pb2.GetExtendedAgentCardRequest(), metadata=as_alice()
+        ),
+        "version 0.3": lambda: stub.GetTask(
+            GetTaskRequest(id=done.id),
+            metadata=[("a2a-version", "0.3"), ("authorization", f"Bearer {ALICE}")],
+        ),
+        "no version": lambda: stub.GetTask(
+            GetTaskRequest(id=done.id), metadata=[("authorization", f"Bearer {ALICE}")]
+        ),
+        "version 9": lambda: stub.GetTask(
+            GetTaskRequest(id=done.id),
+            metadata=[("a2a-version", "9.1"), ("authorization", f"Bearer {ALICE}")],
+        ),
+        "no token": lambda: stub.GetTask(GetTaskRequest(id=done.id), metadata=[V10]),
+        "bad token": lambda: stub.GetTask(
+            GetTaskRequest(id=done.id), metadata=[V10, ("authorization", "Bearer wrong")]
+        ),
+        "bad resume": lambda: stub.SubscribeToTask(
+            SubscribeToTaskRequest(id=done.id), metadata=as_alice(("last-event-id", "-3"))
+        ),
+    }
+    seen = {name: failure(call) for name, call in calls.items()}
+    invalid, precondition = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION
+    assert seen == {
+        "missing task": (grpc.StatusCode.NOT_FOUND, "TASK_NOT_FOUND"),
+        "no parts": (invalid, "INVALID_PARAMS"),
+        "bad id": (invalid, "INVALID_PARAMS"),
+        "media type": (invalid, "CONTENT_TYPE_NOT_SUPPORTED"),
+        "tenant": (invalid, "INVALID_PARAMS"),
+        "not cancelable": (precondition, "TASK_NOT_CANCELABLE"),
+        "push": (precondition, "PUSH_NOTIFICATION_NOT_SUPPORTED"),
+        "finished subscribe": (precondition, "UNSUPPORTED_OPERATION"),
+        "no extended card": (precondition, "EXTENDED_AGENT_CARD_NOT_CONFIGURED"),
+        "version 0.3": (precondition, "VERSION_NOT_SUPPORTED"),
+        "no version": (precondition, "VERSION_NOT_SUPPORTED"),
+        "version 9": (precondition, "VERSION_NOT_SUPPORTED"),
+        "no token": (grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED"),
+        "bad token": (grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED"),
+        "bad resume": (invalid, "INVALID_REQUEST"),
+    }
+
+
+def test_grpc_own_refusals(deployment: Deployment) -> None:
+    """What gRPC itself refuses: an RPC the service does not have, a message
+    over TOOLNEXUS_GRPC_MAX_MESSAGE."""
+    unknown = deployment.channel.unary_unary("/a2a.v1.A2AService/NoSuchMethod")
+    assert failure(lambda: unknown(b"", metadata=as_alice())) == (
+        grpc.StatusCode.UNIMPLEMENTED,
+        None,
+    )
+    huge = SendMessageRequest(message=message("x" * 100_000))
+    assert failure(lambda: deployment.stub.SendMessage(huge, metadata=as_alice())) == (
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        None,
+    )
+
+
+def test_owner_isolation_by_metadata(deployment: Deployment) -> None:
+    stub = deployment.stub
+    task = completed_task(deployment)
+    as_bob = [V10, ("authorization", f"Bearer {BOB}")]
+    assert failure(lambda: stub.GetTask(GetTaskRequest(id=task.id), metadata=as_bob)) == (
+        grpc.StatusCode.NOT_FOUND,
+        "TASK_NOT_FOUND",
+    )
+    assert failure(lambda: stub.CancelTask(CancelTaskRequest(id=task.id), metadata=as_bob))[1] == (
+        "TASK_NOT_FOUND"
+    )
+    listed = stub.ListTasks(ListTasksRequest(page_size=100), metadata=as_bob)
+    assert task.id not in [t.id for t in listed.tasks]
+    mine = stub.ListTasks(ListTasksRequest(page_size=100), metadata=as_alice())
+    assert task.id in [t.id for t in mine.tasks]
+
+
+def test_a_stream_resumes_after_an_event_id_given_in_metadata(deployment: Deployment) -> None:
+    stub = deployment.stub
+    first = stub.SendStreamingMessage(
+        SendMessageRequest(message=message("0.3 4")), metadata=as_alice(), timeout=30
+    )
+    seen = []
+    for response in first:
+        seen.append(response)
+        if len(seen) == 3:
+            first.cancel()  # the client goes away mid-task
+            break
+    task_id = seen[0].task.id
+    ids = [int(event_id(response)) for response in seen]
+    assert ids == sorted(ids) and len(set(ids)) == 3
+    rest = list(
+        stub.SubscribeToTask(
+            SubscribeToTaskRequest(id=task_id),
+            metadata=as_alice(("last-event-id", str(ids[-1]))),
+            timeout=30,
+        )
+    )
+    assert not rest[0].HasField("task")  # no snapshot: it has the task already
+    assert int(event_id(rest[0])) == ids[-1] + 1
+    assert state_of(rest[-1]) == COMPLETED
+    stored = stub.GetTask(GetTaskRequest(id=task_id), metadata=as_alice())
+    artifact_events = [r for r in [*seen, *rest] if r.HasField("artifact_update")]
+    chunks = [p.text for r in artifact_events for p in r.artifact_update.artifact.parts]
+    assert "".join(chunks) == "".join(p.text for p in stored.artifacts[0].parts)
+
+
+def event_id(response: StreamResponse) -> str:
+    field = response.WhichOneof("payload")
+    return str(getattr(response, field).metadata["toolnexus.eventId"])
+
+
+def jsonrpc(url: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    headers = {"A2A-Version": "1.0", "Authorization": f"Bearer {ALICE}"}
+    reply: dict[str, Any] = requests.post(url + "/", json=body, headers=headers, timeout=30).json()
+    return reply
+
+
+def test_the_same_scenario_over_grpc_and_json_rpc_stores_the_same_tasks(
+    deployment: Deployment,
+) -> None:
+    """Send and wait, then cancel a running one once it works, then ask for a missing task: the
+    stored tasks match field for field (ids and times aside), and so do the
+    errors' reasons."""
+    stub = deployment.stub
+    store = resolve_store(deployment.stack.store_url)
+
+    def via_grpc() -> tuple[str, str, str | None]:
+        done = stub.SendMessage(
+            SendMessageRequest(message=message("2", context_id="ctx-g")), metadata=as_alice()
+        ).task.id
+        running = stub.SendMessage(
+            SendMessageRequest(
+                message=message("2 8"),
+                configuration=a2a_pb2.SendMessageConfiguration(return_immediately=True),
+            ),
+            metadata=as_alice(),
+        ).task.id
+        working(store, running)
+        stub.CancelTask(CancelTaskRequest(id=running), metadata=as_alice())
+        missing = failure(lambda: stub.GetTask(GetTaskRequest(id="gone"), metadata=as_alice()))
+        return done, running, missing[1]
+
+    def via_jsonrpc() -> tuple[str, str, str | None]:
+        url = deployment.web_url
+
+        def sent(msg: Message, **configuration: Any) -> str:
+            params = {"message": json_format.MessageToDict(msg)}
+            if configuration:
+                params["configuration"] = configuration
+            return str(jsonrpc(url, "SendMessage", params)["result"]["task"]["id"])
+
+        done = sent(message("2", context_id="ctx-j"))
+        running = sent(message("2 8"), returnImmediately=True)
+        working(store, running)
+        jsonrpc(url, "CancelTask", {"id": running})
+        error = jsonrpc(url, "GetTask", {"id": "gone"})["error"]
+        return done, running, error["data"][0]["reason"]
+
+    grpc_ids, rpc_ids = via_grpc(), via_jsonrpc()
+    assert grpc_ids[2] == rpc_ids[2] == "TASK_NOT_FOUND"
+    for g_id, j_id in zip(grpc_ids[:2], rpc_ids[:2], strict=True):
+        wait_for(lambda g=g_id, j=j_id: settled(store, g) and settled(store, j), timeout=30)
+        assert comparable(store.get(g_id)) == comparable(store.get(j_id))
+
+
+def working(store: Any, task_id: str) -> None:
+    """Wait for the agent's first word (its progress note), so both runs
+    cancel at the same point: two seconds before its first chunk."""
+
+    def spoke() -> bool:
+        task = store.get(task_id) or {}
+        return any(m.get("role") == "agent" for m in task.get("history", []))
+
+    wait_for(spoke, timeout=30)
+
+
+def settled(store: Any, task_id: str) -> bool:
+    task = store.get(task_id)
+    return task is not None and task["status"]["state"] in ("completed", "canceled")
+
+
+def comparable(task: Any) -> Any:
+    """A stored task without what differs between any two runs."""
+    varying = {"id", "contextId", "messageId", "timestamp", "taskId", "artifactId"}
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in varying}
+        if isinstance(value, list):
+            return [strip(item) for item in value]
+        return value
+
+    return strip(task)
