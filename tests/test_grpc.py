@@ -12,6 +12,7 @@ a private Redis, running examples.agents:countdown, with bearer tokens.
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import uuid
 from collections.abc import Iterator
@@ -452,3 +453,33 @@ def comparable(task: Any) -> Any:
         return value
 
     return strip(task)
+
+
+def test_shutdown_lets_open_streams_finish_and_takes_no_new_calls(
+    deployment: Deployment,
+) -> None:
+    """SIGTERM: the stream open on a running task still ends with the task's
+    terminal event; a call after it is refused; the process then exits."""
+    port = free_port()
+    process = start_grpc(deployment.stack, port, TOOLNEXUS_GRPC_GRACE="60")
+    deployment.stack.processes["grpc-drained"] = deployment.stack.processes.pop("grpc")
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        grpc.channel_ready_future(channel).result(timeout=30)
+        stub = a2a_pb2_grpc.A2AServiceStub(channel)
+        stream = stub.SendStreamingMessage(
+            SendMessageRequest(message=message("0.5 6")), metadata=as_alice(), timeout=60
+        )
+        first = next(stream)
+        assert first.HasField("task")
+        process.process.send_signal(signal.SIGTERM)
+        wait_for(lambda: "stopping" in process.output(), timeout=10)
+        rest = list(stream)
+        assert state_of(rest[-1]) == COMPLETED
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as late:
+        code, _ = failure(
+            lambda: a2a_pb2_grpc.A2AServiceStub(late).GetTask(
+                GetTaskRequest(id=first.task.id), metadata=as_alice(), timeout=5
+            )
+        )
+    assert code == grpc.StatusCode.UNAVAILABLE
+    assert process.process.wait(30) == 0

@@ -14,9 +14,12 @@ at once (their followers are woken).
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -44,8 +47,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class GrpcServer:
     server: Any  # grpc.Server
-    port: int  # the one bound (TOOLNEXUS_GRPC_PORT=0 is not allowed; tests pass a free one)
-    close: Any  # closes the store and dispatcher after stop
+    port: int  # the one bound
+    close: Callable[[], None]  # closes the store and dispatcher, after stop
 
     def stop(self, grace: float) -> None:
         self.server.stop(grace).wait()
@@ -100,8 +103,14 @@ def build(settings: Settings) -> GrpcServer:
     return GrpcServer(server, port, close)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Serve a2a.v1.A2AService over gRPC.")
+    parser.add_argument("--host", help="overrides TOOLNEXUS_GRPC_HOST")
+    parser.add_argument("--port", type=int, help="overrides TOOLNEXUS_GRPC_PORT")
+    args = parser.parse_args(argv)
     settings = Settings.from_env()
+    given = {"grpc_host": args.host, "grpc_port": args.port}
+    settings = dataclasses.replace(settings, **{k: v for k, v in given.items() if v is not None})
     configure_logging(settings)
     running = build(settings)
     if settings.metrics_port is not None:
