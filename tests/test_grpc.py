@@ -73,17 +73,17 @@ class Deployment:
         return self.stack.web_url
 
 
-def start_grpc(stack: LocalStack, port: int, **env: str) -> ServiceProcess:
+def start_grpc(stack: LocalStack, port: int, name: str = "grpc", **env: str) -> ServiceProcess:
     """The gRPC process, with the web service's environment (as a `grpc`
     service in compose.yaml would have), stopped with the stack."""
     process = ServiceProcess(
-        "grpc",
+        name,
         [sys.executable, "-m", "web.grpc_server"],
         {**stack.environments["web"], "TOOLNEXUS_GRPC_PORT": str(port), **env},
         ROOT,
-        stack.folder / "grpc.log",
+        stack.folder / f"{name}.log",
     )
-    stack.processes["grpc"] = process
+    stack.processes[name] = process
     return process
 
 
@@ -461,8 +461,7 @@ def test_shutdown_lets_open_streams_finish_and_takes_no_new_calls(
     """SIGTERM: the stream open on a running task still ends with the task's
     terminal event; a call after it is refused; the process then exits."""
     port = free_port()
-    process = start_grpc(deployment.stack, port, TOOLNEXUS_GRPC_GRACE="60")
-    deployment.stack.processes["grpc-drained"] = deployment.stack.processes.pop("grpc")
+    process = start_grpc(deployment.stack, port, "grpc-drained", TOOLNEXUS_GRPC_GRACE="60")
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         grpc.channel_ready_future(channel).result(timeout=30)
         stub = a2a_pb2_grpc.A2AServiceStub(channel)
