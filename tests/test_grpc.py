@@ -482,3 +482,26 @@ def test_shutdown_lets_open_streams_finish_and_takes_no_new_calls(
         )
     assert code == grpc.StatusCode.UNAVAILABLE
     assert process.process.wait(30) == 0
+
+
+def test_the_grpc_process_logs_and_counts_each_call(deployment: Deployment) -> None:
+    port, metrics_port = free_port(), free_port()
+    process = start_grpc(
+        deployment.stack, port, "grpc-metrics", TOOLNEXUS_METRICS_PORT=str(metrics_port)
+    )
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        grpc.channel_ready_future(channel).result(timeout=30)
+        stub = a2a_pb2_grpc.A2AServiceStub(channel)
+        failure(lambda: stub.GetTask(GetTaskRequest(id="counted"), metadata=as_alice()))
+    wait_for(lambda: "grpc GetTask outcome=NOT_FOUND" in process.output(), timeout=10)
+
+    def counted() -> str | None:
+        try:
+            text = requests.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+        except requests.ConnectionError:
+            return None
+        return text if 'method="GetTask",outcome="NOT_FOUND"' in text else None
+
+    assert 'toolnexus_requests_total{method="GetTask",outcome="NOT_FOUND"} 1.0' in wait_for(
+        counted, timeout=10
+    )
