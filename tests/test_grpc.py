@@ -96,6 +96,10 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         "TOOLNEXUS_API_TOKENS": f"alice:{ALICE},bob:{BOB}",
         "TOOLNEXUS_GRPC_URL": f"127.0.0.1:{port}",
         "TOOLNEXUS_GRPC_MAX_MESSAGE": "65536",
+        # a killed worker's task is found and failed within seconds
+        "TOOLNEXUS_HEARTBEAT": "0.3",
+        "TOOLNEXUS_STALE_AFTER": "2",
+        "TOOLNEXUS_REAP_EVERY": "0.5",
     }
     with local_stack(tmp_path_factory.mktemp("grpc"), settings) as (_, stack):
         stack.start("web", WEB_CONCURRENCY="1")
@@ -505,3 +509,30 @@ def test_the_grpc_process_logs_and_counts_each_call(deployment: Deployment) -> N
     assert 'toolnexus_requests_total{method="GetTask",outcome="NOT_FOUND"} 1.0' in wait_for(
         counted, timeout=10
     )
+
+
+def test_a_stream_outlives_its_worker_and_the_next_worker_serves_on(
+    deployment: Deployment,
+) -> None:
+    """The worker running a streamed task is killed: the gRPC stream ends with
+    the reaper's `failed` (not a hang); a new worker takes the next task, and
+    a stream on it runs to the end."""
+    stub, stack = deployment.stub, deployment.stack
+    stream = stub.SendStreamingMessage(
+        SendMessageRequest(message=message("1 30")), metadata=as_alice(), timeout=60
+    )
+    seen = [next(stream)]
+    while not seen[-1].HasField("artifact_update"):
+        seen.append(next(stream))  # the worker is running it
+    stack.processes["worker"].kill()
+    seen.extend(stream)
+    last = seen[-1].status_update.status
+    assert last.state == TaskState.TASK_STATE_FAILED
+    assert "worker lost" in last.message.parts[0].text
+    stack.start("worker")
+    after = list(
+        stub.SendStreamingMessage(
+            SendMessageRequest(message=message("0.1 2")), metadata=as_alice(), timeout=60
+        )
+    )
+    assert state_of(after[-1]) == COMPLETED
