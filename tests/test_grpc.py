@@ -536,3 +536,69 @@ def test_a_stream_outlives_its_worker_and_the_next_worker_serves_on(
         )
     )
     assert state_of(after[-1]) == COMPLETED
+
+
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, as PEM files."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = folder / "grpc.crt", folder / "grpc.key"
+    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
+
+
+def test_the_grpc_port_speaks_tls_when_given_a_certificate(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    cert, key = self_signed(tmp_path)
+    port = free_port()
+    start_grpc(
+        deployment.stack,
+        port,
+        "grpc-tls",
+        TOOLNEXUS_GRPC_TLS_CERT=f"@{cert}",
+        TOOLNEXUS_GRPC_TLS_KEY=f"@{key}",
+    )
+    credentials = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
+    with grpc.secure_channel(f"127.0.0.1:{port}", credentials) as channel:
+        grpc.channel_ready_future(channel).result(timeout=30)
+        task = completed_task(deployment)
+        stub = a2a_pb2_grpc.A2AServiceStub(channel)
+        assert stub.GetTask(GetTaskRequest(id=task.id), metadata=as_alice()).id == task.id
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as plain:
+        code, _ = failure(
+            lambda: a2a_pb2_grpc.A2AServiceStub(plain).GetTask(
+                GetTaskRequest(id=task.id), metadata=as_alice(), timeout=5
+            )
+        )
+    assert code == grpc.StatusCode.UNAVAILABLE  # no plaintext on a TLS port

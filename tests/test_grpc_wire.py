@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import grpc
+import pytest
 from a2a.types import a2a_pb2
 from google.rpc import error_details_pb2, status_pb2
 
-from shared.errors import TaskNotFound
+from shared.errors import ConfigError, TaskNotFound
+from shared.settings import Settings
 from web.errors import InvalidParams, describe, status_body
 from web.grpc_wire import message_of, params_of, rich_status
 
@@ -49,3 +51,8 @@ def test_an_error_is_a_status_with_error_info_and_the_bad_field() -> None:
     found = error_details_pb2.ErrorInfo()
     status_pb2.Status.FromString(named[2]).details[0].Unpack(found)
     assert (named[0], found.metadata["taskId"]) == (grpc.StatusCode.NOT_FOUND, "t9")
+
+
+def test_tls_needs_both_the_certificate_and_the_key() -> None:
+    with pytest.raises(ConfigError, match="TOOLNEXUS_GRPC_TLS_CERT and TOOLNEXUS_GRPC_TLS_KEY"):
+        Settings.from_env({"TOOLNEXUS_GRPC_TLS_CERT": "-----BEGIN CERTIFICATE-----"})

@@ -9,7 +9,9 @@ bounds them, and a call beyond that is refused RESOURCE_EXHAUSTED, not
 queued), the largest message either way, HTTP/2 keepalive pings. SIGTERM
 or SIGINT stops taking calls and gives open ones TOOLNEXUS_GRPC_GRACE
 seconds to finish; streams still open then are cancelled, which ends them
-at once (their followers are woken).
+at once (their followers are woken). With TOOLNEXUS_GRPC_TLS_CERT and
+TOOLNEXUS_GRPC_TLS_KEY the port speaks TLS (spec §10.1); without, plaintext
+HTTP/2 for a mesh or proxy that terminates TLS in front.
 """
 
 from __future__ import annotations
@@ -91,7 +93,12 @@ def build(settings: Settings) -> GrpcServer:
     )
     service = A2AGrpcService(tasks, authenticator, extended)
     a2a_pb2_grpc.add_A2AServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
-    port = server.add_insecure_port(f"{settings.grpc_host}:{settings.grpc_port}")
+    address = f"{settings.grpc_host}:{settings.grpc_port}"
+    if settings.grpc_tls_cert is not None and settings.grpc_tls_key is not None:
+        pair = (settings.grpc_tls_key.encode(), settings.grpc_tls_cert.encode())
+        port = server.add_secure_port(address, grpc.ssl_server_credentials([pair]))
+    else:
+        port = server.add_insecure_port(address)
     server.start()
 
     def close() -> None:
