@@ -161,7 +161,7 @@ class A2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
                         outcome = status[0].name
                         _abort(context, status)
                     events += 1
-                    yield message_of(_numbered(seq, payload), a2a_pb2.StreamResponse)
+                    yield _numbered(seq, message_of(payload, a2a_pb2.StreamResponse))
             finally:
                 web_metrics().streams_open.dec()
                 _record(name, outcome, started, events)
@@ -197,11 +197,14 @@ def _parsed(kind: str, request: ProtoMessage) -> Any:
     return parse(kind, params)
 
 
-def _numbered(seq: int, payload: dict[str, Any]) -> dict[str, Any]:
-    """A StreamResponse whose event carries its number, to resume after."""
-    (field, event), *_ = payload.items()
-    metadata = {**(event.get("metadata") or {}), EVENT_ID_FIELD: str(seq)}
-    return {field: {**event, "metadata": metadata}}
+def _numbered(seq: int, response: a2a_pb2.StreamResponse) -> a2a_pb2.StreamResponse:
+    """`response` with its event's number in the event's metadata, to resume
+    after (set on the message, so the conversion before it stays the same for
+    every subscriber and can be remembered)."""
+    field = response.WhichOneof("payload")
+    if field is not None:
+        getattr(response, field).metadata[EVENT_ID_FIELD] = str(seq)
+    return response
 
 
 def _abort(context: Any, status: tuple[grpc.StatusCode, str, bytes]) -> NoReturn:
