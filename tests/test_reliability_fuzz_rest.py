@@ -107,7 +107,7 @@ def check_reply(fuzzed: Target, status: int, mimetype: str, data: bytes, stream:
         fuzzed.tally.codes["result"] += 1
 
 
-@fuzz(400)
+@fuzz(250)
 @given(
     route=ROUTE,
     a=SEGMENT,

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from shared import Settings, memory_store
 from shared.errors import StoreError
 from shared.memory_store import MemoryStore
+from tests.support.polling import wait_for
 from tests.support.served import Serve, serving_agents
 from tests.support.sse import RestStream
 from tests.test_web_support import ASK, PlayingDispatcher, rpc
@@ -345,9 +346,17 @@ def events_of(stream: RestStream) -> list[tuple[int | None, dict[str, Any]]]:
     return [(event.id, event.data) for event in stream]
 
 
-def test_a_send_stream_is_bare_stream_responses_with_ids(serve: Serve) -> None:
+def test_a_send_stream_is_bare_stream_responses_with_ids(
+    serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
     url, _ = serve("examples.agents:countdown")
-    events = events_of(RestStream(url, "POST", "/message:stream", {"message": message("2")}))
+    with caplog.at_level(logging.INFO, logger="web.requests"):
+        stream = RestStream(url, "POST", "/message:stream", {"message": message("2")})
+        events = events_of(stream)
+        wait_for(lambda: any("events=" in r.getMessage() for r in caplog.records), timeout=10)
+    (line,) = [r.getMessage() for r in caplog.records if "events=" in r.getMessage()]
+    task_id = events[0][1]["task"]["id"]
+    assert f"SendStreamingMessage dialect=http+json task_id={task_id} events={len(events)}" in line
     ids = [seq for seq, _ in events]
     assert ids == list(range(1, len(ids) + 1))
     first, *updates = (data for _, data in events)
@@ -377,6 +386,25 @@ def test_both_stream_routes_resume_after_last_event_id(serve: Serve) -> None:
         tail = events_of(RestStream(url, verb, path, last_event_id=ids[-3]))
         assert [seq for seq, _ in tail] == ids[-2:]
         assert [data for _, data in tail] == [data for _, data in rest[-2:]]
+
+
+def test_a_client_hanging_up_ends_its_stream_at_once(
+    serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    url, store = serve("examples.agents:ticking", keepalive=60.0)
+    sent = {"message": message("30 ticks"), "configuration": {"returnImmediately": True}}
+    reply = requests.post(f"{url}/message:send", json=sent, headers=V10, timeout=10).json()
+    task_id = reply["task"]["id"]
+    with caplog.at_level(logging.INFO, logger="web.requests"):
+        stream = RestStream(url, "GET", f"/tasks/{task_id}:subscribe")
+        next(iter(stream))
+        stream.close()
+        # Its line is written when the stream ends: long before the task's 30 s.
+        wait_for(
+            lambda: any("SubscribeToTask" in r.getMessage() for r in caplog.records), timeout=10
+        )
+    assert store.get(task_id)["status"]["state"] == "working"
+    requests.post(f"{url}/tasks/{task_id}:cancel", headers=V10, timeout=10)
 
 
 def test_a_subscription_follows_a_live_task_to_its_end(serve: Serve) -> None:
@@ -554,15 +582,19 @@ def test_a_store_fault_mid_stream_ends_it_with_an_error_event() -> None:
     environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/tasks/t-1:subscribe"}
     request = WsgiRequest(environ)
     statuses: list[str] = []
-    chunks = open_stream(
-        Stream(wire, "t-1", body),
-        request,
-        begin(request, "/tasks/{id}:subscribe"),
-        lambda status, headers: statuses.append(status),
-        HangupMonitor(),
-        [],
-    )
-    sent = b"".join(chunks).decode()
+    observed = begin(request, "/tasks/{id}:subscribe")
+    try:
+        chunks = open_stream(
+            Stream(wire, "t-1", body),
+            request,
+            observed,
+            lambda status, headers: statuses.append(status),
+            HangupMonitor(),
+            [],
+        )
+        sent = b"".join(chunks).decode()
+    finally:
+        observed.binding.release()  # as the endpoint does: no request id left bound
     assert statuses == ["200 OK"]
     first, error = [block for block in sent.split("\n\n") if block.startswith(("id:", "event:"))]
     assert first == 'id: 1\ndata: {"task":{"id":"t-1"}}'

@@ -131,6 +131,10 @@ def create_app(
                 "name": settings.name,
                 "agentCard": CARD_PATH,
                 "send": "POST / with a JSON-RPC 2.0 request, Content-Type: application/json",
+                "httpJson": (
+                    "or the HTTP+JSON routes (POST /message:send, GET /tasks/{id}, ...)"
+                    " with A2A-Version: 1.0"
+                ),
                 "example": {
                     "jsonrpc": "2.0",
                     "id": 1,

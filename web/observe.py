@@ -120,7 +120,10 @@ def following(observed: Observed, items: Iterator[T]) -> Iterator[T]:
         for item in items:
             if isinstance(item, tuple) and len(item) == 2 and is_mapping(item[1]):
                 events += 1
-                outcome, task_id = outcome_of(item[1])
+                payload = item[1]
+                if "jsonrpc" not in payload and "error" not in payload:
+                    payload = {"result": payload}  # HTTP+JSON: a bare StreamResponse
+                outcome, task_id = outcome_of(payload)
                 observed.task_id = observed.task_id or task_id
                 if outcome != "ok":
                     observed.outcome = outcome
