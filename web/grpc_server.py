@@ -1,4 +1,4 @@
-"""The gRPC process: `python -m web.grpc_server` serves `a2a.v1.A2AService`
+"""The gRPC process: `python -m web.grpc_server` serves `lf.a2a.v1.A2AService`
 on TOOLNEXUS_GRPC_HOST:TOOLNEXUS_GRPC_PORT, beside (not inside) the HTTP
 front end, on the same store and broker, so any number of either can run.
 
@@ -111,7 +111,7 @@ def build(settings: Settings) -> GrpcServer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Serve a2a.v1.A2AService over gRPC.")
+    parser = argparse.ArgumentParser(description="Serve lf.a2a.v1.A2AService over gRPC.")
     parser.add_argument("--host", help="overrides TOOLNEXUS_GRPC_HOST")
     parser.add_argument("--port", type=int, help="overrides TOOLNEXUS_GRPC_PORT")
     args = parser.parse_args(argv)

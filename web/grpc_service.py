@@ -1,4 +1,4 @@
-"""The gRPC binding of A2A 1.0: `a2a.v1.A2AService` on the methods layer.
+"""The gRPC binding of A2A 1.0: `lf.a2a.v1.A2AService` on the methods layer.
 
 A thin binding, as HTTP+JSON is: each RPC's request message becomes the
 params a JSON-RPC call of the method carries (`web.grpc_wire`), and
@@ -64,7 +64,7 @@ log = logging.getLogger("web.requests")
 GRPC: Final = Dialect("grpc", V10, blocking=True, wraps_send=True, enveloped=False)
 RESUME_KEY: Final = "last-event-id"
 EVENT_ID_FIELD: Final = "toolnexus.eventId"
-SERVICE: Final = "a2a.v1.A2AService"
+SERVICE: Final = "lf.a2a.v1.A2AService"
 _REQUEST_ID_KEY: Final = REQUEST_ID_HEADER.lower()  # gRPC metadata keys are lowercase
 R = TypeVar("R", bound=ProtoMessage)
 # The extended card in a wire version; None: none is offered.
