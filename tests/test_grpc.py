@@ -661,3 +661,24 @@ def test_hostile_bytes_get_an_error_and_the_process_keeps_serving(
     assert deep_code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT)
     assert stored() == before
     assert completed_task(deployment).status.state == COMPLETED
+
+
+def test_the_extended_card_over_grpc_when_configured(deployment: Deployment) -> None:
+    port = free_port()
+    start_grpc(
+        deployment.stack,
+        port,
+        "grpc-extended",
+        TOOLNEXUS_EXTENDED_CARD='{"description": "for signed-in callers"}',
+    )
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        grpc.channel_ready_future(channel).result(timeout=30)
+        stub = a2a_pb2_grpc.A2AServiceStub(channel)
+        request = a2a_pb2.GetExtendedAgentCardRequest()
+        card = stub.GetExtendedAgentCard(request, metadata=as_alice())
+        assert card.description == "for signed-in callers"
+        assert card.capabilities.extended_agent_card
+        bindings = [i.protocol_binding for i in card.supported_interfaces]
+        assert "GRPC" in bindings and "JSONRPC" in bindings
+        no_token = failure(lambda: stub.GetExtendedAgentCard(request, metadata=[V10]))
+        assert no_token == (grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED")
