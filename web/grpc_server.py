@@ -39,7 +39,7 @@ from web.auth import authenticator_for
 from web.browsers import browser_policy
 from web.card_views import CardViews
 from web.dispatch import CeleryDispatcher
-from web.grpc_service import A2AGrpcService
+from web.grpc_service import A2AGrpcService, ExtendedCard
 from web.methods import Tasks
 from web.skills import load_skills
 
@@ -58,25 +58,26 @@ class GrpcServer:
 
 
 def build(settings: Settings) -> GrpcServer:
-    """The server, bound and started."""
+    """The gRPC process's server, wired as `create_app` wires the HTTP edge,
+    bound and started."""
     store = open_store(settings, None)
     dispatcher = CeleryDispatcher(settings)
     tasks = Tasks(settings, store, dispatcher, load_hook(settings))
     authenticator = authenticator_for(settings)
-    extended = None
-    if settings.extended_card is not None:
-        skills = load_skills(settings.skills, settings.skill_names) if settings.skills else []
-        cards = CardViews(
-            settings,
-            skills,
-            browser_policy(settings, strict_hosts=False),
-            authenticator.card_schemes(),
-            streaming=isinstance(store, EventStore),
-            overrides=settings.card or {},
-            extended_fields=settings.extended_card,
-        )
-        url = settings.url or f"http://{settings.host}:{settings.port}/"
-        extended = partial(cards.extended_at, url)
+    running = serve(settings, A2AGrpcService(tasks, authenticator, extended_card(settings, tasks)))
+
+    def close() -> None:
+        dispatcher.close()
+        closing = getattr(store, "close", None)
+        if callable(closing):
+            closing()
+
+    return dataclasses.replace(running, close=close)
+
+
+def serve(settings: Settings, service: A2AGrpcService) -> GrpcServer:
+    """`service` on the gRPC settings' port, started: what a launcher that
+    already holds the methods (the embedded one) calls to add the binding."""
     keepalive_ms = int(settings.grpc_keepalive * 1000)
     server = grpc.server(
         ThreadPoolExecutor(settings.grpc_threads, thread_name_prefix="grpc"),
@@ -91,7 +92,6 @@ def build(settings: Settings) -> GrpcServer:
             ("grpc.http2.min_ping_interval_without_data_ms", min(keepalive_ms, 10_000)),
         ],
     )
-    service = A2AGrpcService(tasks, authenticator, extended)
     a2a_pb2_grpc.add_A2AServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
     address = f"{settings.grpc_host}:{settings.grpc_port}"
     if settings.grpc_tls_cert is not None and settings.grpc_tls_key is not None:
@@ -100,14 +100,26 @@ def build(settings: Settings) -> GrpcServer:
     else:
         port = server.add_insecure_port(address)
     server.start()
+    return GrpcServer(server, port, lambda: None)
 
-    def close() -> None:
-        dispatcher.close()
-        closing = getattr(store, "close", None)
-        if callable(closing):
-            closing()
 
-    return GrpcServer(server, port, close)
+def extended_card(settings: Settings, tasks: Tasks) -> ExtendedCard | None:
+    """GetExtendedAgentCard's card when TOOLNEXUS_EXTENDED_CARD is set; its
+    JSON-RPC URL is TOOLNEXUS_URL's, or where the HTTP server listens."""
+    if settings.extended_card is None:
+        return None
+    skills = load_skills(settings.skills, settings.skill_names) if settings.skills else []
+    cards = CardViews(
+        settings,
+        skills,
+        browser_policy(settings, strict_hosts=False),
+        authenticator_for(settings).card_schemes(),
+        streaming=isinstance(tasks.store, EventStore),
+        overrides=settings.card or {},
+        extended_fields=settings.extended_card,
+    )
+    url = settings.url or f"http://{settings.host}:{settings.port}/"
+    return partial(cards.extended_at, url)
 
 
 def main(argv: list[str] | None = None) -> None:
