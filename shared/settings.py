@@ -371,6 +371,22 @@ class Settings:
     # asyncio run TOOLNEXUS_CONCURRENCY calls at once in one worker process
     # (docs/io-workers.md), with time limits and cancels enforced by the worker
     pool: str = _env("POOL", _pool, "prefork")
+    # the gRPC binding (`python -m web.grpc_server`): where it listens, the
+    # address the card declares for it (unset: the card lists no GRPC
+    # interface), threads (each open stream holds one), the largest message
+    # it accepts, HTTP/2 keepalive pings, and how long a shutdown lets open
+    # calls and streams finish
+    grpc_host: str = _env("GRPC_HOST", _text, "127.0.0.1")
+    grpc_port: int = _env("GRPC_PORT", _port, 50051)
+    grpc_url: str | None = _env("GRPC_URL", _optional_text, None)
+    grpc_threads: int = _env("GRPC_THREADS", _count, 256)
+    grpc_max_message: int = _env("GRPC_MAX_MESSAGE", _count, 1024 * 1024)
+    grpc_keepalive: float = _env("GRPC_KEEPALIVE", _seconds, 30.0)
+    grpc_grace: float = _env("GRPC_GRACE", _seconds, 10.0)
+    # TLS for the gRPC port: a PEM certificate chain and its key (inline or
+    # @file); both or neither (neither: plaintext HTTP/2, for TLS in front)
+    grpc_tls_cert: str | None = _env("GRPC_TLS_CERT", _optional_file_text, None)
+    grpc_tls_key: str | None = _env("GRPC_TLS_KEY", _optional_file_text, None)
 
     def __post_init__(self) -> None:
         if self.heartbeat >= self.stale_after:
@@ -384,6 +400,10 @@ class Settings:
             raise ConfigError(
                 "JWT authentication needs TOOLNEXUS_JWT_ISSUER and TOOLNEXUS_JWT_AUDIENCE:"
                 " a token is accepted only from the issuer, for this agent"
+            )
+        if (self.grpc_tls_cert is None) != (self.grpc_tls_key is None):
+            raise ConfigError(
+                "set both TOOLNEXUS_GRPC_TLS_CERT and TOOLNEXUS_GRPC_TLS_KEY, or neither"
             )
         if not self.jwt_principal_claim:
             raise ConfigError("TOOLNEXUS_JWT_PRINCIPAL_CLAIM must name a claim, e.g. sub")

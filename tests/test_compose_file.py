@@ -75,8 +75,17 @@ def needs_cli() -> list[str]:
 
 
 def test_the_five_services(services: dict[str, Any]) -> None:
-    # worker-io is opt-in (profile "io"): tests/test_worker_pools.py checks it.
-    assert set(services) == {"redis", *APP_SERVICES, "worker-io"}
+    # worker-io and grpc are opt-in (profiles "io" and "grpc"):
+    # tests/test_worker_pools.py checks the first, the test below the second.
+    assert set(services) == {"redis", *APP_SERVICES, "worker-io", "grpc"}
+
+
+def test_the_grpc_service_is_opt_in_and_runs_the_grpc_role(services: dict[str, Any]) -> None:
+    grpc, web = services["grpc"], services["web"]
+    assert grpc["profiles"] == ["grpc"]  # `docker compose up` alone leaves it out
+    assert grpc["command"][:2] == ["toolnexus-serve", "grpc"]
+    assert grpc["env_file"] == web["env_file"]
+    assert any(str(port).endswith(":50051") for port in grpc["ports"])
 
 
 def test_compose_refuses_to_start_without_both_passwords() -> None:
@@ -172,9 +181,14 @@ def test_the_example_skill_only_when_asked_for() -> None:
 
 def test_ports_are_published_on_loopback_unless_configured(services: dict[str, Any]) -> None:
     published = {name: service["ports"] for name, service in services.items() if "ports" in service}
-    assert published == {"web": ["127.0.0.1:8080:8080"], "flower": ["127.0.0.1:5555:5555"]}
+    assert published == {
+        "web": ["127.0.0.1:8080:8080"],
+        "grpc": ["127.0.0.1:50051:50051"],
+        "flower": ["127.0.0.1:5555:5555"],
+    }
     opened = compose({**DOTENV, "TOOLNEXUS_BIND_ADDRESS": "0.0.0.0", "TOOLNEXUS_WEB_PORT": "80"})
     assert opened["services"]["web"]["ports"] == ["0.0.0.0:80:8080"]
+    assert opened["services"]["grpc"]["ports"] == ["0.0.0.0:50051:50051"]
     assert opened["services"]["flower"]["ports"] == ["127.0.0.1:5555:5555"]  # its own choice
     flower = compose({**DOTENV, "FLOWER_BIND_ADDRESS": "10.0.0.5"})["services"]["flower"]
     assert flower["ports"] == ["10.0.0.5:5555:5555"]
@@ -263,6 +277,7 @@ def test_env_example_names_only_real_settings() -> None:
         "REDIS_MAXMEMORY",
         "TOOLNEXUS_BIND_ADDRESS",
         "TOOLNEXUS_WEB_PORT",
+        "TOOLNEXUS_GRPC_HOST_PORT",
         "TOOLNEXUS_WEB_STOP_GRACE",
         "TOOLNEXUS_WORKER_STOP_GRACE",
     }

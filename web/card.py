@@ -18,7 +18,8 @@ forms). Which card a request gets:
 
 `supportedInterfaces` lists the one JSON-RPC endpoint under 1.0 and 0.3,
 from which clients of either generation pick theirs, then the HTTP+JSON
-binding (1.0) at the same base URL.
+binding (1.0) at the same base URL, and the gRPC binding (1.0) at
+TOOLNEXUS_GRPC_URL when that is set (`web.grpc_server` serves it).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from web.skills import Skill
 
 TRANSPORT: Final = "JSONRPC"
 HTTP_JSON_BINDING: Final = "HTTP+JSON"
+GRPC_BINDING: Final = "GRPC"
 PROTOCOL_V03: Final = "0.3.0"
 INTERFACE_VERSIONS: Final = (V10, V03)
 # How long a client or cache may keep the card before asking again.
@@ -64,6 +66,10 @@ def build_card(
     interfaces.append(
         {"url": url.rstrip("/"), "protocolBinding": HTTP_JSON_BINDING, "protocolVersion": V10}
     )
+    if settings.grpc_url:
+        interfaces.append(
+            {"url": settings.grpc_url, "protocolBinding": GRPC_BINDING, "protocolVersion": V10}
+        )
     capabilities: dict[str, Any] = {"streaming": streaming, "pushNotifications": push}
     if extended:
         capabilities["extendedAgentCard"] = True

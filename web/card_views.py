@@ -46,8 +46,13 @@ class CardViews:
     def extended(self, request: HttpRequest, version: str) -> dict[str, Any]:
         """The extended card in `version` (0.3's authenticated extended card
         carries the 0.3 fields); only called when `extended_fields` is set."""
-        assert self.extended_fields is not None
         url, _ = self.browsers.base_url(request)
+        return self.extended_at(url, version)
+
+    def extended_at(self, url: str, version: str) -> dict[str, Any]:
+        """The extended card with its JSON-RPC endpoint at `url` (the gRPC
+        binding has no HTTP request to take it from)."""
+        assert self.extended_fields is not None
         document = self._card(url, {**self.overrides, **self.extended_fields})
         return with_v03_fields(document, self.security) if version == V03 else document
 

@@ -138,8 +138,9 @@ class TaskError(ToolnexusError):
 class WireError:
     """What the peer is told: code, message, a reason for 1.0's ErrorInfo,
     the HTTP status of each binding (`http_status`: JSON-RPC's; `rest_status`
-    and `status`, the google.rpc code name: HTTP+JSON's) and any context worth
-    returning (e.g. the task id)."""
+    and `status`, the google.rpc code name: HTTP+JSON's; `status` is also the
+    gRPC binding's status code) and any context worth returning (e.g. the
+    task id)."""
 
     code: int
     message: str
@@ -152,14 +153,16 @@ class WireError:
     status: str = "INTERNAL"
 
 
-# google.rpc code names (HTTP+JSON's `error.status`).
+# google.rpc code names: HTTP+JSON's `error.status`, and the gRPC binding's
+# status code (`web.grpc_wire`), which are the same names by definition.
 _INVALID: Final = "INVALID_ARGUMENT"
 _PRECONDITION: Final = "FAILED_PRECONDITION"
 _NOT_FOUND: Final = "NOT_FOUND"
 _UNAVAILABLE: Final = "UNAVAILABLE"
 
 # (class, JSON-RPC code, reason, JSON-RPC's HTTP status, HTTP+JSON's status
-# and code name; spec 1.0.1 §5.4 for the A2A errors); the first matching
+# and the code name, HTTP+JSON's and gRPC's; spec 1.0.1 §5.4 for the A2A
+# errors); the first matching
 # class wins, so subclasses come before their bases.
 _TABLE: Final[tuple[tuple[type[Exception], int, str, int, int, str], ...]] = (
     (ParseError, -32700, "PARSE_ERROR", 200, 400, _INVALID),

@@ -121,6 +121,8 @@ CONCURRENCY = Flag(
 POOL = Flag("--pool", "TOOLNEXUS_POOL", "prefork, or threads/asyncio for agents that mostly wait")
 STATE_DIR = Flag("--state-dir", "TOOLNEXUS_STATE_DIR", "where beat keeps its schedule")
 WORKERS = Flag("--workers", "WEB_CONCURRENCY", "gunicorn worker processes (default: CPU count)")
+GRPC_HOST = Flag("--host", "TOOLNEXUS_GRPC_HOST", "interface the gRPC server binds")
+GRPC_PORT = Flag("--port", "TOOLNEXUS_GRPC_PORT", "the gRPC server's port (default 50051)")
 FLOWER_PORT = Flag("--port", "FLOWER_PORT", "Flower's port (default 5555)")
 FLOWER_ADDRESS = Flag("--address", "FLOWER_ADDRESS", "Flower's interface (default: all)")
 
@@ -218,6 +220,24 @@ def _web(rest: list[str]) -> int:
     return 0
 
 
+def _grpc(rest: list[str]) -> int:
+    from shared.errors import ToolnexusError
+    from shared.settings import Settings
+    from shared.startup import refuse_private_store
+    from shared.wiring import load_hook, open_store
+
+    try:
+        settings = Settings.from_env()
+        open_store(settings)
+        load_hook(settings)
+        refuse_private_store(settings, f"{PROGRAM} grpc")
+    except (ToolnexusError, ValueError, OSError) as error:  # a bad setting
+        return _refuse(error)
+    # The gRPC server's own module takes over this process (as gunicorn loads
+    # web:create_app() by name): the launcher imports no web code itself.
+    os.execv(sys.executable, [sys.executable, "-m", "web.grpc_server", *rest])
+
+
 def _binds_elsewhere(gunicorn_options: list[str]) -> bool:
     """True when gunicorn's own -b (a flag or GUNICORN_CMD_ARGS) picks the address."""
     given = [*gunicorn_options, *os.environ.get("GUNICORN_CMD_ARGS", "").split()]
@@ -292,6 +312,13 @@ ROLES: dict[str, Role] = {
             (HOST, PORT, WORKERS, STORE, BROKER, QUEUE, SKILLS, LOG_LEVEL),
             _web,
             "gunicorn",
+        ),
+        Role(
+            "grpc",
+            "The gRPC binding (lf.a2a.v1.A2AService), on the same store and broker as web.",
+            (GRPC_HOST, GRPC_PORT, STORE, BROKER, QUEUE, LOG_LEVEL),
+            _grpc,
+            "nothing (no other options)",
         ),
         Role(
             "worker",
