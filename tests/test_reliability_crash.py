@@ -31,6 +31,9 @@ from tests.support.polling import wait_for
 from tests.support.redis_server import RedisServer
 from tests.support.settled import saved_without_reply, wait_all_finished
 
+# Generous deadlines inside (a loaded machine is slow, not wrong).
+pytestmark = pytest.mark.timeout(360)
+
 SETTINGS = {
     "TOOLNEXUS_RUN": "examples.agents:slow",
     "TOOLNEXUS_CONCURRENCY": "2",

@@ -18,7 +18,7 @@ def unfinished(store: ListableStore) -> dict[str, str]:
     return {task_id: state for task_id, state in states.items() if state not in TERMINAL_STATES}
 
 
-def wait_all_finished(store: ListableStore, timeout: float = 120) -> dict[str, Task]:
+def wait_all_finished(store: ListableStore, timeout: float = 90) -> dict[str, Task]:
     """Wait until every task the store holds is terminal; return them all.
     On the deadline, fail naming (some of) the tasks still not finished."""
     try:
