@@ -173,3 +173,48 @@ def test_cancel_terminates_a_running_task_and_nothing_overwrites_it(fleet: Fleet
     assert "artifacts" not in task
     assert fleet.store.stale(float("inf")) == []
     assert f"Terminating {task_id}" in fleet.logs()  # Celery stopped the run itself
+
+
+def inspected_conf(fleet: Fleet, name: str) -> dict[str, Any]:
+    """The configuration the running worker `name` reports over the broker."""
+    control = fleet.dispatcher.app.control
+
+    def probe() -> dict[str, Any] | None:
+        replies = control.inspect(timeout=2).conf(with_defaults=True) or {}
+        return next((conf for node, conf in replies.items() if node.startswith(f"{name}@")), None)
+
+    return wait_for(probe, timeout=60, what=f"{name} to answer inspect conf\n{fleet.logs()}")
+
+
+def test_the_running_worker_has_the_settings_the_guarantees_rest_on(fleet: Fleet) -> None:
+    fleet.worker("configured")
+    conf = inspected_conf(fleet, "configured")
+    # A crashed pool process gives its message back; a dead worker strands
+    # nothing it had not started; Redis redelivers only once the hard limit
+    # has surely ended the run (TOOLNEXUS_TIME_LIMIT=2 here).
+    assert conf["task_acks_late"] is True
+    assert conf["task_reject_on_worker_lost"] is True
+    assert conf["worker_prefetch_multiplier"] == 1
+    assert conf["task_soft_time_limit"] == 2
+    assert conf["task_time_limit"] == 2 + 30
+    assert conf["broker_transport_options"]["visibility_timeout"] == 2 + 30 + 60
+
+
+def test_the_hard_time_limit_kills_the_pool_process_and_the_reaper_fails_the_task(
+    fleet: Fleet,
+) -> None:
+    # The agent blocks the soft limit's signal; the hard limit (shortened on
+    # the command line from the configured soft + 30 s) kills its process.
+    fleet.env["TOOLNEXUS_RUN"] = "tests.support.agents:scripted"
+    schedule = str(fleet.tmp_path / "beat-schedule")
+    fleet.worker("limited", "--soft-time-limit=1", "--time-limit=3", "-B", "-s", schedule)
+    task_id = fleet.submit("stubborn 600")
+    fleet.wait(task_id, "working")
+
+    task = fleet.wait(task_id, "failed", timeout=90)
+
+    assert reason(task) == "worker lost: no heartbeat for 1 s"
+    assert "TimeLimitExceeded" in fleet.logs()  # Celery's hard limit, not the soft one
+    assert fleet.store.stale(float("inf")) == []
+    after = fleet.submit("sleep 0.01 next")  # a new pool process serves on
+    assert fleet.wait(after, "completed")["artifacts"][0]["parts"][0]["text"] == "ran: next"

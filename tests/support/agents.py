@@ -4,6 +4,8 @@ PYTHONPATH).
 
 - `fail: <why>` raises; `reject: <why>` rejects; `ask: <question>` asks back;
 - `sleep <seconds> <text>` sleeps first;
+- `stubborn <seconds>` blocks SIGUSR1 (Celery's soft time limit) and
+  sleeps: only the hard time limit can stop it;
 - anything else is echoed.
 
 When `SCRIPTED_RUNS` names a file, every call appends its text and process
@@ -18,6 +20,7 @@ test synchronises on events instead of on how fast threads run.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -38,6 +41,10 @@ def scripted(text: str) -> object:
         return Reject(rest)
     if verb == "ask:":
         return Ask(rest)
+    if verb == "stubborn":
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+        time.sleep(float(rest))
+        return {"text": "outlived every limit"}
     if verb == "sleep":
         seconds, _, rest = rest.partition(" ")
         time.sleep(float(seconds))
