@@ -12,9 +12,12 @@ bench/recovery.py, not asserted here (a loaded machine is slow, not wrong).
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,6 +38,12 @@ SETTINGS = {
     "TOOLNEXUS_STALE_AFTER": str(STALE_AFTER),
     "TOOLNEXUS_REAP_EVERY": str(REAP_EVERY),
 }
+
+
+def epoch(task: dict[str, Any] | None) -> float:
+    assert task is not None
+    stamp = task["status"]["timestamp"].replace("Z", "+00:00")
+    return datetime.fromisoformat(stamp).timestamp()
 
 
 def killed_for_good(service: ServiceProcess) -> None:
@@ -73,6 +82,7 @@ def test_no_task_is_lost_when_a_worker_is_killed(stack: LocalStack) -> None:
         return [i for i in ids if (t := store.get(i)) and state_of(t) in TERMINAL_STATES]
 
     wait_for(lambda: len(finished()) >= TASKS // 3, timeout=120, what="a third of the tasks")
+    killed_at = time.time()
     killed_for_good(stack.processes["worker-a"])
     # Taken once the killed worker is wholly gone, so it holds every task it
     # left running (and those worker-b runs now); taken before the kill it
@@ -84,10 +94,12 @@ def test_no_task_is_lost_when_a_worker_is_killed(stack: LocalStack) -> None:
     lost = [i for i, t in tasks.items() if t is None]
     states = Counter(state_of(t) for t in tasks.values() if t is not None)
     reaped = [i for i, t in tasks.items() if t and state_of(t) == FAILED]
+    ended = [epoch(tasks[i]) - killed_at for i in reaped]  # a figure, never asserted
     print(
         f"\nworker killed: sent {TASKS}, terminal {sum(states.values())}, lost {len(lost)},"
         f" states {dict(states)}, working just after the kill {len(running_after_kill)},"
-        f" reaped {len(reaped)}"
+        f" reaped {len(reaped)}, the last {max(ended, default=0):.2f} s after the kill"
+        f" (stale threshold {STALE_AFTER:g} s, beat every {REAP_EVERY:g} s)"
     )
     assert lost == []
     assert set(states) <= {COMPLETED, FAILED}
