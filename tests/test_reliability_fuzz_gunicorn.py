@@ -16,9 +16,7 @@ in-process fuzz checks.
 
 from __future__ import annotations
 
-import http.client
 import json
-import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -159,41 +157,6 @@ STREAM_BODIES = st.one_of(
 )
 
 
-def stream_post(
-    address: tuple[str, int], body: bytes, headers: dict[str, str], *, chunked: bool
-) -> tuple[int, str, bytes]:
-    """POST `body`; the whole reply, or of an event stream its first event."""
-    connection = http.client.HTTPConnection(*address, timeout=20)
-    try:
-        path = "/"
-        if "?A2A-Version" in headers:
-            headers = dict(headers)
-            path = "/?A2A-Version=" + urllib.parse.quote(headers.pop("?A2A-Version"))
-        connection.putrequest("POST", path, skip_accept_encoding=True)
-        for name, value in {"Content-Type": "application/json", **headers}.items():
-            connection.putheader(name, value)
-        if chunked:
-            connection.putheader("Transfer-Encoding", "chunked")
-            connection.endheaders()
-            connection.send(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
-        else:
-            connection.putheader("Content-Length", str(len(body)))
-            connection.endheaders(body)
-        response = connection.getresponse()
-        mimetype = response.getheader("Content-Type") or ""
-        if not mimetype.startswith("text/event-stream"):
-            return response.status, mimetype, response.read()
-        received = b""
-        while not (received.endswith(b"\n\n") and b"data:" in received):
-            line = response.readline()
-            if not line:
-                break
-            received += line
-        return response.status, mimetype, received
-    finally:
-        connection.close()
-
-
 def check_stream_reply(status: int, mimetype: str, data: bytes) -> None:
     """A JSON-RPC error, or an event stream each of whose events is a valid
     JSON-RPC response (never HTML, never a 5xx)."""
@@ -218,7 +181,9 @@ def test_streaming_methods_over_gunicorn(gunicorn: tuple[Target, tuple[str, int]
     def storm(case: tuple[bytes, str | None], chunked: bool) -> None:
         body, version = case
         headers = {**dialect_headers(version), "Accept": "text/event-stream"}
-        status, mimetype, data = stream_post(address, body, headers, chunked=chunked)
+        status, mimetype, data = http_post(
+            address, body, headers, chunked=chunked, first_event=True
+        )
         target.tally.sent += 1
         check_stream_reply(status, mimetype, data)
 
