@@ -31,11 +31,21 @@ from shared.task import COMPLETED, FAILED, WORKING
 from tests.support.a2a import get_task, send_text, wait_ready, wait_state
 from tests.support.compose import ROOT, compose_cli
 from tests.support.polling import wait_for
-from tests.support.redis_server import free_port
+from tests.support.redis_server import ci, free_port
 
 # Builds and `compose up` take minutes on a vfs engine; the suite default is 120 s.
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 
+# Opt-in, CI included: building the image and running compose takes 3 to 5
+# minutes on a vfs engine, half the suite's 10-minute budget, and CI has no
+# engine. So the reason says so, with the last recorded run (keep it current,
+# here and in docs/test-suite.md, whenever you run it).
+LAST_RUN = "2026-11-30, passed 6 of 6 (twice; 271 s and 194 s)"
+OPT_IN = (
+    "OPT-IN, NOT RUN (CI neither): builds the image and runs compose.yaml on a Docker engine,"
+    f" minutes; run: ../shared/tools/docker-engine.sh && python3 -m pytest -m docker -s;"
+    f" last run {LAST_RUN}; see docs/test-suite.md"
+)
 STALE_AFTER = 5.0
 SERVICES = ("redis", "web", "worker", "beat", "flower")
 # What the image is built from: the working tree, minus what is never shipped.
@@ -105,7 +115,7 @@ def project(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Project]:
     if "docker" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("opt-in, takes minutes: python3 -m pytest -m docker")
+        pytest.skip(OPT_IN if not ci() else f"CI=true: {OPT_IN}")
     cli = compose_cli()
     engine = subprocess.run(["docker", "info"], capture_output=True) if cli else None
     if cli is None or engine is None or engine.returncode != 0:

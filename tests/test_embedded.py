@@ -18,6 +18,7 @@ import requests
 
 from shared.file_store import file_store
 from shared.task import new_id, new_task, state_of, text_message, with_status
+from tests.support.agents import runs_of
 from tests.support.polling import wait_for
 from tests.support.redis_server import free_port
 from worker.embedded import main, parse_args, settings_from
@@ -244,3 +245,36 @@ def test_idle_connections_are_closed_after_the_idle_timeout(serve: Callable[...,
             received += chunk
         assert b"Traceback" not in received
     assert served.stop(signal.SIGTERM)[0] == 0
+
+
+def test_shutdown_drains_the_queue_without_running_it(
+    serve: Callable[..., Served], tmp_path: Path
+) -> None:
+    # One worker thread, held by a running task; five more queued behind it.
+    # On SIGTERM the running one gets its grace, the queued ones are never
+    # run and stay `submitted` in the file store, and the next start runs them.
+    runs = str(tmp_path / "runs")
+    env = {
+        "TOOLNEXUS_RUN": "tests.support.agents:scripted",
+        "TOOLNEXUS_CONCURRENCY": "1",
+        "SCRIPTED_RUNS": runs,
+    }
+    served = serve("--store", "file:./tasks", **env)
+    running = served.send("sleep 2 holding the only thread")
+    wait_for(lambda: runs_of(runs, "sleep 2 holding the only thread"), what="the first to run")
+    queued = [served.send(f"queued-{n}")["id"] for n in range(5)]
+
+    code, stderr = served.stop(signal.SIGTERM)
+
+    assert code == 0, stderr
+    store = file_store(tmp_path / "tasks")
+    assert state_of(store.get(running["id"])) == "completed"  # finished within its grace
+    for n, task_id in enumerate(queued):
+        assert runs_of(runs, f"queued-{n}") == []
+        assert state_of(store.get(task_id)) == "submitted"
+    again = serve("--store", "file:./tasks", **env)
+    for n, task_id in enumerate(queued):
+        assert again.wait_state(task_id, "completed")["artifacts"][0]["parts"][0]["text"] == (
+            f"ran: queued-{n}"
+        )
+    assert again.stop(signal.SIGINT)[0] == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,13 @@ def fill(store: Any, count: int, owner: str = "", context: str | None = None) ->
     return ids
 
 
-def page_through(client: FlaskClient, size: int, **filters: Any) -> tuple[list[str], list[int]]:
+def page_through(
+    client: FlaskClient,
+    size: int,
+    between: Callable[[], None] = lambda: None,
+    **filters: Any,
+) -> tuple[list[str], list[int]]:
+    """Every page of one listing; `between` runs after each page but the last."""
     seen: list[str] = []
     totals: list[int] = []
     token = ""
@@ -61,30 +68,66 @@ def page_through(client: FlaskClient, size: int, **filters: Any) -> tuple[list[s
         token = result["nextPageToken"]
         if not token:
             return seen, totals
+        between()
+
+
+class Churn:
+    """A thread changing random tasks as fast as it can, counting its changes,
+    so the paging can wait for some to land between two of its pages."""
+
+    def __init__(self, store: Any, ids: list[str]) -> None:
+        self.store, self.ids = store, ids
+        self.changes = 0
+        self._changed = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def __enter__(self) -> Churn:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        rng = random.Random(7)
+        while not self._stop.is_set():
+            task_id = rng.choice(self.ids)
+            transition(self.store, task_id, to_state("working"))
+            transition(
+                self.store, task_id, lambda t: to_state("working", text_message("agent", "m"))(t)
+            )
+            with self._changed:
+                self.changes += 1
+                self._changed.notify_all()
+
+    def more(self, count: int = 3) -> None:
+        """Return once the churn has made `count` more changes."""
+        with self._changed:
+            target = self.changes + count
+            assert self._changed.wait_for(lambda: self.changes >= target, timeout=60)
 
 
 def test_every_task_appears_exactly_once_while_tasks_keep_changing(store: Any) -> None:
     ids = fill(store, 120)
     client = client_for(store)
-    stop = threading.Event()
+    gaps: list[int] = []
+    late: list[str] = []
 
-    def churn() -> None:
-        rng = random.Random(7)
-        while not stop.wait(0.001):  # about a thousand changes a second
-            task_id = rng.choice(ids)
-            transition(store, task_id, to_state("working"))
-            transition(
-                store, task_id, lambda t: to_state("working", text_message("agent", "more"))(t)
-            )
+    with Churn(store, ids) as churn:
 
-    churner = threading.Thread(target=churn)
-    churner.start()
-    try:
-        seen, totals = page_through(client, 7)
-        fill(store, 5, context="late")  # created after the listing began: not in it
-    finally:
-        stop.set()
-        churner.join(10)
+        def between_pages() -> None:
+            before = churn.changes
+            churn.more()  # changes land between every two pages, however slow the machine
+            gaps.append(churn.changes - before)
+            if not late:  # created after the listing began: not in it
+                late.extend(fill(store, 5, context="late"))
+
+        seen, totals = page_through(client, 7, between_pages)
+    # The churn overlapped the paging: changes between each pair of pages.
+    assert len(gaps) == len(totals) - 1 == 17 and min(gaps) >= 3
+    assert late and not set(late) & set(seen)
     assert sorted(seen) == sorted(ids)  # none skipped, none twice
     assert set(totals) == {120}  # one listing, one total
 

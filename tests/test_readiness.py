@@ -22,7 +22,12 @@ def test_ready_only_while_beat_runs(tmp_path: Path) -> None:
     settings = {"TOOLNEXUS_REAP_EVERY": "0.5", "TOOLNEXUS_HEARTBEAT": "0.5"}
     with local_stack(tmp_path, settings) as (_, stack):
         stack.start("web", WEB_CONCURRENCY="1")
-        assert readyz(stack.web_url, timeout=30) in (0, 503)  # no reaper has run yet
+        # Wait until the front end answers at all (0 is "nothing answered"),
+        # then it must say 503: no reaper has run yet.
+        first = wait_for(lambda: readyz(stack.web_url, timeout=5), timeout=60, what="web up")
+        assert first == 503
+        body = requests.get(f"{stack.web_url}/readyz", timeout=5).json()
+        assert body["reaper"] == "the reaper has not run yet: is beat running?"
         stack.start("beat")
         wait_ready(stack.web_url)
         stack.stop("beat")

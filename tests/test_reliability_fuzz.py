@@ -1069,8 +1069,15 @@ def serving(app: Flask) -> Iterator[tuple[str, int]]:
 
 
 def http_post(
-    address: tuple[str, int], body: bytes, headers: dict[str, str], *, chunked: bool
+    address: tuple[str, int],
+    body: bytes,
+    headers: dict[str, str],
+    *,
+    chunked: bool,
+    first_event: bool = False,
 ) -> tuple[int, str, bytes]:
+    """POST `body` as it is; the whole reply, or with `first_event` of an
+    event stream only its first event (a live stream need not end)."""
     connection = http.client.HTTPConnection(*address, timeout=30)
     try:
         path = "/"
@@ -1092,7 +1099,16 @@ def http_post(
             connection.putheader("Content-Length", str(len(body)))
             connection.endheaders(body)
         response = connection.getresponse()
-        return response.status, response.getheader("Content-Type") or "", response.read()
+        mimetype = response.getheader("Content-Type") or ""
+        if not (first_event and mimetype.startswith("text/event-stream")):
+            return response.status, mimetype, response.read()
+        received = b""
+        while not (received.endswith(b"\n\n") and b"data:" in received):
+            line = response.readline()
+            if not line:
+                break
+            received += line
+        return response.status, mimetype, received
     finally:
         connection.close()
 

@@ -1,9 +1,13 @@
 """Scenario: Redis (store and broker) goes down under load, then comes back.
 
 While it is down the front end answers every request with a JSON-RPC error
-saying what is unavailable, in bounded time, and /readyz says 503. Within
-5 s of Redis returning it serves again. Every task that was handed an id
-ends completed, or failed with a reason; none is lost or left working.
+saying what is unavailable (none hangs), and /readyz says 503. Once Redis
+returns it serves again. Every task the store holds, whether or not its id
+was handed out, ends completed, or failed with a reason; none is lost or
+left working. Redis stays down until the load has had errors back (an
+event, not a fixed time), and the deadlines here are generous outcomes, not
+timings: how fast the errors come and how soon it serves again are measured
+by bench/recovery.py.
 """
 
 from __future__ import annotations
@@ -20,11 +24,15 @@ import pytest
 import requests
 
 from shared.redis_store import redis_store
-from shared.task import COMPLETED, FAILED, TERMINAL_STATES, state_of
+from shared.task import COMPLETED, FAILED, state_of
 from tests.support.a2a import call, readyz, wait_ready
 from tests.support.compose import LocalStack, local_stack
 from tests.support.polling import wait_for
 from tests.support.redis_server import RedisServer
+from tests.support.settled import saved_without_reply, wait_all_finished
+
+# Generous deadlines inside (a loaded machine is slow, not wrong).
+pytestmark = pytest.mark.timeout(360)
 
 SETTINGS = {
     "TOOLNEXUS_RUN": "examples.agents:slow",
@@ -33,12 +41,16 @@ SETTINGS = {
     "TOOLNEXUS_STALE_AFTER": "8",
     "TOOLNEXUS_REAP_EVERY": "1",
 }
-OUTAGE = 3.0
-CLIENT_TIMEOUT = 15.0  # a request still unanswered by then counts as hung
+ERRORS_DURING_OUTAGE = 5  # Redis comes back once the load has had this many
+CLIENT_TIMEOUT = 60.0  # a request still unanswered by then counts as hung
 
 
 def succeeded(reply: dict[str, Any] | str) -> bool:
     return isinstance(reply, dict) and "result" in reply
+
+
+def error_reply(reply: dict[str, Any] | str) -> bool:
+    return isinstance(reply, dict) and "error" in reply
 
 
 def error_kind(reply: dict[str, Any] | str) -> str:
@@ -105,62 +117,61 @@ def test_a_redis_outage_gives_clear_errors_and_loses_nothing(
 ) -> None:
     redis, services = stack
     url = services.web_url
+    store = redis_store(services.store_url)
     wait_ready(url)
     with Load(url) as load:
-        wait_for(lambda: len(load.ids) >= 20, timeout=30, what="tasks under load")
+        wait_for(lambda: len(load.ids) >= 20, timeout=60, what="tasks under load")
+        unanswered = saved_without_reply(store, "0.2 saved, never answered")
         redis.stop()
         down_from = time.monotonic()
-        assert wait_for(lambda: readyz(url) == 503, timeout=10, what="/readyz to say 503")
-        time.sleep(OUTAGE)  # the outage itself: load keeps running against it
+        assert wait_for(lambda: readyz(url) == 503, timeout=60, what="/readyz to say 503")
+
+        def errors_since_down() -> int:
+            return sum(1 for s, _, r in list(load.replies) if s > down_from and error_reply(r))
+
+        # The outage itself: the load keeps running against it until it has
+        # had errors back, however slowly this machine runs.
+        wait_for(
+            lambda: errors_since_down() >= ERRORS_DURING_OUTAGE,
+            timeout=120,
+            what=f"{ERRORS_DURING_OUTAGE} error replies while Redis is down",
+        )
         down_until = time.monotonic()
         redis.start()
         back_at = time.monotonic()
-        wait_for(lambda: readyz(url) == 200, timeout=5, what="/readyz 200 after Redis returned")
+        wait_for(lambda: readyz(url) == 200, timeout=60, what="/readyz 200 after Redis returned")
         first_ok = wait_for(
             lambda: next(
-                (
-                    s
-                    for s, _, r in load.replies
-                    if s > back_at and isinstance(r, dict) and "result" in r
-                ),
-                None,
+                (s for s, _, r in list(load.replies) if s > back_at and succeeded(r)), None
             ),
-            timeout=5,
-            what="a successful request within 5 s of Redis returning",
+            timeout=60,
+            what="a successful request after Redis returned",
         )
         sent_before_stop = len(load.ids)
-        wait_for(lambda: len(load.ids) > sent_before_stop + 5, timeout=10, what="load to resume")
+        wait_for(lambda: len(load.ids) > sent_before_stop + 5, timeout=60, what="load to resume")
 
     # Requests made wholly inside the outage (one still in flight when Redis
-    # came back may rightly succeed).
+    # came back may rightly succeed), and every request begun during it.
     during = [
         (took, r) for s, took, r in load.replies if down_from + 0.5 < s and s + took < down_until
     ]
-    errors = Counter(
-        r["error"]["message"].split(":")[0]
-        if isinstance(r, dict) and "error" in r
-        else repr(r)[:40]
-        for _, r in during
-    )
-    hung = [r for _, r in during if isinstance(r, str)]
-    ok = [r for _, r in during if isinstance(r, dict) and "result" in r]
-    store = redis_store(services.store_url)
-    wait_for(
-        lambda: all((t := store.get(i)) and state_of(t) in TERMINAL_STATES for i in load.ids),
-        timeout=60,
-        what="every handed-out task to end",
-    )
-    final = {i: store.get(i) for i in load.ids}
-    states = Counter(state_of(t) for t in final.values() if t)
-    lost = [i for i, t in final.items() if t is None]
+    begun = [r for s, _, r in load.replies if down_from <= s <= back_at]
+    errors = Counter(error_kind(r) for _, r in during)
+    hung = [r for r in begun if isinstance(r, str)]
+    ok = [r for _, r in during if succeeded(r)]
+    final = wait_all_finished(store)
+    states = Counter(state_of(t) for t in final.values())
+    lost = [i for i in [*load.ids, unanswered] if i not in final]
+    slowest = max((took for took, _ in during), default=0.0)
     print(
         f"\nredis outage: requests during it {len(during)} (errors {dict(errors)},"
-        f" hung {len(hung)}, answered {len(ok)}), slowest error {max(t for t, _ in during):.2f} s,"
+        f" hung {len(hung)}, answered {len(ok)}), slowest error {slowest:.2f} s,"
         f" serving again {first_ok - back_at:.2f} s after Redis returned;"
-        f" tasks handed out {len(load.ids)}, states {dict(states)}, lost {len(lost)}"
+        f" tasks handed out {len(load.ids)}, stored {len(final)}, states {dict(states)},"
+        f" lost {len(lost)} (figures from a shared machine; bench/recovery.py measures them)"
     )
-    assert during, "no request was made while Redis was down"
-    assert hung == []
+    assert during, "no request was answered while Redis was down"
+    assert hung == [], hung[:3]
     assert ok == []
     for _, reply in during:
         assert isinstance(reply, dict)
@@ -169,6 +180,6 @@ def test_a_redis_outage_gives_clear_errors_and_loses_nothing(
     assert lost == []
     assert set(states) <= {COMPLETED, FAILED}
     for task in final.values():
-        if task and state_of(task) == FAILED:
+        if state_of(task) == FAILED:
             assert task["status"]["message"]["parts"][0]["text"]
     assert store.stale(float("inf")) == []

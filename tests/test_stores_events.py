@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from shared.errors import ContextTaken
-from shared.events import artifact_update, status_update, to_state
+from shared.events import artifact_update, state_after, status_update, to_state
 from shared.file_store import file_store
 from shared.memory_store import memory_store
 from shared.redis_store import redis_store
@@ -238,14 +238,30 @@ def test_a_context_belongs_to_the_caller_that_used_it_first(store: Any) -> None:
     assert {t.get("owner") for t in store.all().values()} == {"alice"}
 
 
+def logged_state(store: Any, task_id: str) -> str:
+    """The state the task's log says, as a waiter reads it on waking."""
+    return state_after((event for _, event in store.events(task_id, 0)), SUBMITTED)
+
+
+def settle(watch: Any) -> None:
+    """Wait until a wait ends by its timeout with nothing changed: a watch
+    whose `wait` always returned True would pass every check that follows
+    a wake-up, so first it must be seen to block. (Spurious wake-ups are
+    allowed, e.g. when a listener first connects, hence a deadline.)"""
+    wait_for(lambda: not watch.wait(0.1), timeout=20, what="a wait to time out, nothing changed")
+
+
 def test_a_watch_wakes_when_the_task_changes(store: Any) -> None:
     task_id = store.create(a_task()).task["id"]
     with store.watch(task_id) as watch:
-        watch.wait(0.05)  # may wake without a change (spurious wake-ups are allowed)
+        settle(watch)
         threading.Timer(0.05, lambda: transition(store, task_id, to_state(WORKING))).start()
-        assert wait_for(lambda: watch.wait(0.5), timeout=5, what="a wake-up")
+        assert watch.wait(30), "no wake-up for the change"
+        # The wake-up came with the change, not before it.
+        assert logged_state(store, task_id) == WORKING
         watch.wake()
         assert watch.wait(0)  # woken by hand, e.g. when the client hung up
+        assert not watch.wait(0)  # and the hand's wake-up was used up
 
 
 def _commit_later(spec: str, task_id: str, delay: float) -> None:
@@ -265,13 +281,18 @@ def test_a_watch_wakes_for_a_change_made_by_another_process(
     store = resolve_store(spec)
     task_id = store.create(a_task()).task["id"]
     with store.watch(task_id) as watch:
+        settle(watch)
         child = multiprocessing.get_context("spawn").Process(
             target=_commit_later, args=(spec, task_id, 0.5)
         )
         child.start()
-        woke = wait_for(lambda: watch.wait(0.5), timeout=20, what="the other process's change")
-        child.join(20)
-    assert woke and state_of(store.get(task_id)) == WORKING
+        try:
+            assert watch.wait(60), "no wake-up for the other process's change"
+            # At wake time the other process's change is there to read.
+            assert logged_state(store, task_id) == WORKING
+        finally:
+            child.join(60)
+    assert child.exitcode == 0
 
 
 @pytest.mark.parametrize("expiring", ["memory", "file", "redis"])

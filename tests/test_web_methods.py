@@ -3,13 +3,15 @@ historyLength, continue, cancel, and the on_task hook."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
 
 from shared import ConfigError, Settings, memory_store
-from shared.task import FAILED, new_id
+from shared.task import FAILED, new_id, state_of
 from tests.support.polling import wait_for
 from tests.test_web_support import (
     ASK,
@@ -58,6 +60,18 @@ def client(store: Any, manual: PlayingDispatcher) -> FlaskClient:
 def auto_client(store: Any) -> FlaskClient:
     """Its playing worker completes every task in a thread."""
     return make_client(store, PlayingDispatcher(store), blocking_timeout=10)
+
+
+class HeldDispatcher(PlayingDispatcher):
+    """Plays each task only once `release` is set."""
+
+    def __init__(self, store: Any, release: threading.Event) -> None:
+        super().__init__(store)
+        self.release = release
+
+    def _fulfil(self, task_id: str) -> None:
+        if self.release.wait(120):
+            super()._fulfil(task_id)
 
 
 def result_of(reply: dict[str, Any]) -> Any:
@@ -112,11 +126,27 @@ class TestA2A03:
         assert task["artifacts"][0]["parts"][0] == {"kind": "text", "text": "ran: hi"}
         assert [m["role"] for m in task["history"]] == ["user", "agent"]
 
-    def test_non_blocking_send(self, auto_client: FlaskClient) -> None:
+    def test_non_blocking_send_answers_before_the_work_is_done(self, store: Any) -> None:
+        # The worker holds every task until released, and the release comes
+        # only once the send has answered: a send that blocked would wait
+        # for it (up to a blocking bound far beyond the deadline here).
+        release = threading.Event()
+        dispatcher = HeldDispatcher(store, release)
+        held = make_client(store, dispatcher, blocking_timeout=600)
         params = {"message": user_message("hi"), "configuration": {"blocking": False}}
-        task = result_of(rpc(auto_client, "message/send", params))
-        assert task["status"]["state"] in ("submitted", "working", "completed")
+        with ThreadPoolExecutor(1) as pool:
+            reply = pool.submit(rpc, held, "message/send", params)
+            try:
+                answer = reply.result(timeout=60)
+            except TimeoutError:
+                pytest.fail("the non-blocking send waited for the work")
+            finally:
+                release.set()
+        task = result_of(answer)
+        assert task["status"]["state"] == "submitted"
         assert task["history"][0]["parts"][0]["text"] == "hi"
+        assert dispatcher.enqueued == [task["id"]]
+        wait_for(lambda: state_of(store.get(task["id"])) == "completed", what="the released task")
 
     def test_blocking_send_returns_as_it_stands_after_the_bound(
         self, client: FlaskClient, manual: PlayingDispatcher
@@ -465,13 +495,14 @@ def test_concurrent_blocking_sends_all_complete(store: Any) -> None:
     app = create_app(
         Settings(blocking_timeout=10), store=store, dispatcher=PlayingDispatcher(store)
     )
-    from concurrent.futures import ThreadPoolExecutor
 
-    def send(index: int) -> str:
+    def send(index: int) -> tuple[str, str]:
         reply = rpc(app.test_client(), "message/send", {"message": user_message(f"n{index}")})
-        return str(reply["result"]["status"]["state"])
+        return str(reply["result"]["id"]), str(reply["result"]["status"]["state"])
 
     with ThreadPoolExecutor(8) as pool:
-        states = list(pool.map(send, range(24)))
-    assert states == ["completed"] * 24
-    wait_for(lambda: len(store.all()) == 24, what="24 tasks stored")
+        answers = list(pool.map(send, range(24)))
+    assert [state for _, state in answers] == ["completed"] * 24
+    # 24 distinct tasks, each stored completed: none merged, none lost.
+    stored = {task_id: state_of(task) for task_id, task in store.all().items()}
+    assert stored == dict(answers)

@@ -5,7 +5,6 @@ composition), so each event is what a worker really saved."""
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,6 +15,7 @@ import requests
 from shared import Settings
 from shared.memory_store import MemoryStore, memory_store
 from tests.support.a2a import call
+from tests.support.agents import gate
 from tests.support.polling import wait_for
 from tests.support.sse import Stream, results
 from tests.test_web_support import live_server
@@ -232,43 +232,70 @@ def test_last_event_id_concerns_streams_only(serve: Serve) -> None:
 def test_many_subscribers_see_the_same_events_and_one_leaving_disturbs_none(
     serve: Serve,
 ) -> None:
-    url, store = serve("examples.agents:countdown")
-    task_id = started(url, "0.2 4")
-    streams = [Stream(url, "SubscribeToTask", {"id": task_id}) for _ in range(4)]
-    collected: list[list[Any]] = [[] for _ in streams]
+    url, store = serve("tests.support.agents:gated")
+    name = f"subscribers-{uuid.uuid4()}"
+    entered, opened = gate(name)
+    try:
+        task_id = started(url, f"{name} 4")
+        # The agent is running (claimed, working) and emits nothing until the
+        # gate opens: every subscriber then finds the task as the same Task.
+        assert entered.wait(60), "the agent never started"
+        streams = [Stream(url, "SubscribeToTask", {"id": task_id}) for _ in range(4)]
+        collected: list[list[Any]] = [[] for _ in streams]
+        subscribed = threading.Semaphore(0)
 
-    def read(index: int) -> None:
-        for event in streams[index]:
-            collected[index].append((event.id, event.data["result"]))
-            if index == 0 and len(collected[0]) == 2:
-                streams[0].close()
-                return
+        def read(index: int) -> None:
+            for event in streams[index]:
+                collected[index].append((event.id, event.data["result"]))
+                if len(collected[index]) == 1:
+                    subscribed.release()
+                if index == 0 and len(collected[0]) == 2:
+                    streams[0].close()
+                    return
 
-    readers = [threading.Thread(target=read, args=(n,)) for n in range(len(streams))]
-    for reader in readers:
-        reader.start()
-    for reader in readers:
-        reader.join(30)
+        readers = [threading.Thread(target=read, args=(n,)) for n in range(len(streams))]
+        for reader in readers:
+            reader.start()
+        for _ in streams:
+            assert subscribed.acquire(timeout=60), "a subscriber never got the task"
+        opened.set()
+        for reader in readers:
+            reader.join(60)
+    finally:
+        opened.set()
     full = [events for events in collected[1:]]
+    assert kinds([p for _, p in full[0]]) == [
+        "task TASK_STATE_WORKING",
+        *["statusUpdate TASK_STATE_WORKING"] * 4,
+        "artifactUpdate",
+        "statusUpdate TASK_STATE_COMPLETED",
+    ]
     assert full[0] == full[1] == full[2]
-    assert kinds([p for _, p in full[0][1:]])[-1] == "statusUpdate TASK_STATE_COMPLETED"
+    assert collected[0] == full[0][:2]  # the one that left saw the same, then went
     # Everything a subscriber held is let go once it is gone.
-    wait_for(lambda: len(store._notifier) == 0, timeout=5, what="every watch released")
+    wait_for(lambda: len(store._notifier) == 0, timeout=60, what="every watch released")
 
 
 def test_a_client_that_hangs_up_is_let_go_at_once(serve: Serve) -> None:
-    url, store = serve("examples.agents:ticking", keepalive=60.0)
-    task_id = started(url, "20 long")
-    stream = Stream(url, "SubscribeToTask", {"id": task_id})
-    # Kept: a dropped iterator is closed when collected, and closing urllib3's
-    # chunked reader closes the connection, a hang-up of its own.
-    events = iter(stream)
-    next(events)  # the task: the stream is open, and about to wait
-    wait_for(lambda: len(store._notifier) == 1, timeout=3, what="the stream's watch")
-    stream.close()
-    # Well before the next keepalive (60 s) or event would reveal it.
-    wait_for(lambda: len(store._notifier) == 0, timeout=3, what="the watch of a hung-up stream")
-    call(url, "CancelTask", {"id": task_id})
+    # No event comes (the agent waits at its gate) and no keepalive is due
+    # for ten minutes: only noticing the hang-up itself lets the watch go.
+    url, store = serve("tests.support.agents:gated", keepalive=600.0)
+    name = f"hangup-{uuid.uuid4()}"
+    entered, opened = gate(name)
+    try:
+        task_id = started(url, f"{name} 1")
+        assert entered.wait(60), "the agent never started"
+        stream = Stream(url, "SubscribeToTask", {"id": task_id})
+        # Kept: a dropped iterator is closed when collected, and closing urllib3's
+        # chunked reader closes the connection, a hang-up of its own.
+        events = iter(stream)
+        next(events)  # the task: the stream is open, and about to wait
+        wait_for(lambda: len(store._notifier) == 1, timeout=60, what="the stream's watch")
+        stream.close()
+        wait_for(lambda: len(store._notifier) == 0, timeout=60, what="the hung-up stream's watch")
+        call(url, "CancelTask", {"id": task_id})
+    finally:
+        opened.set()
 
 
 def test_an_idle_stream_gets_keepalive_comments(serve: Serve) -> None:
@@ -295,7 +322,6 @@ def test_a_blocking_send_waits_on_events_not_by_polling() -> None:
     dispatcher = InProcessDispatcher(store, load_agent(config), config, threads=2)
     client = create_app(config, store=store, dispatcher=dispatcher).test_client()
     try:
-        started = time.monotonic()
         reply = client.post(
             "/",
             json={
@@ -311,10 +337,10 @@ def test_a_blocking_send_waits_on_events_not_by_polling() -> None:
                 },
             },
         )
+        # Completed: the send waited the agent's whole 1.5 s nap. A poll every
+        # 5-100 ms would read the task dozens of times meanwhile; following the
+        # events reads it a fixed few times (claim, result, reply).
         assert reply.get_json()["result"]["status"]["state"] == "completed"
-        assert time.monotonic() - started >= 1.5
-        # A poll every 5-100 ms would read the task dozens of times in 1.5 s;
-        # following the events reads it a fixed few times (claim, result, reply).
         assert store.reads < 10, store.reads
     finally:
         dispatcher.close(timeout=5)

@@ -15,17 +15,21 @@ from celery.contrib.testing.worker import start_worker
 from celery.worker import state as worker_state
 from flask.testing import FlaskClient
 
-from shared.dispatch import FULFIL_TASK, REAP_TASK
+from shared.dispatch import FULFIL_TASK
 from shared.redis_store import redis_store
 from shared.settings import Settings
 from shared.task import Task, state_of
+from tests.support.agents import gate
+from tests.support.clock import MovableClock
 from tests.support.polling import wait_for
 from tests.support.recording_store import RecordingStore
 from web import create_app
 from web.dispatch import CeleryDispatcher
 from worker.celery_app import create_celery
+from worker.reaper import reap_stale
 
 QUEUE = "toolnexus-worker-test"
+STALE_AFTER = 1.0
 _calls: dict[str, int] = {}
 _calls_lock = threading.Lock()
 
@@ -88,15 +92,17 @@ def service(redis_url: str) -> Iterator[Callable[..., Any]]:
     """`with service(run=...) as svc:` a front end and a Celery worker thread."""
 
     @contextmanager
-    def running(run: str, **overrides: Any) -> Iterator[Service]:
+    def running(
+        run: str, clock: Callable[[], float] = time.time, **overrides: Any
+    ) -> Iterator[Service]:
         settings = Settings(
             broker_url=redis_url,
             store=redis_url,
             run=run,
             queue=QUEUE,
-            **{"heartbeat": 0.2, "stale_after": 1.0, "reap_every": 0.3, **overrides},
+            **{"heartbeat": 0.2, "stale_after": STALE_AFTER, "reap_every": 0.3, **overrides},
         )
-        store = RecordingStore(redis_store(redis_url))
+        store = RecordingStore(redis_store(redis_url, clock=clock))
         app = create_celery(settings, store=store)
         dispatcher = CeleryDispatcher(settings)
         web = create_app(settings, store=store, dispatcher=dispatcher)
@@ -188,13 +194,26 @@ def test_a_duplicate_delivery_does_not_run_twice(service: Any) -> None:
 
 
 def test_heartbeats_keep_a_task_alive_past_the_stale_threshold(service: Any) -> None:
-    with service("examples.agents:slow") as svc:
-        sent = svc.send("2.5 long")  # 2.5 x stale_after
-        svc.wait_state(sent["id"], "working")
-        while state_of(svc.store.get(sent["id"]) or {}) == "working":
-            svc.celery.send_task(REAP_TASK, queue=QUEUE)
-            time.sleep(0.3)
-
-        task = svc.wait_state(sent["id"], "completed", "failed")
+    # The store's clock moves only when the test says; the Celery worker's
+    # heartbeat thread beats on real time into it. Each round waits for a
+    # beat, then moves the clock most of stale_after on and reaps: four
+    # stale_afters pass, and the task lives only if the beats refreshed it.
+    clock = MovableClock()
+    name = f"celery-beats-{time.monotonic_ns()}"
+    entered, opened = gate(name)
+    with service("tests.support.agents:gated", clock=clock) as svc:
+        try:
+            sent = svc.send(f"{name} 1")
+            assert entered.wait(30), "the worker never ran the task"
+            for _ in range(5):
+                beats = svc.store.heartbeats.get(sent["id"], 0)
+                wait_for(
+                    lambda b=beats: svc.store.heartbeats.get(sent["id"], 0) > b,
+                    what="a heartbeat from the Celery worker",
+                )
+                clock.advance(STALE_AFTER * 0.8)
+                assert reap_stale(svc.store, clock(), STALE_AFTER) == []
+        finally:
+            opened.set()
+        task = svc.wait_state(sent["id"], "completed", "failed", timeout=60)
         assert state_of(task) == "completed"
-        assert svc.store.heartbeats[sent["id"]] >= 5

@@ -21,6 +21,7 @@ from shared.task import (
     with_status,
 )
 from shared.transitions import transition
+from tests.support.clock import MovableClock
 from tests.support.polling import wait_for
 from tests.support.recording_store import RecordingStore
 from worker.agent import Agent, agent_or_problem, load_agent
@@ -234,20 +235,37 @@ def test_a_cancel_during_the_run_is_not_overwritten(store: RecordingStore) -> No
     assert hook_calls == []  # the worker's write did not make the task terminal
 
 
-def test_heartbeats_keep_a_long_task_from_being_reaped(store: RecordingStore) -> None:
-    task_id = submit(store, f"{SETTINGS.stale_after * 4} long")
-    runner = threading.Thread(target=fulfil, args=(store, task_id, Agent(agents.slow), SETTINGS))
-    runner.start()
-    reaped: list[str] = []
-    while runner.is_alive():
-        reaped += reap_stale(store, time.time(), SETTINGS.stale_after)
-        time.sleep(0.02)
+def test_heartbeats_keep_a_long_task_from_being_reaped() -> None:
+    clock = MovableClock()
+    store = RecordingStore(memory_store(clock))
+    release = threading.Event()
 
+    def long_running(text: str) -> str:
+        assert release.wait(120), "never released"
+        return f"done: {text}"
+
+    task_id = submit(store, "long")
+    runner = threading.Thread(target=fulfil, args=(store, task_id, Agent(long_running), SETTINGS))
+    runner.start()
+    try:
+        wait_for(lambda: state_of(store.get(task_id) or {}) == "working", what="the claim")
+        # Five rounds: wait for a heartbeat, then move the store's clock most
+        # of stale_after on and reap. Four stale_afters pass in all, so the
+        # task lives only if each round's heartbeat really refreshed it; and
+        # the test waits for beats, never for the scheduler.
+        for _ in range(5):
+            beats = store.heartbeats.get(task_id, 0)
+            wait_for(lambda b=beats: store.heartbeats.get(task_id, 0) > b, what="a heartbeat")
+            clock.advance(SETTINGS.stale_after * 0.8)
+            assert reap_stale(store, clock(), SETTINGS.stale_after) == []
+    finally:
+        release.set()
+        runner.join(30)
     task = store.get(task_id)
     assert task is not None
-    assert reaped == []
     assert state_of(task) == "completed"
-    assert store.heartbeats[task_id] >= 4
+    # Once it ended it left the working index: nothing to reap however late.
+    assert reap_stale(store, clock() + 3600, SETTINGS.stale_after) == []
 
 
 def test_a_reaped_task_stays_failed_when_its_worker_finishes_late(store: RecordingStore) -> None:

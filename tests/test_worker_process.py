@@ -20,7 +20,9 @@ from shared.redis_store import RedisStore, redis_store
 from shared.settings import Settings
 from shared.task import Task, new_task, state_of, text_message
 from shared.transitions import transition
+from tests.support.agents import runs_of
 from tests.support.polling import wait_for
+from tests.support.redis_server import RedisServer
 from web.dispatch import CeleryDispatcher
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,11 +70,11 @@ def test_a_bad_setting_stops_start_up_with_one_line(
 class Fleet:
     """Worker and beat subprocesses on one private Redis; all killed at the end."""
 
-    def __init__(self, redis_url: str, tmp_path: Path) -> None:
+    def __init__(self, redis_url: str, tmp_path: Path, store_url: str | None = None) -> None:
         self.queue = f"toolnexus-kill-{uuid.uuid4().hex[:8]}"
         self.env = clean_env(
             TOOLNEXUS_BROKER_URL=redis_url,
-            TOOLNEXUS_STORE=redis_url,
+            TOOLNEXUS_STORE=store_url or redis_url,
             TOOLNEXUS_QUEUE=self.queue,
             TOOLNEXUS_RUN="examples.agents:slow",
             TOOLNEXUS_HEARTBEAT="0.2",
@@ -81,7 +83,7 @@ class Fleet:
             TOOLNEXUS_TIME_LIMIT="2",
         )
         self.settings = Settings.from_env(self.env)
-        self.store: RedisStore = redis_store(redis_url)
+        self.store: RedisStore = redis_store(store_url or redis_url)
         self.dispatcher = CeleryDispatcher(self.settings)
         self.tmp_path = tmp_path
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -173,3 +175,72 @@ def test_cancel_terminates_a_running_task_and_nothing_overwrites_it(fleet: Fleet
     assert "artifacts" not in task
     assert fleet.store.stale(float("inf")) == []
     assert f"Terminating {task_id}" in fleet.logs()  # Celery stopped the run itself
+
+
+def inspected_conf(fleet: Fleet, name: str) -> dict[str, Any]:
+    """The configuration the running worker `name` reports over the broker."""
+    control = fleet.dispatcher.app.control
+
+    def probe() -> dict[str, Any] | None:
+        replies = control.inspect(timeout=2).conf(with_defaults=True) or {}
+        return next((conf for node, conf in replies.items() if node.startswith(f"{name}@")), None)
+
+    return wait_for(probe, timeout=60, what=f"{name} to answer inspect conf\n{fleet.logs()}")
+
+
+def test_the_running_worker_has_the_settings_the_guarantees_rest_on(fleet: Fleet) -> None:
+    fleet.worker("configured")
+    conf = inspected_conf(fleet, "configured")
+    # A crashed pool process gives its message back; a dead worker strands
+    # nothing it had not started; Redis redelivers only once the hard limit
+    # has surely ended the run (TOOLNEXUS_TIME_LIMIT=2 here).
+    assert conf["task_acks_late"] is True
+    assert conf["task_reject_on_worker_lost"] is True
+    assert conf["worker_prefetch_multiplier"] == 1
+    assert conf["task_soft_time_limit"] == 2
+    assert conf["task_time_limit"] == 2 + 30
+    assert conf["broker_transport_options"]["visibility_timeout"] == 2 + 30 + 60
+
+
+def test_the_hard_time_limit_kills_the_pool_process_and_the_reaper_fails_the_task(
+    fleet: Fleet,
+) -> None:
+    # The agent blocks the soft limit's signal; the hard limit (shortened on
+    # the command line from the configured soft + 30 s) kills its process.
+    fleet.env["TOOLNEXUS_RUN"] = "tests.support.agents:scripted"
+    schedule = str(fleet.tmp_path / "beat-schedule")
+    fleet.worker("limited", "--soft-time-limit=1", "--time-limit=3", "-B", "-s", schedule)
+    task_id = fleet.submit("stubborn 600")
+    fleet.wait(task_id, "working")
+
+    task = fleet.wait(task_id, "failed", timeout=90)
+
+    assert reason(task) == "worker lost: no heartbeat for 1 s"
+    assert "TimeLimitExceeded" in fleet.logs()  # Celery's hard limit, not the soft one
+    assert fleet.store.stale(float("inf")) == []
+    after = fleet.submit("sleep 0.01 next")  # a new pool process serves on
+    assert fleet.wait(after, "completed")["artifacts"][0]["parts"][0]["text"] == "ran: next"
+
+
+def test_a_claim_that_meets_a_store_outage_is_retried_by_celery(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # The store on a Redis of its own, down while the broker is up; no beat
+    # runs, so only Celery's retry of the claim can get the task run.
+    store_server = RedisServer(appendonly=True).start()
+    fleet = Fleet(redis_url, tmp_path, store_url=store_server.url)
+    runs = str(tmp_path / "runs")
+    fleet.env.update(TOOLNEXUS_RUN="tests.support.agents:scripted", SCRIPTED_RUNS=runs)
+    try:
+        task_id = fleet.submit("retried-claim")  # saved and queued, no worker yet
+        store_server.stop()
+        fleet.worker("retrying")  # its claim meets the outage
+        wait_for(lambda: "Retry in" in fleet.logs(), timeout=60, what="Celery to retry the claim")
+        assert runs_of(runs, "retried-claim") == []
+        store_server.start()
+        task = fleet.wait(task_id, "completed", timeout=90)
+        assert task["artifacts"][0]["parts"][0]["text"] == "ran: retried-claim"
+        assert len(runs_of(runs, "retried-claim")) == 1
+    finally:
+        fleet.close()
+        store_server.close()

@@ -23,7 +23,7 @@ from shared.task import (
 )
 from shared.transitions import transition
 from tests.support.polling import wait_for
-from worker.reaper import ReaperThread, reap_stale
+from worker.reaper import ReaperThread, reap_stale, sweep
 from worker.results import final_change
 
 
@@ -181,3 +181,36 @@ def test_the_reaper_thread_reaps_on_its_interval() -> None:
         wait_for(lambda: state_of(store.get(task_id) or {}) == "failed", what="the reaper")
     finally:
         reaper.stop()
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+def test_the_reaper_s_sweep_purges_finished_tasks_past_their_time_to_live(
+    kind: str, tmp_path: Path
+) -> None:
+    # Stores that do not expire tasks by themselves are swept: through the
+    # reaper's own run (`sweep`, what beat and the embedded server call),
+    # not only by calling purge_expired() by hand.
+    clock = Clock()
+    store: Any = (
+        memory_store(clock, terminal_ttl=60)
+        if kind == "memory"
+        else file_store(tmp_path / "tasks", clock, terminal_ttl=60)
+    )
+    finished, running, later = (save_in(store, "working") for _ in range(3))
+    for task_id in (finished, later):
+        transition(store, task_id, to_state(COMPLETED))
+    store.heartbeat(running)
+    clock.now += 30
+    sent: list[str] = []
+
+    sweep(store, sent.append, clock(), stale_after=3600)
+    assert {finished, running, later} <= set(store.all())  # nothing past its time yet
+
+    clock.now += 31  # 61 s after they finished
+    store.heartbeat(running)
+    sweep(store, sent.append, clock(), stale_after=3600)
+
+    assert store.get(finished) is None and store.get(later) is None
+    assert set(store.all()) == {running}  # a running task is never purged
+    assert store.events(finished, 0) == []  # its log went with it
+    assert sent == []

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import redis
+from celery.contrib.testing.worker import start_worker
 
 from shared.events import to_state
 from shared.file_store import file_store
@@ -29,6 +30,7 @@ from shared.transitions import transition
 from tests.support.compose import ROOT, LocalStack
 from tests.support.polling import wait_for
 from web.dispatch import CeleryDispatcher
+from worker.celery_app import create_celery
 from worker.reaper import resend_waiting, sweep
 
 DYING_CONSUMER = """
@@ -156,3 +158,46 @@ def test_a_task_whose_message_the_broker_lost_is_sent_again(redis_url: str, tmp_
 
     beat_log = beat_and_worker_complete(stack, task_id)
     assert f"sent 1 waiting task(s) again: ['{task_id}']" in beat_log
+
+
+def test_a_message_never_acknowledged_is_redelivered_after_the_visibility_timeout(
+    redis_url: str,
+) -> None:
+    # No beat and a stale threshold of an hour: only the broker's own
+    # redelivery can get this task run. The worker is the project's Celery
+    # app with one change, a visibility timeout of 2 s instead of the hard
+    # limit + 60 s (390 s), and a look for expired messages on every idle
+    # poll, so the test need not wait that long.
+    settings = Settings(
+        broker_url=redis_url,
+        store=redis_url,
+        run="tests.support.agents:scripted",
+        stale_after=3600,
+    )
+    store = redis_store(redis_url)
+    task_id = submit(redis_url, redis_url)
+    died = subprocess.run(
+        [sys.executable, "-c", DYING_CONSUMER, redis_url, settings.queue],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
+    )
+    assert died.returncode == -9 and "received" in died.stdout, died.stderr
+    broker = redis.Redis.from_url(redis_url)
+    assert broker.llen(settings.queue) == 0 and broker.hlen("unacked") == 1  # stranded
+
+    app = create_celery(settings, store=store)
+    app.conf.broker_transport_options = {
+        **app.conf.broker_transport_options,
+        "visibility_timeout": 2,
+        "unacked_restore_throttle": 1,  # look for it on every idle poll
+    }
+    with start_worker(app, pool="threads", concurrency=1, perform_ping_check=False):
+        wait_for(
+            lambda: state_of(store.get(task_id)) == COMPLETED,
+            timeout=90,
+            what="the redelivered message to run the task",
+        )
+    assert broker.hlen("unacked") == 0
+    assert store.waiting(float("inf")) == []  # nothing left for the reaper to send

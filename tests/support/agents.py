@@ -4,19 +4,29 @@ PYTHONPATH).
 
 - `fail: <why>` raises; `reject: <why>` rejects; `ask: <question>` asks back;
 - `sleep <seconds> <text>` sleeps first;
+- `stubborn <seconds>` blocks SIGUSR1 (Celery's soft time limit) and
+  sleeps: only the hard time limit can stop it;
 - anything else is echoed.
 
 When `SCRIPTED_RUNS` names a file, every call appends its text and process
 id there first, so a test can count how often the function really ran, and
 where.
+
+`gated` is for in-process workers only (the front end and the worker threads
+in the test's own process): it waits at a named gate the test opens, so a
+test synchronises on events instead of on how fast threads run.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
-from toolnexus import Ask, Reject
+from toolnexus import Ask, Progress, Reject
 
 
 def scripted(text: str) -> object:
@@ -31,6 +41,10 @@ def scripted(text: str) -> object:
         return Reject(rest)
     if verb == "ask:":
         return Ask(rest)
+    if verb == "stubborn":
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+        time.sleep(float(rest))
+        return {"text": "outlived every limit"}
     if verb == "sleep":
         seconds, _, rest = rest.partition(" ")
         time.sleep(float(seconds))
@@ -45,3 +59,28 @@ def runs_of(path: str, text: str) -> list[int]:
     except FileNotFoundError:
         return []
     return [int(pid) for called, _, pid in calls if called == text]
+
+
+_GATES: dict[str, tuple[threading.Event, threading.Event]] = {}
+_GATES_LOCK = threading.Lock()
+
+
+def gate(name: str) -> tuple[threading.Event, threading.Event]:
+    """The gate `name`: (entered, open). `gated` sets `entered` when it
+    reaches the gate; the test sets `open` to let it through."""
+    with _GATES_LOCK:
+        return _GATES.setdefault(name, (threading.Event(), threading.Event()))
+
+
+def gated(text: str) -> Iterator[Any]:
+    """`<gate> <n>`: reach the gate and wait there, emitting nothing, until
+    the test opens it; then n progress messages, then done."""
+    name, _, rest = text.partition(" ")
+    entered, opened = gate(name)
+    entered.set()
+    if not opened.wait(300):
+        raise RuntimeError(f"the gate {name} was never opened")
+    count = int(rest or 3)
+    for n in range(count):
+        yield Progress(f"step {n + 1} of {count}")
+    return f"through the gate {name}"
