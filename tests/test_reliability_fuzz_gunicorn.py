@@ -17,6 +17,7 @@ in-process fuzz checks.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,7 @@ import requests
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shared.task import WORKING, state_of
 from tests.support.compose import LocalStack, local_stack
 from tests.support.polling import wait_for
 from tests.test_reliability_fuzz import (
@@ -193,6 +195,17 @@ def test_streaming_methods_over_gunicorn(gunicorn: tuple[Target, tuple[str, int]
     _, reply = target.reply(encode(send), request_id=1)
     assert reply["result"]["history"][0]["parts"][0]["text"] == "after the streams"
     target.dispatcher = NothingQueued()  # type: ignore[assignment]
+
+    # The worker may still be writing the streamed tasks (a temporary file
+    # before its rename is no half-written task): check once it holds none.
+    # (A task left `submitted` was never queued: no beat runs here to resend
+    # it, and no process writes it, so it is not waited for.)
+    def worker_idle() -> bool:
+        working = any(state_of(task) == WORKING for task in target.store.all().values())
+        writing = any(name.endswith(".tmp") for name in os.listdir(target.store.directory))
+        return not working and not writing
+
+    wait_for(worker_idle, timeout=120, what="the worker to be done with every streamed task")
     check_store_whole(target)
     target.tally.report()
 

@@ -21,10 +21,11 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-# Where the WSGI servers put the client's socket: gunicorn, and the embedded
-# server (web.gevent_server).
+# Where the WSGI servers put the client's socket: gunicorn, the embedded
+# server (web.gevent_server), and werkzeug's development server (what the
+# tests' in-process live servers run on).
 SOCKET_KEY = "toolnexus.socket"
-_SOCKET_KEYS = ("gunicorn.socket", SOCKET_KEY)
+_SOCKET_KEYS = ("gunicorn.socket", SOCKET_KEY, "werkzeug.socket")
 
 
 class Hangup:
