@@ -84,6 +84,7 @@ def test_a_planted_task_link_reads_as_missing_and_is_logged(
     (store_dir / "planted.json").symlink_to(outside / "secret.json")
     (store_dir / ".log" / "planted.jsonl").symlink_to(outside / "secret.json")
     caplog.set_level(logging.WARNING, logger="shared.file_store")
+    caplog.set_level(logging.WARNING, logger="shared.file_log")
 
     for version in (None, "1.0"):
         error = rpc(client, "GetTask", {"id": "planted"}, version=version)["error"]
@@ -110,7 +111,7 @@ def test_planted_lock_links_create_nothing_outside(
     for stripe in range(STRIPES):
         (locks / str(stripe)).symlink_to(outside / f"created-{stripe}")
     before = tree(outside)
-    caplog.set_level(logging.WARNING, logger="shared.file_store")
+    caplog.set_level(logging.WARNING, logger="shared.file_log")  # the lock files are the log's
 
     reply = rpc(client, "SendMessage", {"message": user_message()})
     assert reply["error"]["code"] == -32603, reply  # the store refuses to write
