@@ -11,7 +11,7 @@ from shared.file_log import ALWAYS
 from shared.file_store import file_store
 from shared.loading import is_reference, load_object
 from shared.memory_store import memory_store
-from shared.redis_store import redis_store
+from shared.redis_store import POOL_SIZE, redis_store
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
@@ -73,9 +73,7 @@ def resolve_store(
             reason = _unusable_folder(folder, error)
             raise ConfigError(f"TOOLNEXUS_STORE={spec!r}: {reason}") from None
     if spec.startswith(_REDIS_SCHEMES):
-        if connections is None:
-            return redis_store(spec, terminal_ttl=terminal_ttl)
-        return redis_store(spec, terminal_ttl=terminal_ttl, connections=connections)
+        return redis_store(spec, terminal_ttl=terminal_ttl, connections=connections or POOL_SIZE)
     target = load_object(spec, "TOOLNEXUS_STORE")
     if isinstance(target, type) or (callable(target) and not _is_store(target)):
         try:
