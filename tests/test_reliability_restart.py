@@ -48,7 +48,7 @@ class Embedded:
         self.process = subprocess.Popen(
             command, cwd=ROOT, env={**os.environ, **LIVENESS}, stdout=self.log, stderr=self.log
         )
-        wait_ready(self.url, timeout=20)
+        wait_ready(self.url)
 
     def stop(self) -> int:
         self.process.send_signal(signal.SIGTERM)

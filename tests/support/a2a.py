@@ -58,5 +58,5 @@ def readyz(url: str, timeout: float = 15) -> int:
         return 0
 
 
-def wait_ready(url: str, timeout: float = 30) -> None:
+def wait_ready(url: str, timeout: float = 60) -> None:
     wait_for(lambda: readyz(url) == 200, timeout=timeout, what=f"{url}/readyz to answer 200")
