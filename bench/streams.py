@@ -75,6 +75,8 @@ PROBE_EVERY = 0.1  # seconds between two fresh-client GetTask calls
 # loop lag would be the latency measured): the client is spread over processes.
 STREAMS_PER_CLIENT = 1000
 MEMORY_AIM_KIB = 1024 * 1024  # the serving process under 1 GiB
+# Looks for the go file by all waiting tasks together, per second (see Plan.poll).
+GO_LOOKS_PER_SECOND = 2000
 
 
 @dataclass
@@ -269,7 +271,13 @@ def drive(
     interval = args.streams / args.rate
     events = max(1, round(args.seconds / interval))
     plans = [
-        Plan(events=events, interval=interval, phase=interval * n / args.streams, go=str(go))
+        Plan(
+            events=events,
+            interval=interval,
+            phase=interval * n / args.streams,
+            go=str(go),
+            poll=max(0.2, args.streams / GO_LOOKS_PER_SECOND),
+        )
         for n in range(args.streams)
     ]
     count = client_count(args)
