@@ -33,6 +33,10 @@ class Plan:
     interval: float  # seconds between two events of one task
     phase: float  # seconds after the go time of the first event
     go: str  # the file whose appearance starts the events; it holds the go time
+    # How often a waiting task looks for the go file: every waiting task's
+    # look costs the worker a wake-up, and 10,000 of them every 0.2 s kept
+    # 2 cores busy. A late look delays no latency: each event is timed as made.
+    poll: float = 0.2
 
     def encode(self) -> str:
         return json.dumps(asdict(self))
@@ -66,16 +70,12 @@ def stamped(text: str) -> tuple[int, float] | None:
     return int(number), float(made)
 
 
-# How often a waiting task looks for the go file.
-GO_POLL = 0.2
-
-
 def streamer(text: str) -> Iterator[object]:
     plan = Plan.decode(text)
     yield Progress(READY)
     start = plan.go_time()
     while start is None:
-        time.sleep(GO_POLL)
+        time.sleep(plan.poll)
         start = plan.go_time()
     for number in range(plan.events):
         time.sleep(max(0.0, plan.due(start, number) - time.time()))

@@ -84,10 +84,13 @@ class Server:
         stop_group(self.process)
 
 
-def gunicorn(app: str, env: Mapping[str, str], what: str | None = None) -> Server:
-    """gunicorn with the project's own gunicorn.conf.py (workers, worker class, timeouts)."""
+def gunicorn(
+    app: str, env: Mapping[str, str], what: str | None = None, flags: Sequence[str] = ()
+) -> Server:
+    """gunicorn with the project's own gunicorn.conf.py (workers, worker class,
+    timeouts); `flags` override it."""
     command = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "gunicorn.conf.py")]
-    command += ["-b", "127.0.0.1:{port}", "--log-level", "warning", app]
+    command += ["-b", "127.0.0.1:{port}", "--log-level", "warning", *flags, app]
     return Server(what or f"gunicorn {app}", command, env)
 
 

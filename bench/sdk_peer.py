@@ -44,7 +44,7 @@ from a2a.types import (
 )
 from starlette.applications import Starlette
 
-from bench.agents import GO_POLL, READY, Plan, counted, http_get, stamp
+from bench.agents import READY, Plan, counted, http_get, stamp
 
 
 async def _submitted(context: RequestContext, queue: EventQueue) -> TaskUpdater:
@@ -78,7 +78,7 @@ class Streamer(Echo):
         await updater.start_work(updater.new_agent_message([Part(text=READY)]))
         start = plan.go_time()
         while start is None:
-            await asyncio.sleep(GO_POLL)
+            await asyncio.sleep(plan.poll)
             start = plan.go_time()
         for number in range(plan.events):
             await asyncio.sleep(max(0.0, plan.due(start, number) - time.time()))

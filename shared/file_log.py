@@ -24,7 +24,10 @@ marker naming it is already in the log. The guarantees:
   cut loses at most about the last second of events); `no`: the operating
   system writes back when it will. Under `always` and `everysec` a task
   file's content is synced before its rename, so it is never found empty.
-  A process that crashes loses nothing under any policy.
+  A process that crashes loses nothing under any policy. Numbers that a
+  power cut took with it are never handed out again: the store starts a
+  new lineage, from a higher base, for a log from before the boot
+  (`restart`, see `shared.file_store`).
 """
 
 from __future__ import annotations
@@ -212,13 +215,7 @@ class LogFiles:
     ) -> None:
         """Append `events` numbered `first` on, then `marker`, whole or not
         at all (the caller holds the task's lock)."""
-        lines = [
-            f'{{"seq":{first + n},"event":{encode(event)}}}\n'.encode()
-            for n, event in enumerate(events)
-        ]
-        if marker is not None:
-            shown = {"digest": marker.digest, "file": list(marker.file)}
-            lines.append(f'{{"seq":{marker.seq},"snapshot":{encode(shown)}}}\n'.encode())
+        lines = _lines(first, events, marker)
         if not lines:
             return
         path = self.path(task_id)
@@ -239,6 +236,13 @@ class LogFiles:
         last = first + len(events) - 1
         if events and last - self._first(path) + 1 >= self._limit + self._limit // 2:
             self._trim(task_id)
+
+    def restart(self, task_id: str, first: int, events: Sequence[Event], marker: Marker) -> None:
+        """Replace the log with `events` numbered `first` on and `marker`, in
+        one atomic rename (the caller holds the task's lock): a new lineage,
+        whose numbers do not run on from the old one's, so none of the old
+        lines is kept (a reader behind them gets the task instead)."""
+        self._replace(self.path(task_id), b"".join(_lines(first, events, marker)))
 
     def _first(self, path: Path) -> int:
         """The number of the log's first line, from its head."""
@@ -272,9 +276,14 @@ class LogFiles:
             kept.append(line + b"\n")
             events += 1
         kept.reverse()
+        self._replace(path, b"".join(kept))
+        log.debug("task store: trimmed the log of task %s to %d events", task_id, events)
+
+    def _replace(self, path: Path, data: bytes) -> None:
+        """`path` holds `data` or what it held before, whatever happens."""
         fd, temp = tempfile.mkstemp(dir=self.folder, prefix=f".{path.name}.", suffix=".tmp")
         try:
-            _write_all(fd, b"".join(kept))
+            _write_all(fd, data)
             if self._durability.inline:
                 os.fsync(fd)
             os.close(fd)
@@ -282,7 +291,18 @@ class LogFiles:
         except BaseException:
             Path(temp).unlink(missing_ok=True)
             raise
-        log.debug("task store: trimmed the log of task %s to %d events", task_id, events)
+
+
+def _lines(first: int, events: Sequence[Event], marker: Marker | None) -> list[bytes]:
+    """`events` as log lines numbered `first` on, then `marker`'s line."""
+    lines = [
+        f'{{"seq":{first + n},"event":{encode(event)}}}\n'.encode()
+        for n, event in enumerate(events)
+    ]
+    if marker is not None:
+        shown = {"digest": marker.digest, "file": list(marker.file)}
+        lines.append(f'{{"seq":{marker.seq},"snapshot":{encode(shown)}}}\n'.encode())
+    return lines
 
 
 def _decoded(into: list[tuple[int, Event]], seq: int, line: bytes, task_id: str) -> None:

@@ -53,6 +53,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, cast
 
+from shared.boot import booted_at
 from shared.codec import decode
 from shared.errors import ContextTaken, StoreError
 from shared.events import Event, current_status, fold
@@ -87,8 +88,12 @@ class FileStore:
         terminal_ttl: float | None = None,
         fsync: str = ALWAYS,
         log_limit: int = LOG_LIMIT,
+        booted: float | None = None,
     ) -> None:
+        """`booted`: when this machine booted (default: as Linux says, see
+        `shared.boot`); a task last written before it may have lost events."""
         self.directory = Path(directory)
+        self._booted = booted_at() if booted is None else booted
         self._durability = Durability(fsync)
         self._clock = clock
         self._ttl = terminal_ttl
@@ -130,8 +135,8 @@ class FileStore:
         event = current_status(task)
         with self._locked(task_id):
             current = self._read(task_id, locked=True)
-            seq = (current.seq if current is not None else self._logs.last(task_id)) + 1
-            self._write(task_id, seq, [event], task)
+            last = current.seq if current is not None else self._logs.last(task_id)
+            self._write(task_id, *self._next(task_id, last), [event], task)
             self._indexed(task_id, state_of(task))
         return task
 
@@ -155,7 +160,7 @@ class FileStore:
                 # The record first: a crash before the task is written leaves a
                 # record of nothing, which a retry overwrites; never two tasks.
                 _write_atomically(record_path, task_id.encode())
-            self._write(task_id, 1, [current_status(task)], task)
+            self._write(task_id, 1, False, [current_status(task)], task)
             self._indexed(task_id, SUBMITTED)
         return Created(task, True)
 
@@ -169,8 +174,11 @@ class FileStore:
         with self._locked(task_id):
             if self._seq(task_id) != commit.expected:
                 return False
-            whole = commit.task if commit.snapshot else None
-            self._write(task_id, commit.expected + 1, commit.events, whole)
+            first, fresh = self._next(task_id, commit.expected)
+            # A new lineage starts with the task written whole: its log holds
+            # nothing else to fold the task from.
+            whole = commit.task if commit.snapshot or fresh else None
+            self._write(task_id, first, fresh, commit.events, whole)
             self._indexed(task_id, state_of(commit.task))
             return True
 
@@ -259,9 +267,11 @@ class FileStore:
             digest_of = _content_digest(raw)
             scan = self._logs.scan(task_id, digest_of)
             if scan.base is not None:
-                if locked and not scan.latest:
+                if locked and not scan.latest and not self._written_before_boot(task_id):
                     # The newest marker names this file again, so a change
-                    # under the lock finds it with one stat.
+                    # under the lock finds it with one stat. (Not in a log
+                    # from before this boot: the write would hide its age
+                    # from the change that must number on from a new base.)
                     marker = Marker(scan.base, digest_of, _identity(info))
                     self._logs.append(task_id, 0, [], marker)
                 return _record(cast(Task, stored), scan.base, scan.events)
@@ -291,17 +301,21 @@ class FileStore:
             base, task = stored["seq"], cast(Task, stored["task"])
             if write:
                 lost = [current_status(task)] if last < base else []  # the log was cut short
-                self._write(task_id, base, lost, task, seq=base)
+                self._write(task_id, base, False, lost, task, seq=base)
             tail = self._logs.tail(task_id, base)
             return _record(task, base, tail)
         task = cast(Task, stored)
         if not write:
             return Record(task, last, 0)
         log.warning("task store: adopting task file %s (no log marker names it)", task_id)
-        marker = Marker(last + 1, _content_digest(raw), _identity(info))
-        self._logs.append(task_id, last + 1, [current_status(task)], marker)
+        seq, fresh = self._next(task_id, last)
+        marker = Marker(seq, _content_digest(raw), _identity(info))
+        if fresh:
+            self._logs.restart(task_id, seq, [current_status(task)], marker)
+        else:
+            self._logs.append(task_id, seq, [current_status(task)], marker)
         self._notifier.notify(task_id)
-        return Record(task, last + 1, 0)
+        return Record(task, seq, 0)
 
     def _expired(self, task_id: str) -> bool:
         return bool(self._ttl) and _mtime_of(self._expires / task_id) <= self._clock()
@@ -327,18 +341,48 @@ class FileStore:
     def _task_file(self, task_id: str) -> Path:
         return self.directory / f"{task_id}.json"
 
+    def _next(self, task_id: str, last: int) -> tuple[int, bool]:
+        """The number of the event after `last`, and whether it starts a new
+        lineage. A task whose files were last written before this machine
+        booted may have lost the tail of its log in the power cut (under
+        `everysec` or `no`; even under `always`, a follower may have read an
+        append before its fsync ended), and with it numbers readers have
+        seen: it numbers on from the clock in microseconds instead, above any
+        number those writes could have used (as the Redis store does after a
+        restart, see docs/event-log.md)."""
+        if not self._written_before_boot(task_id):
+            return last + 1, False
+        first = max(last + 1, time.time_ns() // 1000)
+        log.info(
+            "task store: task %s last written before this boot: numbering on from %d",
+            task_id,
+            first,
+        )
+        return first, True
+
+    def _written_before_boot(self, task_id: str) -> bool:
+        for path in (self._logs.path(task_id), self._task_file(task_id)):
+            try:
+                return os.stat(path, follow_symlinks=False).st_mtime < self._booted
+            except OSError:
+                continue  # no log (lost, or never written): the task file says
+        return False  # a new task
+
     def _write(
         self,
         task_id: str,
         first: int,
+        fresh: bool,
         events: Sequence[Event],
         whole: Task | None,
         seq: int | None = None,
     ) -> None:
-        """Append `events` numbered `first` on; with `whole`, write it as the
-        task file including the events up to `seq` (default: the last one):
-        a temporary file, then its marker appended with the events, then the
-        rename. Whichever file a reader then finds, its marker is logged."""
+        """Append `events` numbered `first` on (`fresh`: as the log's only
+        lines, a new lineage; then `whole` is required); with `whole`, write
+        it as the task file including the events up to `seq` (default: the
+        last one): a temporary file, then its marker logged with the events,
+        then the rename. Whichever file a reader then finds, its marker is
+        logged."""
         if whole is None:
             self._logs.append(task_id, first, events, None)
             return
@@ -349,7 +393,10 @@ class FileStore:
             new = not os.path.lexists(path)
             last = first + len(events) - 1 if seq is None else seq
             marker = Marker(last, _content_digest(data), _identity(info))
-            self._logs.append(task_id, first, events, marker)
+            if fresh:
+                self._logs.restart(task_id, first, events, marker)
+            else:
+                self._logs.append(task_id, first, events, marker)
             os.replace(temp, path)
         except BaseException:
             temp.unlink(missing_ok=True)

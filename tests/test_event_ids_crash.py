@@ -20,8 +20,8 @@ import pytest
 from shared import Settings
 from shared.events import artifact_update, to_state
 from shared.following import follow
-from shared.redis_store import RedisStore, redis_store
-from shared.store import Record
+from shared.redis_store import redis_store
+from shared.store import Record, TaskStore
 from shared.task import COMPLETED, WORKING, new_task, text_message
 from shared.transitions import transition
 from tests.support.redis_server import RedisServer
@@ -44,7 +44,7 @@ def server() -> Iterator[RedisServer]:
     started.close()
 
 
-def chunk(store: RedisStore, task_id: str, text: str) -> None:
+def chunk(store: TaskStore, task_id: str, text: str) -> None:
     artifact = {"artifactId": "a-1", "parts": [{"kind": "text", "text": text}]}
     change = lambda t: [artifact_update(t, artifact, append=True, last_chunk=False)]  # type: ignore[arg-type]  # noqa: E731
     assert transition(store, task_id, change).applied
@@ -102,6 +102,12 @@ def test_a_resume_from_before_a_crash_never_skips_an_event_written_after_it(
     assert items[0].seq > seen
 
     # The same through the API: SubscribeToTask with Last-Event-ID.
+    check_resumed_over_http(store, task_id, seen, after)
+
+
+def check_resumed_over_http(store: TaskStore, task_id: str, seen: int, after: list[str]) -> None:
+    """SubscribeToTask with `Last-Event-ID: seen` on the finished task: the
+    Task (numbered above `seen`) holding every text in `after`."""
     config = Settings(run="examples.agents:echo")
     dispatcher = InProcessDispatcher(store, load_agent(config), config, threads=1)
     served = live_server(create_app(config, store=store, dispatcher=dispatcher))

@@ -1075,9 +1075,11 @@ def http_post(
     *,
     chunked: bool,
     first_event: bool = False,
+    hang_up: bool = False,
 ) -> tuple[int, str, bytes]:
     """POST `body` as it is; the whole reply, or with `first_event` of an
-    event stream only its first event (a live stream need not end)."""
+    event stream only its first event (a live stream need not end), or with
+    `hang_up` nothing: the connection is closed once the body is sent."""
     connection = http.client.HTTPConnection(*address, timeout=30)
     try:
         path = "/"
@@ -1098,6 +1100,8 @@ def http_post(
         else:
             connection.putheader("Content-Length", str(len(body)))
             connection.endheaders(body)
+        if hang_up:
+            return 0, "", b""
         response = connection.getresponse()
         mimetype = response.getheader("Content-Type") or ""
         if not (first_event and mimetype.startswith("text/event-stream")):

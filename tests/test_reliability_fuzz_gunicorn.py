@@ -27,7 +27,7 @@ import requests
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.task import WORKING, state_of
+from shared.task import SUBMITTED, WORKING, state_of
 from tests.support.compose import LocalStack, local_stack
 from tests.support.polling import wait_for
 from tests.test_reliability_fuzz import (
@@ -74,7 +74,7 @@ class BrokerQueue:
 @pytest.fixture(params=[False])
 def gunicorn(
     tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[tuple[Target, tuple[str, int]]]:
+) -> Iterator[tuple[Target, tuple[str, int], LocalStack]]:
     """compose.yaml's web command on a file store (so the test reads what it
     wrote) and a private Redis broker. No worker unless the test asks for
     one (a send stream holds its first event until the agent's first output,
@@ -94,7 +94,7 @@ def gunicorn(
         target.dispatcher = BrokerQueue(env["TOOLNEXUS_BROKER_URL"], queue_of(env))  # type: ignore[assignment]
         if with_worker:
             stack.start("worker", TOOLNEXUS_STORE=f"file:{directory}")
-        yield target, ("127.0.0.1", stack.web_port)
+        yield target, ("127.0.0.1", stack.web_port), stack
         assert stack.processes["web"].alive(), stack.processes["web"].output()[-3000:]
 
 
@@ -109,8 +109,10 @@ def healthy(stack: LocalStack) -> bool:
         return False
 
 
-def test_bodies_and_headers_over_gunicorn(gunicorn: tuple[Target, tuple[str, int]]) -> None:
-    target, address = gunicorn
+def test_bodies_and_headers_over_gunicorn(
+    gunicorn: tuple[Target, tuple[str, int], LocalStack],
+) -> None:
+    target, address, _ = gunicorn
 
     @settings(FUZZ, max_examples=200)
     @given(
@@ -174,20 +176,23 @@ def check_stream_reply(status: int, mimetype: str, data: bytes) -> None:
 
 
 @pytest.mark.parametrize("gunicorn", [True], indirect=True)
-def test_streaming_methods_over_gunicorn(gunicorn: tuple[Target, tuple[str, int]]) -> None:
-    target, address = gunicorn
+def test_streaming_methods_over_gunicorn(
+    gunicorn: tuple[Target, tuple[str, int], LocalStack],
+) -> None:
+    target, address, stack = gunicorn
     target.post = lambda data, sent: http_post(address, data, sent, chunked=False)
 
     @settings(FUZZ, max_examples=40)
-    @given(case=STREAM_BODIES, chunked=st.booleans())
-    def storm(case: tuple[bytes, str | None], chunked: bool) -> None:
+    @given(case=STREAM_BODIES, chunked=st.booleans(), hang_up=st.booleans())
+    def storm(case: tuple[bytes, str | None], chunked: bool, hang_up: bool) -> None:
         body, version = case
         headers = {**dialect_headers(version), "Accept": "text/event-stream"}
         status, mimetype, data = http_post(
-            address, body, headers, chunked=chunked, first_event=True
+            address, body, headers, chunked=chunked, first_event=True, hang_up=hang_up
         )
         target.tally.sent += 1
-        check_stream_reply(status, mimetype, data)
+        if not hang_up:  # one that hangs up at once hears nothing
+            check_stream_reply(status, mimetype, data)
 
     storm()
     # Still serving, and every stored task whole.
@@ -196,10 +201,22 @@ def test_streaming_methods_over_gunicorn(gunicorn: tuple[Target, tuple[str, int]
     assert reply["result"]["history"][0]["parts"][0]["text"] == "after the streams"
     target.dispatcher = NothingQueued()  # type: ignore[assignment]
 
+    # Nothing accepted is lost: every saved task was queued, and the worker
+    # takes each out of `submitted`. No beat runs here, so a task saved and
+    # never queued would stay `submitted` (nothing resends it).
+    def left_submitted() -> list[str]:
+        return [i for i, task in target.store.all().items() if state_of(task) == SUBMITTED]
+
+    try:
+        wait_for(lambda: not left_submitted(), timeout=90, what="every task to leave submitted")
+    except AssertionError:
+        raise AssertionError(
+            f"saved, never run: {left_submitted()}\n"
+            + "\n".join(f"--- {name}\n{p.output()[-6000:]}" for name, p in stack.processes.items())
+        ) from None
+
     # The worker may still be writing the streamed tasks (a temporary file
     # before its rename is no half-written task): check once it holds none.
-    # (A task left `submitted` was never queued: no beat runs here to resend
-    # it, and no process writes it, so it is not waited for.)
     def worker_idle() -> bool:
         working = any(state_of(task) == WORKING for task in target.store.all().values())
         writing = any(name.endswith(".tmp") for name in os.listdir(target.store.directory))

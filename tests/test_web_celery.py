@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import redis
 from flask.testing import FlaskClient
+from greenlet import GreenletExit
 
 from shared import Settings, memory_store
 from shared.dispatch import FULFIL_TASK
@@ -94,3 +95,25 @@ def test_redis_store_outage_is_reported_and_recovered_from() -> None:
         assert client.get("/readyz").status_code == 200
     finally:
         server.close()
+
+
+class InterruptedDispatcher(PlayingDispatcher):
+    """A publish cut short by the request's end: gevent kills a request's
+    greenlet with GreenletExit (a BaseException) at a server's shutdown."""
+
+    def enqueue(self, task_id: str) -> None:
+        raise GreenletExit
+
+
+@pytest.mark.parametrize("method", ["SendMessage", "SendStreamingMessage"])
+def test_a_publish_cut_short_fails_the_task_it_saved(method: str) -> None:
+    store = memory_store()
+    app = create_app(Settings(), store=store, dispatcher=InterruptedDispatcher(memory_store()))
+    with pytest.raises(GreenletExit):
+        rpc(app.test_client(), method, {"message": user_message()}, version="1.0")
+    (task,) = store.all().values()
+    assert task["status"]["state"] == "failed"  # not `submitted` with nothing queued
+    reason = task["status"]["message"]["parts"][0]["text"]
+    assert reason == (
+        "broker unavailable: the task could not be queued (interrupted by GreenletExit)"
+    )

@@ -270,19 +270,33 @@ class Tasks:
 
     def _enqueue(self, task: Task) -> None:
         """Queue fulfilment; if that fails the task is failed with the reason,
-        so no task is ever left `submitted` with nothing queued for it."""
+        so no task is ever left `submitted` with nothing queued for it. So is
+        a publish cut short by the request's own end (a greenlet killed at a
+        server's shutdown, an interrupt): the message may or may not be out,
+        and a failed task that a worker then skips says why; one left
+        `submitted` would wait for beat's resend, where beat runs at all."""
         try:
             self.dispatcher.enqueue(task["id"])
         except Exception as error:
-            reason = f"{BROKER_UNAVAILABLE}: the task could not be queued ({error})"
-            failed = agent_message(reason)
-            try:
-                transition(self.store, task["id"], to_state(FAILED, failed), on_terminal=self._hook)
-            except StoreError:
-                # Both down: the task stays `submitted`, and beat resends it from
-                # the store's waiting index once the broker is back.
-                log.warning("task %s: could not be queued nor failed", task["id"])
+            self._not_queued(task, error)
             raise TaskError(error, task["id"]) from error
+        except BaseException as interrupted:
+            self._not_queued(task, f"interrupted by {type(interrupted).__name__}")
+            raise
+
+    def _not_queued(self, task: Task, why: object) -> None:
+        reason = f"{BROKER_UNAVAILABLE}: the task could not be queued ({why})"
+        try:
+            transition(
+                self.store,
+                task["id"],
+                to_state(FAILED, agent_message(reason)),
+                on_terminal=self._hook,
+            )
+        except StoreError:
+            # Both down: the task stays `submitted`, and beat resends it from
+            # the store's waiting index once the broker is back.
+            log.warning("task %s: could not be queued nor failed", task["id"])
 
     def _settle(self, sent: Sent, deadline: float) -> Sent:
         """Wait until the task is terminal or waits for the peer, or until
