@@ -162,7 +162,7 @@ def test_bound_to_every_interface_it_prints_and_serves_the_machines_own_names(
             except requests.ConnectionError:
                 return False
 
-        wait_for(answered, timeout=30, what="toolnexus-serve on 0.0.0.0")
+        wait_for(answered, timeout=90, what="toolnexus-serve on 0.0.0.0")
         for name in names:
             shown = f"[{name}]" if ":" in name else name
             reply = requests.get(card, headers={"Host": f"{shown}:{port}"}, timeout=5)

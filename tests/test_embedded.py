@@ -94,7 +94,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
             except requests.ConnectionError:
                 return False
 
-        wait_for(healthy, timeout=30, what="toolnexus-serve to answer")
+        wait_for(healthy, timeout=90, what="toolnexus-serve to answer")
         return served
 
     yield start

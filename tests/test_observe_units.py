@@ -248,7 +248,7 @@ def embedded(tmp_path: Path) -> Iterator[tuple[str, Path]]:
             return False
 
     try:
-        wait_for(up, timeout=30, what="toolnexus-serve to answer")
+        wait_for(up, timeout=90, what="toolnexus-serve to answer")
         yield url, log
     finally:
         process.terminate()

@@ -233,7 +233,7 @@ def test_seed_shaped_tasks_written_by_one_process_are_read_by_another(shared_spe
     context = multiprocessing.get_context("spawn")
     writer = context.Process(target=_save_all_in_child, args=(shared_spec, SEED_TASKS))
     writer.start()
-    writer.join(30)
+    writer.join(120)
     assert writer.exitcode == 0
     store = resolve_store(shared_spec)
     for task in SEED_TASKS:

@@ -46,7 +46,7 @@ def embedded_server(folder: Path, env: dict[str, str]) -> Iterator[tuple[str, in
             return False
 
     try:
-        wait_for(healthy, timeout=30, what="toolnexus-serve to answer")
+        wait_for(healthy, timeout=90, what="toolnexus-serve to answer")
         yield "127.0.0.1", port
     finally:
         process.terminate()
