@@ -119,6 +119,33 @@ def test_the_0_3_methods_in_their_own_shapes() -> None:
     assert client.result("tasks/pushNotificationConfig/list", {"id": task}, version=None) == []
 
 
+def test_a_0_3_config_set_without_an_id_is_not_called_default() -> None:
+    # The 0.3 kit's test_get_push_notification_config asks for "default" after a set
+    # without an id. Spec 0.3 gives no config that name: the id is "set by the client"
+    # (PushNotificationConfig.id) and pushNotificationConfigId is "The ID of the push
+    # notification configuration to retrieve"; the official SDK names it after the task.
+    client = Client()
+    task = client.task()
+    client.result(
+        "tasks/pushNotificationConfig/set",
+        {"taskId": task, "pushNotificationConfig": {"url": HOOK}},
+        version=None,
+    )
+    asked = client.call(
+        "tasks/pushNotificationConfig/get",
+        {"id": task, "pushNotificationConfigId": "default"},
+        version=None,
+    )
+    assert asked["error"]["code"] == -32001 and "default" in asked["error"]["message"], asked
+    for params in ({"id": task}, {"id": task, "pushNotificationConfigId": task}):
+        got = client.result("tasks/pushNotificationConfig/get", params, version=None)
+        assert got["pushNotificationConfig"] == {"id": task, "url": HOOK}, (params, got)
+    # 1.0 is untouched: the same config read by its id.
+    assert (
+        client.result("GetTaskPushNotificationConfig", {"taskId": task, "id": task})["url"] == HOOK
+    )
+
+
 @pytest.mark.parametrize(
     ("configuration", "version", "shown"),
     [

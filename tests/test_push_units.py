@@ -4,7 +4,9 @@ failure Flower shows for a give-up, and the SSRF rules' address checks."""
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
@@ -13,9 +15,9 @@ from shared import Settings
 from shared.events import artifact_update, status_update
 from shared.memory_store import MemoryStore
 from shared.push_http import Allowed
-from shared.push_store import push_store
+from shared.push_store import Cursor, PushStore, push_store
 from shared.store import Commit
-from shared.task import WORKING, new_task
+from shared.task import WORKING, Artifact, new_task
 from tests.support.webhook_receiver import Receiver
 from worker.push import GaveUp, Policy, deliver
 from worker.push_metrics import push_metrics
@@ -136,3 +138,44 @@ def test_events_trimmed_before_delivery_arrive_as_the_task(receiver: Receiver) -
     assert [(hit.event_id, list(hit.body)) for hit in hits] == [(6, ["task"])]
     assert hits[0].body["task"]["id"] == task_id
     assert [a["parts"][0]["text"] for a in hits[0].body["task"]["artifacts"]] == ["3"]
+
+
+class CountedCursors:
+    """A push store that counts its cursor writes (everything else passes through)."""
+
+    def __init__(self, push: PushStore) -> None:
+        self.push, self.writes = push, 0
+
+    def set_cursor(self, task_id: str, config_id: str, cursor: Cursor) -> None:
+        self.writes += 1
+        self.push.set_cursor(task_id, config_id, cursor)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.push, name)
+
+
+@pytest.mark.parametrize(
+    ("every", "writes_ok"),
+    [(3600.0, lambda writes: 1 <= writes <= 2), (0.0, lambda writes: writes == 201)],
+)
+def test_a_fast_feed_stores_its_cursor_at_most_every_cursor_every_seconds(
+    receiver: Receiver, every: float, writes_ok: Callable[[int], bool]
+) -> None:
+    store = MemoryStore()
+    task_id = a_task(store, receiver, f"/batched-{every}")
+    for n in range(199):  # 201 events in all
+        record = store.read(task_id)
+        assert record is not None
+        chunk: Artifact = {"artifactId": "a", "parts": [{"kind": "text", "text": f"{n}"}]}
+        event = artifact_update(record.task, chunk, append=n > 0)
+        assert store.commit(Commit(record.task, [event], record.seq, snapshot=False))
+    push = push_store(store)
+    assert push is not None
+    counted_push = CountedCursors(push)
+    policy = replace(Policy.of(SETTINGS), cursor_every=every)
+    assert deliver(store, counted_push, task_id, "c", "me", policy) == "delivered"
+    # Every event arrived once, in order, and the stored cursor names the last.
+    assert [hit.event_id for hit in receiver.on(f"/batched-{every}")] == list(range(1, 202))
+    assert push.cursor(task_id, "c") == Cursor(delivered=201)
+    # A write per event when asked; else only when it goes quiet (and at the end).
+    assert writes_ok(counted_push.writes)

@@ -164,6 +164,33 @@ def test_subscribing_to_a_finished_or_unknown_task_is_a_plain_error(serve: Serve
     assert unknown.json()["error"]["code"] == -32001
 
 
+def test_0_3_streaming_methods_refused_by_the_method_answer_a_stream_of_that_error(
+    serve: Serve,
+) -> None:
+    # Spec 0.3 §3.3.1: message/stream and tasks/resubscribe are answered "HTTP 200 OK" with
+    # "text/event-stream", each event a SendStreamingMessageResponse (success or error);
+    # the 0.3 SDK's client (httpx-sse) refuses any other content type.
+    url, _ = serve("examples.agents:echo")
+    done = call(url, "SendMessage", {"message": user("x")})["result"]
+    message = {"kind": "message", "role": "user", "messageId": str(uuid.uuid4())}
+    follow_up = {**message, "parts": [{"kind": "text", "text": "again"}], "taskId": "no-such"}
+    for method, params, code in (
+        ("tasks/resubscribe", {"id": "no-such-task"}, -32001),
+        ("tasks/resubscribe", {"id": done["id"]}, -32004),
+        ("message/stream", {"message": follow_up}, -32001),
+    ):
+        stream = Stream(url, method, params, version=None)
+        assert stream.response.status_code == 200 and stream.is_stream, (method, params)
+        events = list(stream)
+        assert [e.data["error"]["code"] for e in events] == [code], events
+        assert events[0].data["id"] is not None and "result" not in events[0].data
+    # A malformed request is still a plain JSON error, as is every 1.0 refusal.
+    malformed = Stream(url, "tasks/resubscribe", {}, version=None)
+    assert not malformed.is_stream and malformed.json()["error"]["code"] == -32602
+    unknown = Stream(url, "SubscribeToTask", {"id": "no-such-task"}, version="1.0")
+    assert not unknown.is_stream and unknown.json()["error"]["code"] == -32001
+
+
 def test_a_reconnect_with_last_event_id_gets_exactly_the_missed_events(serve: Serve) -> None:
     url, _ = serve("examples.agents:countdown")
     message = user("0.2 4")

@@ -183,7 +183,12 @@ def handle(
         if request_id is _NOTIFICATION:
             raise InvalidRequest("id is required: notifications are not supported")
         call = Call(tasks, dialect, owner, request_id, last_event_id, extended_card)
-        result = _RUNNERS[kind](call, parsed)
+        try:
+            result = _RUNNERS[kind](call, parsed)
+        except Exception as error:
+            if dialect is not A2A_03 or kind not in (STREAM, SUBSCRIBE):
+                raise
+            result = _refused_in_stream(call, error)
     except Exception as error:
         wire = describe(error)
         shown_id = None if request_id is _NOTIFICATION else request_id
@@ -191,6 +196,18 @@ def handle(
     if isinstance(result, Stream):
         return result
     return {"jsonrpc": "2.0", "id": request_id, "result": result}, 200
+
+
+def _refused_in_stream(call: Call, error: Exception) -> Stream:
+    """A 0.3 streaming method the method itself refuses (an unknown task, a
+    finished one) is answered as the stream of that one error: spec 0.3
+    §3.3.1 has the server answer `message/stream` and `tasks/resubscribe`
+    with "HTTP 200 OK status and a Content-Type header of text/event-stream",
+    each event a SendStreamingMessageResponse (which may be a
+    JSONRPCErrorResponse), and the 0.3 SDK's client reads nothing else. A
+    malformed request is still a plain JSON error, as with the 0.3 SDK; 1.0
+    clients read both and get the plain one."""
+    return Stream(call.wire, "", lambda wire: iter([wire.error(error, "")]))
 
 
 def parse(kind: str, params: object) -> Any:

@@ -34,6 +34,19 @@ PUSH_METHODS = (
 )
 
 
+# A2A 0.3's streaming methods answer with an event stream even when the method
+# refuses (spec 0.3 §3.3.1): the refusal is its one event.
+STREAMED_REFUSALS = frozenset({"tasks/resubscribe", "message/stream"})
+
+
+def only_event(reply: requests.Response) -> dict[str, Any]:
+    assert reply.headers["Content-Type"].startswith("text/event-stream"), reply.headers
+    data = [line[5:].strip() for line in reply.text.splitlines() if line.startswith("data:")]
+    assert len(data) == 1, reply.text[:300]
+    answer: dict[str, Any] = json.loads(data[0])
+    return answer
+
+
 @dataclass(frozen=True)
 class Caller:
     url: str
@@ -51,6 +64,8 @@ class Caller:
     ) -> dict[str, Any]:
         reply = self.post(method, params, version)
         assert reply.status_code == 200, (reply.status_code, reply.text[:300])
+        if version is None and method in STREAMED_REFUSALS:
+            return only_event(reply)
         assert reply.headers["Content-Type"].startswith("application/json"), reply.headers
         answer: dict[str, Any] = reply.json()
         return answer
@@ -130,7 +145,8 @@ def replay_isolation(url: str, alice_headers: dict[str, str], bob_headers: dict[
     for method, version in (("SendMessage", "1.0"), ("message/send", None)):
         as_for_a_ghost(method, follow_up("Mallory"), version)
 
-    # The streaming methods refuse before any stream starts: a plain JSON reply.
+    # The streaming methods refuse before any stream starts: a plain JSON reply on 1.0,
+    # a stream of that one error on 0.3.
     for method, version in (("SubscribeToTask", "1.0"), ("tasks/resubscribe", None)):
         as_for_a_ghost(method, by_id, version)
     for method, version in (("SendStreamingMessage", "1.0"), ("message/stream", None)):
