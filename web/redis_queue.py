@@ -37,6 +37,14 @@ PERSISTENT: Final = 2
 TRANSIENT: Final = 1
 # Pooled connections per process: a send holds one for one round trip.
 POOL_SIZE: Final = 64
+# How long a send waits for one of them. Not the connect timeout: a gevent
+# front end taking a burst of a thousand sends has most of them queued behind
+# the 64 in flight while it parses the rest, and on a loaded host that wait
+# passed a second for most of the burst ("No connection available", answered
+# "broker unavailable" with Redis up). A broker that refuses connections still
+# fails a send at once (its connection goes back to the pool); a stalled one
+# fails each send within this wait plus the socket timeouts.
+POOL_WAIT: Final = 5.0
 
 
 class RedisTaskQueue:
@@ -50,7 +58,7 @@ class RedisTaskQueue:
         pool = redis.BlockingConnectionPool.from_url(
             broker_url,
             max_connections=POOL_SIZE,
-            timeout=timeout,
+            timeout=max(POOL_WAIT, timeout),
             socket_connect_timeout=timeout,
             socket_timeout=timeout * 2,
             # One quick retry covers a broker restart or a dropped pooled
