@@ -86,7 +86,7 @@ def test_a_burst_waits_for_broker_connections_and_an_outage_still_fails_fast(
 
         wait_for(
             accepting,
-            timeout=60,
+            timeout=90,  # a start-up deadline, as main's other server tests (overloads)
             what=f"the front end to accept a send\n{web.output()[-3000:]}",
         )
         queue = redis.Redis.from_url(broker.url)
