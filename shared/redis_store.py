@@ -53,6 +53,14 @@ Clock = Callable[[], float]
 # Connections per process: enough for the commands in flight at once (a
 # waiting request holds none), not one per open request.
 POOL_SIZE = 64
+# The longest a call waits for one of them (at least the call's timeout). A
+# gevent front end given a burst of a thousand blocking sends on a loaded
+# host had its store calls queue past 2 s, then 5 s, for a connection and
+# answered "task store unavailable" with Redis up: the wait is for the
+# process's CPU, not for Redis, so it is bounded like a request (30 s,
+# gunicorn's worker timeout; tests/test_web_broker_burst.py). A Redis that
+# refuses connections still fails a call at once: the connection goes back.
+POOL_WAIT = 30.0
 
 
 class RedisStore:
@@ -446,14 +454,15 @@ def redis_store(
     `timeout` bounds every call, so a peer hears "store unavailable" within
     seconds when Redis is down, instead of a request hanging. Connections
     are pooled and waited for: a front end holds thousands of requests at
-    once, and a burst of them queues for a connection (up to `timeout`)
-    instead of failing the moment all connections are busy. A worker that
-    holds more calls than that at once asks for more `connections`.
+    once, and a burst of them queues for a connection (up to `timeout`, at
+    least POOL_WAIT) instead of failing the moment all connections are busy.
+    A worker that holds more calls than that at once asks for more
+    `connections`.
     """
     pool = redis.BlockingConnectionPool.from_url(
         url,
         max_connections=connections,
-        timeout=timeout,
+        timeout=max(POOL_WAIT, timeout),
         socket_timeout=timeout,
         socket_connect_timeout=timeout,
         health_check_interval=15,

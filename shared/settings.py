@@ -188,8 +188,9 @@ POOLS = ("prefork", "threads", "asyncio")
 def _pool(value: str) -> str:
     if value == "gevent":
         raise ValueError(
-            "gevent is not available yet: use threads (blocking agents) or asyncio"
-            " (async agents), which hold as many waiting calls per process"
+            "gevent is not supported (a warm shutdown on it starts queued work; see"
+            " docs/io-workers.md): use threads (blocking agents) or asyncio (async agents),"
+            " which hold as many waiting calls per process"
         )
     if value not in POOLS:
         raise ValueError(f"use one of {', '.join(POOLS)}")

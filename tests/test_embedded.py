@@ -21,7 +21,7 @@ from shared.task import new_id, new_task, state_of, text_message, with_status
 from tests.support.agents import runs_of
 from tests.support.polling import wait_for
 from tests.support.redis_server import free_port
-from worker.embedded import main, parse_args, settings_from
+from worker.embedded import main, parse_args, pool_note, settings_from
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -278,3 +278,19 @@ def test_shutdown_drains_the_queue_without_running_it(
             f"ran: queued-{n}"
         )
     assert again.stop(signal.SIGINT)[0] == 0
+
+
+def test_a_pool_setting_is_said_to_have_no_effect_here(serve: Callable[..., Served]) -> None:
+    served = serve(TOOLNEXUS_POOL="asyncio", TOOLNEXUS_CONCURRENCY="7")
+    task = served.wait_state(served.send("hello")["id"], "completed")
+    assert task["artifacts"][0]["parts"][0]["text"] == "ran: hello"
+    returncode, stderr = served.stop(signal.SIGTERM)
+    assert returncode == 0, stderr
+    (line,) = [line for line in stderr.splitlines() if "TOOLNEXUS_POOL" in line]
+    assert "TOOLNEXUS_POOL=asyncio has no effect in the embedded server" in line
+    assert "one of its 7 in-process workers" in line
+    assert "WARNING" in line
+
+
+def test_no_pool_note_without_the_setting() -> None:
+    assert pool_note({"TOOLNEXUS_CONCURRENCY": "7"}, 7) is None

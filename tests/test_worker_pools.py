@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,6 +52,8 @@ AGENTS = "tests.support.waiting_agents"
 # process's loop in both, so the cancel test runs a coroutine in each.
 MODES = [("threads", "_blocking"), ("asyncio", "")]
 MODE_IDS = [mode for mode, _ in MODES]
+CELERY = ("celery", "-A", "worker")
+SHORT_VISIBILITY = "tests.support.short_visibility"
 
 
 class IOFleet:
@@ -79,10 +82,12 @@ class IOFleet:
         self.dispatcher = CeleryDispatcher(self.settings)
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+    def start(
+        self, name: str, *args: str, launcher: tuple[str, ...] = CELERY
+    ) -> subprocess.Popen[bytes]:
         log = open(self.tmp_path / f"{name}.log", "ab")  # noqa: SIM115 - the child's
         process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "worker", *args],
+            [sys.executable, "-m", *launcher, *args],
             cwd=ROOT,
             env=self.env,
             stdout=log,
@@ -92,8 +97,11 @@ class IOFleet:
         self.processes[name] = process
         return process
 
-    def worker(self, name: str) -> subprocess.Popen[bytes]:
-        return self.start(name, "worker", "-n", f"{name}@%h", "-l", "INFO")
+    def worker(self, name: str, visibility: float | None = None) -> subprocess.Popen[bytes]:
+        """A worker; with `visibility`, one whose broker redelivers messages
+        left unacknowledged that many seconds (tests.support.short_visibility)."""
+        launcher = CELERY if visibility is None else (SHORT_VISIBILITY, str(visibility))
+        return self.start(name, "worker", "-n", f"{name}@%h", "-l", "INFO", launcher=launcher)
 
     def beat(self) -> subprocess.Popen[bytes]:
         schedule = str(self.tmp_path / "beat-schedule")
@@ -251,6 +259,55 @@ def test_a_killed_worker_s_calls_are_all_failed_and_none_runs_twice(
     io.wait_states(later, COMPLETED)
     assert io.states(ids) == {FAILED: calls}
     assert set(io.marked("done")) == set(later)
+
+
+@pytest.mark.parametrize(("pool", "kind"), MODES, ids=MODE_IDS)
+def test_a_killed_worker_s_messages_are_redelivered_and_each_task_ends_as_promised(
+    fleet: Any, pool: str, kind: str
+) -> None:
+    """docs/workers.md: a dead worker's running tasks are failed by the
+    reaper (`worker lost`), and their messages come back after the
+    visibility timeout; those copies find the task failed (or still
+    `working`) and do nothing. What it had not taken stays queued and runs
+    once elsewhere."""
+    calls, waiting = 30, 10
+    io = fleet(pool, TOOLNEXUS_RUN=f"{AGENTS}:gated{kind}", TOOLNEXUS_CONCURRENCY=str(calls))
+    victim = io.worker("victim")
+    held = io.submit(calls)
+    io.wait_working(held)
+    queued = io.submit(waiting)  # the victim holds all it prefetches: these stay queued
+
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait(10)
+    started = set(io.marked("started"))
+    io.open_gate()
+    io.beat()
+    survivor = io.worker("survivor", visibility=3)
+
+    tasks = io.wait_states(held + queued, *TERMINAL_STATES, timeout=90)
+    lost = {i for i in tasks if i in started}
+    assert set(held) <= lost
+    assert {reason(tasks[i]) for i in lost} == {"worker lost: no heartbeat for 2 s"}
+    assert {state_of(tasks[i]) for i in set(tasks) - lost} == {COMPLETED}
+
+    # Every message the victim held came back to the survivor, which found
+    # its task taken and left it alone.
+    log = Path(io.tmp_path / "survivor.log")
+
+    def redelivered() -> set[str]:
+        text = log.read_text(errors="replace")
+        found = (re.search(rf"task {i}: is (failed|working), not submitted", text) for i in held)
+        return {i for i, match in zip(held, found, strict=True) if match}
+
+    wait_for(
+        lambda: redelivered() == set(held),
+        timeout=60,
+        what=f"the survivor to get every held message again: {len(redelivered())}\n{io.logs()}",
+    )
+    assert survivor.poll() is None
+    assert io.states(held) == {FAILED: calls}
+    assert io.marked("done") == dict.fromkeys(set(tasks) - lost, 1)  # none ran twice
+    assert io.store.stale(float("inf")) == []  # none stuck working
 
 
 @pytest.mark.parametrize(("pool", "kind"), MODES, ids=MODE_IDS)

@@ -37,6 +37,16 @@ PERSISTENT: Final = 2
 TRANSIENT: Final = 1
 # Pooled connections per process: a send holds one for one round trip.
 POOL_SIZE: Final = 64
+# How long a send waits for one of them. Not the connect timeout: a gevent
+# front end taking a burst of a thousand blocking sends has most of them
+# queued behind the 64 in flight while it parses the rest, and on a loaded
+# host that wait passed 1 s for most of the burst, then 5 s ("No connection
+# available", answered "broker unavailable" with Redis up). The wait is for
+# the process's CPU, not for Redis, so it is bounded like a request (30 s,
+# gunicorn's worker timeout). A broker that refuses connections still fails
+# a send at once (its connection goes back to the pool); a stalled one fails
+# each send within this wait plus its socket timeouts.
+POOL_WAIT: Final = 30.0
 
 
 class RedisTaskQueue:
@@ -50,7 +60,7 @@ class RedisTaskQueue:
         pool = redis.BlockingConnectionPool.from_url(
             broker_url,
             max_connections=POOL_SIZE,
-            timeout=timeout,
+            timeout=max(POOL_WAIT, timeout),
             socket_connect_timeout=timeout,
             socket_timeout=timeout * 2,
             # One quick retry covers a broker restart or a dropped pooled

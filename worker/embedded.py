@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 # Where the embedded server's defaults differ from Settings' (a developer's machine).
 EMBEDDED_DEFAULTS: Mapping[str, str] = {"TOOLNEXUS_CONSOLE": "true"}
+POOL_VARIABLE = "TOOLNEXUS_POOL"
 
 
 def settings_from(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
@@ -68,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ToolnexusError, ValueError) as error:  # a bad setting, a store refusing its folder
         return _refuse(error)
 
+    if note := pool_note(os.environ, default_threads(settings)):
+        log.warning(note)
     tracing.enable(PROGRAM)  # when the `otel` extra is installed
     dispatcher = InProcessDispatcher(store, agent, settings)
     server: WSGIServer | None = None
@@ -119,6 +122,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         _tell(settings, "stopped with tasks still running; they stay 'working'")
     _tell(settings, "stopped")
     return 0
+
+
+def pool_note(env: Mapping[str, str], workers: int) -> str | None:
+    """Why TOOLNEXUS_POOL, when set, changes nothing here (None when unset).
+
+    Every in-process worker is already a greenlet, so a waiting call costs
+    one greenlet whatever the agent; the I/O pools' own time limit and
+    instant cancel are built on Celery's consumer, which this server has
+    not. Said at start-up so a setting that does nothing is not mistaken
+    for one that does."""
+    pool = env.get(POOL_VARIABLE)
+    if pool is None:
+        return None
+    return (
+        f"{POOL_VARIABLE}={pool} has no effect in the embedded server: each call runs on one"
+        f" of its {workers} in-process workers (greenlets; TOOLNEXUS_CONCURRENCY sets how many),"
+        " with no time limit, and a cancel refuses a running call's result instead of stopping"
+        " it; the I/O pools are for Celery workers (docs/io-workers.md)"
+    )
 
 
 def server_urls(settings: Settings, server: WSGIServer) -> list[str]:
