@@ -1,12 +1,16 @@
-"""The gRPC process: `python -m web.grpc_server` serves `lf.a2a.v1.A2AService`
-on TOOLNEXUS_GRPC_HOST:TOOLNEXUS_GRPC_PORT, beside (not inside) the HTTP
-front end, on the same store and broker, so any number of either can run.
+"""The gRPC server: `lf.a2a.v1.A2AService` on TOOLNEXUS_GRPC_HOST:TOOLNEXUS_GRPC_PORT,
+in a process of its own (`web.grpc_process`, beside, not inside, the HTTP
+front end, on the same store and broker, so any number of either can run)
+or in the embedded server's process (`serve`).
 
 It is wired as `create_app` wires the HTTP edge (the store, the Celery
-dispatcher, the bearer check, the methods), with the gRPC settings: one
-thread per call in flight (an open stream holds one; TOOLNEXUS_GRPC_THREADS
-bounds them, and a call beyond that is refused RESOURCE_EXHAUSTED, not
-queued), the largest message either way, HTTP/2 keepalive pings. SIGTERM
+dispatcher, the bearer check, the methods), with the gRPC settings: the
+calls in flight (TOOLNEXUS_GRPC_CALLS; a call beyond that is refused
+RESOURCE_EXHAUSTED, not queued), the largest message either way, HTTP/2
+keepalive pings. Both processes run on gevent with grpcio's gevent mode,
+so the "threads" of the server's pool are greenlets: an open stream, which
+mostly waits on its task's watch, costs a greenlet and its follower, not
+an OS thread (docs/grpc.md has the figures). SIGTERM
 or SIGINT stops taking calls and gives open ones TOOLNEXUS_GRPC_GRACE
 seconds to finish; streams still open then are cancelled, which ends them
 at once (their followers are woken). With TOOLNEXUS_GRPC_TLS_CERT and
@@ -19,7 +23,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -80,8 +86,10 @@ def serve(settings: Settings, service: A2AGrpcService) -> GrpcServer:
     already holds the methods (the embedded one) calls to add the binding."""
     keepalive_ms = int(settings.grpc_keepalive * 1000)
     server = grpc.server(
-        ThreadPoolExecutor(settings.grpc_threads, thread_name_prefix="grpc"),
-        maximum_concurrent_rpcs=settings.grpc_threads,
+        # Under gevent's patch (web.grpc_process, the embedded server) its
+        # threads are greenlets, made as calls come.
+        ThreadPoolExecutor(settings.grpc_calls, thread_name_prefix="grpc"),
+        maximum_concurrent_rpcs=settings.grpc_calls,
         options=[
             ("grpc.max_receive_message_length", settings.grpc_max_message),
             ("grpc.max_send_message_length", settings.grpc_max_message),
@@ -145,4 +153,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # `python -m web.grpc_server` has imported all of the above without
+    # gevent's patch; the process module (this process, afresh) patches first.
+    os.execv(sys.executable, [sys.executable, "-m", "web.grpc_process", *sys.argv[1:]])
