@@ -66,11 +66,6 @@ class Policy:
     linger: float
     allowed: Allowed
     signer: Signer | None = None
-    # How stale the stored cursor may be while deliveries succeed. Writing it
-    # after every 2xx cost a Redis round trip per event (~40% of a delivery's
-    # time in bench/push.py's profile); a worker that dies re-POSTs at most
-    # this much, from the stored cursor on, in order (at least once).
-    cursor_every: float = 0.05
 
     @classmethod
     def of(cls, settings: Settings) -> Policy:
@@ -153,8 +148,7 @@ def deliver(
     if config is None:
         push.release(task_id, config_id, holder)
         return "deleted"
-    cursor = stored = push.cursor(task_id, config_id)
-    written = time.monotonic()
+    cursor = push.cursor(task_id, config_id)
     webhook = Webhook(config["url"], policy.allowed, policy.connect_timeout, policy.read_timeout)
     gave_up = cursor.given_up
     try:
@@ -171,25 +165,15 @@ def deliver(
                 if not push.lease(task_id, config_id, holder, policy.lease):
                     return "lost"  # another delivery has it now (this one stalled past it)
                 renewed = time.monotonic()
-            if item is not None:
-                seq, body = (item.seq, item.task) if isinstance(item, Record) else item
-                payload = encode_bytes(stream_response(config.get("version", "1.0"), body))
-                cursor, parked = _attempt(webhook, config, seq, payload, cursor, policy)
-                if parked is not None:
-                    push.set_cursor(task_id, config_id, cursor)
-                    push.lease(task_id, config_id, holder, parked)  # the sweep takes it up then
-                    return "retrying"
-            # A give-up is stored at once; plain progress at most every cursor_every s
-            # (and on a quiet tick), so a fast feed does not pay a write per event.
-            if cursor != stored and (
-                item is None
-                or cursor.given_up != stored.given_up
-                or time.monotonic() - written >= policy.cursor_every
-            ):
-                push.set_cursor(task_id, config_id, cursor)
-                stored, written = cursor, time.monotonic()
-        if cursor != stored:
+            if item is None:
+                continue
+            seq, body = (item.seq, item.task) if isinstance(item, Record) else item
+            payload = encode_bytes(stream_response(config.get("version", "1.0"), body))
+            cursor, parked = _attempt(webhook, config, seq, payload, cursor, policy)
             push.set_cursor(task_id, config_id, cursor)
+            if parked is not None:
+                push.lease(task_id, config_id, holder, parked)  # the sweep takes it up then
+                return "retrying"
         push.release(task_id, config_id, holder)
     finally:
         webhook.close()
