@@ -235,7 +235,7 @@ def _grpc(rest: list[str]) -> int:
         return _refuse(error)
     # The gRPC server's own module takes over this process (as gunicorn loads
     # web:create_app() by name): the launcher imports no web code itself.
-    os.execv(sys.executable, [sys.executable, "-m", "web.grpc_process", *rest])
+    os.execv(sys.executable, [sys.executable, "-m", "web.grpc_server", *rest])
 
 
 def _binds_elsewhere(gunicorn_options: list[str]) -> bool:
