@@ -377,7 +377,7 @@ class Settings:
     # the gRPC binding (`python -m web.grpc_server`): where it listens, the
     # address the card declares for it (unset: the card lists no GRPC
     # interface; set, the embedded server serves gRPC too), the calls in
-    # flight (each a greenlet, an open stream too, not a thread), the largest message
+    # flight (open streams too, which hold no thread), the largest message
     # it accepts, HTTP/2 keepalive pings, and how long a shutdown lets open
     # calls and streams finish
     grpc_host: str = _env("GRPC_HOST", _text, "127.0.0.1")
