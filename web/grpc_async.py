@@ -16,7 +16,7 @@ The RPCs are `web.grpc_service`'s, run from an event loop:
 
 A client that cancels its call cancels the coroutine: the follower is
 closed once any step it is in has returned (a generator is never closed
-while it runs), which ends its watch.
+while it runs), which ends its watch; the call is logged and counted then.
 """
 
 from __future__ import annotations
@@ -135,40 +135,52 @@ class AsyncA2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
         loop = asyncio.get_running_loop()
         metadata = metadata_of(context)
         started, outcome, events = time.monotonic(), "ok", 0
-        with Observed(name, metadata):
-            # The call's log binding, for what the steps log on their threads.
-            bound = contextvars.copy_context()
-            opened = self._steps.submit(
-                bound.run, self._service.opened, name, kind, request, metadata
-            )
-            stream = await asyncio.wrap_future(opened)
-            if isinstance(stream, tuple):
-                await _abort(context, stream)
-            hangup = Hangup()
-            nudged = asyncio.Event()
-            items = stream.open(hangup, _nudge(loop, nudged))
-            step: concurrent.futures.Future[Any] | None = None
-            web_metrics().streams_open.inc()
-            try:
-                turn = _Turn.MORE
-                while turn is not _Turn.END:
-                    if turn is _Turn.WAIT:
-                        await nudged.wait()
-                    nudged.clear()  # before the step: a wake-up during it nudges again
-                    step = self._steps.submit(bound.run, _advance, items)
-                    batch, turn = await asyncio.wrap_future(step)
-                    for item in batch:
-                        response = streamed(item)
-                        if isinstance(response, tuple):
-                            outcome = response[0].name
-                            await _abort(context, response)
-                        events += 1
-                        yield response
-            finally:
-                hangup.fire()
-                _close_after(step, items)
-                web_metrics().streams_open.dec()
-                record(name, outcome, started, events)
+        # The call's log binding and span live in a context of their own, in
+        # which every step runs and which is left only once the last step has
+        # returned: not in this generator, whose end may run in another task
+        # (asyncio finalizes an abandoned generator in one of its own).
+        bound = contextvars.Context()
+        observed = bound.run(Observed, name, metadata)  # it binds as it is made
+        bound.run(observed.__enter__)
+        opened = self._steps.submit(bound.run, self._service.opened, name, kind, request, metadata)
+        stream = await asyncio.wrap_future(opened)
+        if isinstance(stream, tuple):
+            bound.run(observed.__exit__, None, None, None)
+            await _abort(context, stream)
+        hangup = Hangup()
+        nudged = asyncio.Event()
+        items = stream.open(hangup, _nudge(loop, nudged))
+        step: concurrent.futures.Future[Any] | None = None
+        web_metrics().streams_open.inc()
+        try:
+            turn = _Turn.MORE
+            while turn is not _Turn.END:
+                if turn is _Turn.WAIT:
+                    await nudged.wait()
+                nudged.clear()  # before the step: a wake-up during it nudges again
+                step = self._steps.submit(bound.run, _advance, items)
+                batch, turn = await asyncio.wrap_future(step)
+                for item in batch:
+                    response = streamed(item)
+                    if isinstance(response, tuple):
+                        outcome = response[0].name
+                        await _abort(context, response)
+                    events += 1
+                    yield response
+        finally:
+            hangup.fire()
+            web_metrics().streams_open.dec()
+            ended = (outcome, events)
+
+            def finish() -> None:
+                close: Callable[[], None] = getattr(items, "close", lambda: None)
+                try:
+                    close()  # its watch ends
+                finally:
+                    record(name, ended[0], started, ended[1])
+                    observed.__exit__(None, None, None)
+
+            _after(step, lambda: bound.run(finish))
 
 
 def _nudge(loop: asyncio.AbstractEventLoop, nudged: asyncio.Event) -> Callable[[], None]:
@@ -179,13 +191,13 @@ def _nudge(loop: asyncio.AbstractEventLoop, nudged: asyncio.Event) -> Callable[[
     return nudge
 
 
-def _close_after(step: concurrent.futures.Future[Any] | None, items: Iterator[Any]) -> None:
-    """Close the follower (its watch ends), once the step it may be in returned."""
-    close: Callable[[], None] = getattr(items, "close", lambda: None)
+def _after(step: concurrent.futures.Future[Any] | None, then: Callable[[], None]) -> None:
+    """Run `then` once the step the follower may be in has returned (a
+    generator is never closed while it runs)."""
     if step is not None and not step.done():
-        step.add_done_callback(lambda _: close())
+        step.add_done_callback(lambda _: then())
     else:
-        close()
+        then()
 
 
 async def _abort(context: Any, status: Status) -> NoReturn:
