@@ -132,7 +132,6 @@ def main() -> None:
             "TOOLNEXUS_BROKER_URL": f"{redis.url}/2",
             "TOOLNEXUS_QUEUE": "bench",
             "TOOLNEXUS_LOG_LEVEL": "WARNING",
-            "TOOLNEXUS_GRPC_THREADS": str(max(256, args.streams + 64)),
         }
         command = [sys.executable, "-m", "web.grpc_server", "--port", "{port}"]
         ours = Server("this service's gRPC process", command, env)

@@ -66,16 +66,26 @@ def follow(
     idle: float = 15.0,
     interrupt: Interrupt | None = None,
     reader: str = "stream",
+    nudge: Callable[[], object] | None = None,
 ) -> Iterator[Followed]:
     """The task's events numbered above `after`, oldest first, as they come;
     the task as it stands (a `Record`) where the log no longer holds the
     next one; `IDLE` after each `idle` seconds of quiet. Ends after a final
     event (or a stopped task), at `deadline` (a `time.monotonic()` value),
     or as soon as `interrupt` is set. `reader` names the follower in the
-    gap count. Raises StoreError when the store cannot be reached."""
+    gap count. Raises StoreError when the store cannot be reached.
+
+    With `nudge`, the follower never blocks (an event loop drives it, a
+    step at a time on a few threads): where it would wait it yields `IDLE`
+    at once, and `nudge` is called, from the waking thread, whenever the
+    watch is woken; the caller asks for the next item once nudged (or
+    whenever it likes: a spurious ask reads nothing and yields `IDLE`
+    again). `idle` then does not apply: keepalives are the caller's."""
     with store.watch(task_id) as watch:
         if interrupt is not None:
             interrupt.add_waker(watch.wake)
+        if nudge is not None:
+            watch.on_wake(nudge)
         woken = True  # the first read is not waited for
         while True:
             if interrupt is not None and interrupt.is_set():
@@ -95,6 +105,10 @@ def follow(
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
+            if nudge is not None:
+                yield IDLE  # the caller waits to be nudged, then asks again
+                woken = watch.wait(0, after)
+                continue
             woken = watch.wait(min(idle, remaining), after)
             if not woken and remaining > idle:
                 yield IDLE

@@ -183,6 +183,9 @@ def _fsync_policy(value: str) -> str:
 # How a worker process runs agent calls (worker.pools): prefork, one call per
 # process; threads and asyncio, TOOLNEXUS_CONCURRENCY calls in one process.
 POOLS = ("prefork", "threads", "asyncio")
+# Settings that were renamed: the old name is refused (naming the new one),
+# not silently ignored.
+RENAMED = {"TOOLNEXUS_GRPC_THREADS": "TOOLNEXUS_GRPC_CALLS"}
 
 
 def _pool(value: str) -> str:
@@ -374,13 +377,14 @@ class Settings:
     pool: str = _env("POOL", _pool, "prefork")
     # the gRPC binding (`python -m web.grpc_server`): where it listens, the
     # address the card declares for it (unset: the card lists no GRPC
-    # interface), threads (each open stream holds one), the largest message
+    # interface; set, the embedded server serves gRPC too), the calls in
+    # flight (open streams too, which hold no thread), the largest message
     # it accepts, HTTP/2 keepalive pings, and how long a shutdown lets open
     # calls and streams finish
     grpc_host: str = _env("GRPC_HOST", _text, "127.0.0.1")
     grpc_port: int = _env("GRPC_PORT", _port, 50051)
     grpc_url: str | None = _env("GRPC_URL", _optional_text, None)
-    grpc_threads: int = _env("GRPC_THREADS", _count, 256)
+    grpc_calls: int = _env("GRPC_CALLS", _count, 10_000)
     grpc_max_message: int = _env("GRPC_MAX_MESSAGE", _count, 1024 * 1024)
     grpc_keepalive: float = _env("GRPC_KEEPALIVE", _seconds, 30.0)
     grpc_grace: float = _env("GRPC_GRACE", _seconds, 10.0)
@@ -432,6 +436,9 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         source = os.environ if env is None else env
+        for old, new in RENAMED.items():
+            if old in source:
+                raise ConfigError(f"{old} is now {new}: set that instead")
         values: dict[str, Any] = {}
         for spec in dataclasses.fields(cls):
             variable = spec.metadata["env"]

@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
-    from opentelemetry.instrumentation.flask import FlaskInstrumentor
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -81,6 +80,10 @@ def enable(service: str) -> bool:
 def trace_flask(app: Any, service: str = "toolnexus-web") -> None:
     """A server span for each HTTP request to `app`."""
     if enable(service):
+        # Imported here: the Flask instrumentation imports Flask, which the
+        # gRPC process (tracing its calls through `serving`) never loads.
+        from opentelemetry.instrumentation.flask import FlaskInstrumentor
+
         FlaskInstrumentor().instrument_app(app, excluded_urls=UNTRACED_PATHS)  # type: ignore[no-untyped-call]
 
 

@@ -647,9 +647,10 @@ def test_hostile_bytes_get_an_error_and_the_process_keeps_serving(
     deployment: Deployment,
 ) -> None:
     """Bytes that are no request message, truncated messages, deep data: each
-    call fails with a status (gRPC's own INTERNAL when protobuf cannot read
-    the bytes, as in every grpcio server; INVALID_ARGUMENT when the methods
-    refuse what it holds), and the process answers the next call."""
+    call fails with INVALID_ARGUMENT (INVALID_REQUEST when protobuf cannot
+    read the bytes, where grpcio itself would answer INTERNAL or UNKNOWN;
+    INVALID_PARAMS when the methods refuse what they hold), and the process
+    answers the next call."""
     valid = SendMessageRequest(message=message("hello")).SerializeToString()
     hostile = [b"\xff" * 7, b"\x0a\xff\xff\xff\xff\x0f", valid[: len(valid) // 2], b"\x12" * 300]
     deep: dict[str, Any] = {"leaf": 1}
@@ -669,24 +670,28 @@ def test_hostile_bytes_get_an_error_and_the_process_keeps_serving(
         for body in hostile:
             codes.add(outcome(lambda m=method, b=body: m(b, metadata=as_alice(), timeout=10)))
     # Protobuf skips what it does not know, so some of these read as (empty)
-    # requests and are answered; none reaches an unhandled error (UNKNOWN).
-    assert grpc.StatusCode.INTERNAL in codes and grpc.StatusCode.INVALID_ARGUMENT in codes
+    # requests and are answered; none reaches an unhandled error.
+    assert grpc.StatusCode.INVALID_ARGUMENT in codes
     assert codes <= {
         grpc.StatusCode.OK,
-        grpc.StatusCode.INTERNAL,
         grpc.StatusCode.INVALID_ARGUMENT,
         grpc.StatusCode.NOT_FOUND,
     }
+    undecodable = deployment.channel.unary_unary("/lf.a2a.v1.A2AService/GetTask")
+    assert failure(lambda: undecodable(b"\xff" * 7, metadata=as_alice(), timeout=10)) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "INVALID_REQUEST",
+    )
 
-    # protobuf's own depth limit (grpcio's deserializer: INTERNAL) comes before
-    # the methods' (INVALID_PARAMS); either way nothing is stored
+    # protobuf's own depth limit (an undecodable request) comes before the
+    # methods' (INVALID_PARAMS); either way nothing is stored
     def stored() -> int:
         listed = deployment.stub.ListTasks(ListTasksRequest(page_size=1), metadata=as_alice())
         return int(listed.total_size)
 
     before = stored()
     deep_code = failure(lambda: deployment.stub.SendMessage(deep_send, metadata=as_alice()))[0]
-    assert deep_code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT)
+    assert deep_code == grpc.StatusCode.INVALID_ARGUMENT
     assert stored() == before
     assert completed_task(deployment).status.state == COMPLETED
 

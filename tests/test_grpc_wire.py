@@ -98,3 +98,9 @@ def test_the_binding_serves_methods_a_launcher_already_holds() -> None:
         running.stop(1)
     assert queued == [sent.id] and got.id == sent.id
     assert got.status.state == a2a_pb2.TaskState.TASK_STATE_SUBMITTED
+
+
+def test_the_old_name_of_the_calls_setting_is_refused_naming_the_new_one() -> None:
+    with pytest.raises(ConfigError, match="TOOLNEXUS_GRPC_THREADS is now TOOLNEXUS_GRPC_CALLS"):
+        Settings.from_env({"TOOLNEXUS_GRPC_THREADS": "256"})
+    assert Settings.from_env({"TOOLNEXUS_GRPC_CALLS": "64"}).grpc_calls == 64

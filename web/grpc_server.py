@@ -1,26 +1,33 @@
-"""The gRPC process: `python -m web.grpc_server` serves `lf.a2a.v1.A2AService`
-on TOOLNEXUS_GRPC_HOST:TOOLNEXUS_GRPC_PORT, beside (not inside) the HTTP
-front end, on the same store and broker, so any number of either can run.
+"""The gRPC server: `lf.a2a.v1.A2AService` on TOOLNEXUS_GRPC_HOST:TOOLNEXUS_GRPC_PORT,
+in a process of its own (`python -m web.grpc_server`, what `toolnexus-serve
+grpc` runs: beside, not inside, the HTTP front end, on the same store and
+broker, so any number of either can run) or in the embedded server's
+process (`serve`).
 
 It is wired as `create_app` wires the HTTP edge (the store, the Celery
-dispatcher, the bearer check, the methods), with the gRPC settings: one
-thread per call in flight (an open stream holds one; TOOLNEXUS_GRPC_THREADS
-bounds them, and a call beyond that is refused RESOURCE_EXHAUSTED, not
-queued), the largest message either way, HTTP/2 keepalive pings. SIGTERM
+dispatcher, the bearer check, the methods), with the gRPC settings: the
+calls in flight (TOOLNEXUS_GRPC_CALLS; a call beyond that is refused
+RESOURCE_EXHAUSTED, not queued), the largest message either way, HTTP/2
+keepalive pings. The process serves on grpc.aio (`web.grpc_async`): unary
+calls on a pool of threads, streams on the event loop, so an open stream,
+which mostly waits on its task's watch, holds no thread. The embedded
+server, on gevent, serves the synchronous servicer with grpcio in its
+gevent mode, where each call is a greenlet. SIGTERM
 or SIGINT stops taking calls and gives open ones TOOLNEXUS_GRPC_GRACE
 seconds to finish; streams still open then are cancelled, which ends them
-at once (their followers are woken). With TOOLNEXUS_GRPC_TLS_CERT and
+at once (their followers are closed). With TOOLNEXUS_GRPC_TLS_CERT and
 TOOLNEXUS_GRPC_TLS_KEY the port speaks TLS (spec §10.1); without, plaintext
-HTTP/2 for a mesh or proxy that terminates TLS in front.
+HTTP/2 for a mesh or proxy that terminates TLS in front. Nothing here
+imports Flask.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import logging
 import signal
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,7 +35,6 @@ from functools import partial
 from typing import Any
 
 import grpc
-from a2a.types import a2a_pb2_grpc
 
 from shared.logs import configure_logging
 from shared.metrics import serve_metrics
@@ -39,7 +45,9 @@ from web.auth import authenticator_for
 from web.browsers import browser_policy
 from web.card_views import CardViews
 from web.dispatch import CeleryDispatcher
+from web.grpc_async import AsyncA2AGrpcService
 from web.grpc_service import A2AGrpcService, ExtendedCard
+from web.grpc_wire import add_service
 from web.methods import Tasks
 from web.skills import load_skills
 
@@ -50,21 +58,18 @@ log = logging.getLogger(__name__)
 class GrpcServer:
     server: Any  # grpc.Server
     port: int  # the one bound
-    close: Callable[[], None]  # closes the store and dispatcher, after stop
 
     def stop(self, grace: float) -> None:
         self.server.stop(grace).wait()
-        self.close()
 
 
-def build(settings: Settings) -> GrpcServer:
-    """The gRPC process's server, wired as `create_app` wires the HTTP edge,
-    bound and started."""
+def methods(settings: Settings) -> tuple[A2AGrpcService, Callable[[], None]]:
+    """The binding on the process's own methods, wired as `create_app` wires
+    the HTTP edge; and what closes the store and dispatcher, after a stop."""
     store = open_store(settings, None)
     dispatcher = CeleryDispatcher(settings)
     tasks = Tasks(settings, store, dispatcher, load_hook(settings))
     authenticator = authenticator_for(settings)
-    running = serve(settings, A2AGrpcService(tasks, authenticator, extended_card(settings, tasks)))
 
     def close() -> None:
         dispatcher.close()
@@ -72,35 +77,47 @@ def build(settings: Settings) -> GrpcServer:
         if callable(closing):
             closing()
 
-    return dataclasses.replace(running, close=close)
+    return A2AGrpcService(tasks, authenticator, extended_card(settings, tasks)), close
 
 
 def serve(settings: Settings, service: A2AGrpcService) -> GrpcServer:
-    """`service` on the gRPC settings' port, started: what a launcher that
-    already holds the methods (the embedded one) calls to add the binding."""
-    keepalive_ms = int(settings.grpc_keepalive * 1000)
+    """`service` on grpcio's synchronous server on the gRPC settings' port,
+    started: what a launcher that already holds the methods (the embedded
+    one, on gevent) calls to add the binding."""
     server = grpc.server(
-        ThreadPoolExecutor(settings.grpc_threads, thread_name_prefix="grpc"),
-        maximum_concurrent_rpcs=settings.grpc_threads,
-        options=[
-            ("grpc.max_receive_message_length", settings.grpc_max_message),
-            ("grpc.max_send_message_length", settings.grpc_max_message),
-            ("grpc.keepalive_time_ms", keepalive_ms),
-            ("grpc.keepalive_timeout_ms", min(keepalive_ms, 20_000)),
-            ("grpc.keepalive_permit_without_calls", 1),
-            # a client may ping as often as the server does
-            ("grpc.http2.min_ping_interval_without_data_ms", min(keepalive_ms, 10_000)),
-        ],
+        # Under gevent's patch (the embedded server) its threads are
+        # greenlets, made as calls come.
+        ThreadPoolExecutor(settings.grpc_calls, thread_name_prefix="grpc"),
+        maximum_concurrent_rpcs=settings.grpc_calls,
+        options=_options(settings),
     )
-    a2a_pb2_grpc.add_A2AServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+    add_service(service, server)
+    port = _bind(settings, server)
+    server.start()
+    return GrpcServer(server, port)
+
+
+def _options(settings: Settings) -> list[tuple[str, int]]:
+    keepalive_ms = int(settings.grpc_keepalive * 1000)
+    return [
+        ("grpc.max_receive_message_length", settings.grpc_max_message),
+        ("grpc.max_send_message_length", settings.grpc_max_message),
+        ("grpc.keepalive_time_ms", keepalive_ms),
+        ("grpc.keepalive_timeout_ms", min(keepalive_ms, 20_000)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        # a client may ping as often as the server does
+        ("grpc.http2.min_ping_interval_without_data_ms", min(keepalive_ms, 10_000)),
+    ]
+
+
+def _bind(settings: Settings, server: Any) -> int:
     address = f"{settings.grpc_host}:{settings.grpc_port}"
     if settings.grpc_tls_cert is not None and settings.grpc_tls_key is not None:
         pair = (settings.grpc_tls_key.encode(), settings.grpc_tls_cert.encode())
-        port = server.add_secure_port(address, grpc.ssl_server_credentials([pair]))
+        port: int = server.add_secure_port(address, grpc.ssl_server_credentials([pair]))
     else:
         port = server.add_insecure_port(address)
-    server.start()
-    return GrpcServer(server, port, lambda: None)
+    return port
 
 
 def extended_card(settings: Settings, tasks: Tasks) -> ExtendedCard | None:
@@ -132,16 +149,30 @@ def main(argv: list[str] | None = None) -> None:
     given = {"grpc_host": args.host, "grpc_port": args.port}
     settings = dataclasses.replace(settings, **{k: v for k, v in given.items() if v is not None})
     configure_logging(settings)
-    running = build(settings)
+    asyncio.run(_serve_until_signalled(settings))
+
+
+async def _serve_until_signalled(settings: Settings) -> None:
+    service, close = methods(settings)
+    servicer = AsyncA2AGrpcService(service)
+    server = grpc.aio.server(
+        options=_options(settings), maximum_concurrent_rpcs=settings.grpc_calls
+    )
+    add_service(servicer, server)
+    port = _bind(settings, server)
+    await server.start()
     if settings.metrics_port is not None:
         serve_metrics(settings.host, settings.metrics_port)
-    log.info("gRPC A2AService listening on %s:%d", settings.grpc_host, running.port)
-    stopping = threading.Event()
+    log.info("gRPC A2AService listening on %s:%d", settings.grpc_host, port)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stopping.set())
-    stopping.wait()
+        loop.add_signal_handler(sig, stopping.set)
+    await stopping.wait()
     log.info("stopping: open calls get %g s to finish", settings.grpc_grace)
-    running.stop(settings.grpc_grace)
+    await server.stop(settings.grpc_grace)
+    servicer.close()
+    close()
 
 
 if __name__ == "__main__":

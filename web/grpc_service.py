@@ -37,8 +37,8 @@ from shared.correlation import REQUEST_ID_HEADER, accepted_request_id, bind
 from shared.tracing import serving
 from web.auth import Authenticator
 from web.dialects import V10
-from web.errors import InvalidParams, VersionNotSupported, describe, status_body
-from web.grpc_wire import DETAILS_KEY, message_of, params_of, rich_status
+from web.errors import InvalidParams, InvalidRequest, VersionNotSupported, describe, status_body
+from web.grpc_wire import DETAILS_KEY, Undecodable, message_of, params_of, rich_status
 from web.hangups import Hangup
 from web.methods import Tasks
 from web.metrics import latency_of, requests_counted, web_metrics
@@ -70,6 +70,8 @@ EVENT_ID_FIELD: Final = "toolnexus.eventId"
 SERVICE: Final = "lf.a2a.v1.A2AService"
 _REQUEST_ID_KEY: Final = REQUEST_ID_HEADER.lower()  # gRPC metadata keys are lowercase
 R = TypeVar("R", bound=ProtoMessage)
+# A refusal: the gRPC code, its message, and the serialized google.rpc.Status.
+Status = tuple[grpc.StatusCode, str, bytes]
 # The extended card in a wire version; None: none is offered.
 ExtendedCard = Callable[[str], Mapping[str, Any]]
 
@@ -127,30 +129,55 @@ class A2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
     def _unary(
         self, name: str, kind: str, request: ProtoMessage, context: Any, reply: type[R]
     ) -> R:
-        metadata = _metadata(context)
+        answer = self.answer(name, kind, request, metadata_of(context), reply)
+        if isinstance(answer, tuple):
+            _abort(context, answer)
+        return answer
+
+    def answer(
+        self,
+        name: str,
+        kind: str,
+        request: ProtoMessage,
+        metadata: Mapping[str, str],
+        reply: type[R],
+    ) -> R | Status:
+        """One unary call, observed and counted: its reply, or the status it
+        is refused with (for the binding's server to abort the call with)."""
         started, outcome = time.monotonic(), "ok"
-        with _Observed(name, metadata):
+        with Observed(name, metadata):
             try:
                 result = run(kind, self._call(metadata), _parsed(kind, request))
                 return message_of(result, reply)
             except Exception as error:
                 wire = describe(error)
                 outcome = wire.status
-                _abort(context, rich_status(status_body(wire)["error"]))
+                return rich_status(status_body(wire)["error"])
             finally:
-                _record(name, outcome, started)
+                record(name, outcome, started)
+
+    def opened(
+        self, name: str, kind: str, request: ProtoMessage, metadata: Mapping[str, str]
+    ) -> Stream | Status:
+        """A streaming call's checked Stream, or the status it is refused with
+        (counted then: a stream that opens is counted when it ends)."""
+        started = time.monotonic()
+        try:
+            stream = run(kind, self._call(metadata), _parsed(kind, request))
+            assert isinstance(stream, Stream)
+            return stream
+        except Exception as error:
+            wire = describe(error)
+            record(name, wire.status, started)
+            return rich_status(status_body(wire)["error"])
 
     def _stream(self, name: str, kind: str, request: ProtoMessage, context: Any) -> Iterator[Any]:
-        metadata = _metadata(context)
+        metadata = metadata_of(context)
         started, outcome, events = time.monotonic(), "ok", 0
-        with _Observed(name, metadata):
-            try:
-                stream = run(kind, self._call(metadata), _parsed(kind, request))
-                assert isinstance(stream, Stream)
-            except Exception as error:
-                wire = describe(error)
-                _record(name, wire.status, started)
-                _abort(context, rich_status(status_body(wire)["error"]))
+        with Observed(name, metadata):
+            stream = self.opened(name, kind, request, metadata)
+            if isinstance(stream, tuple):
+                _abort(context, stream)
             hangup = Hangup()
             context.add_callback(hangup.fire)
             web_metrics().streams_open.inc()
@@ -158,16 +185,15 @@ class A2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
                 for item in stream.open(hangup):
                     if item is None:
                         continue  # HTTP/2 pings keep the connection alive, not comments
-                    seq, payload = item
-                    if not seq:  # the stream's end by an error (web.streaming)
-                        status = rich_status(payload["error"])
-                        outcome = status[0].name
-                        _abort(context, status)
+                    response = streamed(item)
+                    if isinstance(response, tuple):
+                        outcome = response[0].name
+                        _abort(context, response)
                     events += 1
-                    yield _numbered(seq, message_of(payload, a2a_pb2.StreamResponse))
+                    yield response
             finally:
                 web_metrics().streams_open.dec()
-                _record(name, outcome, started, events)
+                record(name, outcome, started, events)
 
     def _call(self, metadata: Mapping[str, str]) -> Call:
         owner = self._authenticator.principal(metadata.get("authorization"))
@@ -179,7 +205,7 @@ class A2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
         return Call(self._tasks, GRPC, owner, None, metadata.get(RESUME_KEY), self._extended_card)
 
 
-def _metadata(context: Any) -> dict[str, str]:
+def metadata_of(context: Any) -> dict[str, str]:
     """The call's metadata, first value of each key (keys arrive lowercase);
     binary (`-bin`) entries are not for the methods."""
     found: dict[str, str] = {}
@@ -190,7 +216,9 @@ def _metadata(context: Any) -> dict[str, str]:
     return found
 
 
-def _parsed(kind: str, request: ProtoMessage) -> Any:
+def _parsed(kind: str, request: ProtoMessage | Undecodable) -> Any:
+    if isinstance(request, Undecodable):
+        raise InvalidRequest(request.message)
     params = params_of(request)
     tenant = params.pop("tenant", "")
     if tenant:
@@ -198,6 +226,15 @@ def _parsed(kind: str, request: ProtoMessage) -> Any:
             "this agent's card declares no tenant: call without one", field="tenant"
         )
     return parse(kind, params)
+
+
+def streamed(item: tuple[int, dict[str, Any]]) -> a2a_pb2.StreamResponse | Status:
+    """One stream item as the response to send, or the status that ends the
+    stream (an item numbered 0 is the stream's end by an error)."""
+    seq, payload = item
+    if not seq:
+        return rich_status(payload["error"])
+    return _numbered(seq, message_of(payload, a2a_pb2.StreamResponse))
 
 
 def _numbered(seq: int, response: a2a_pb2.StreamResponse) -> a2a_pb2.StreamResponse:
@@ -217,7 +254,7 @@ def _abort(context: Any, status: tuple[grpc.StatusCode, str, bytes]) -> NoReturn
     raise AssertionError("grpc's abort returns only by raising")
 
 
-class _Observed:
+class Observed:
     """The request id bound to the call's log lines, and a server span.
 
     A class, not a `@contextmanager` generator: every call enters one, and a
@@ -240,7 +277,7 @@ class _Observed:
             self._binding.release()
 
 
-def _record(name: str, outcome: str, started: float, events: int | None = None) -> None:
+def record(name: str, outcome: str, started: float, events: int | None = None) -> None:
     elapsed = time.monotonic() - started
     requests_counted(name, outcome).inc()
     latency_of(name).observe(elapsed)

@@ -21,8 +21,11 @@ from functools import lru_cache
 from typing import Any, Final, TypeVar
 
 import grpc
+from a2a.types import a2a_pb2
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtoMessage
+from google.protobuf.message_factory import GetMessageClass
 from google.rpc import error_details_pb2, status_pb2
 
 from shared.codec import encode_bytes
@@ -34,6 +37,51 @@ DETAILS_KEY: Final = "grpc-status-details-bin"
 _DETAIL_TYPES: Final = (error_details_pb2.ErrorInfo, error_details_pb2.BadRequest)
 _CODES: Final = {code.name: code for code in grpc.StatusCode}
 _CACHED_UP_TO: Final = 16 * 1024  # bytes of JSON: at most 1024 x 16 KiB remembered
+
+
+class Undecodable:
+    """Request bytes protobuf could not read: handed to the RPC in place of
+    its message, so the call is refused with the binding's own error (grpcio
+    would answer INTERNAL, or grpc.aio UNKNOWN, and log a traceback)."""
+
+    def __init__(self, kind: str, error: DecodeError) -> None:
+        self.message = f"the request is not a valid {kind} message: {str(error)[:200]}"
+
+
+def add_service(servicer: object, server: Any) -> None:
+    """The A2AService's RPCs on `servicer`, added to `server` (either grpcio
+    server) as the generated registration adds them (the same names,
+    messages and kinds, read from the service's descriptor; registered, so
+    grpcio finds each without a lookup by name), but with requests that do
+    not decode passed on as `Undecodable`."""
+    service = a2a_pb2.DESCRIPTOR.services_by_name["A2AService"]
+    table = {}
+    for method in service.methods:
+        request, reply = GetMessageClass(method.input_type), GetMessageClass(method.output_type)
+        make = (
+            grpc.unary_stream_rpc_method_handler
+            if method.server_streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+        table[method.name] = make(
+            getattr(servicer, method.name),
+            request_deserializer=_lenient(request),
+            response_serializer=reply.SerializeToString,
+        )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, table),)
+    )
+    server.add_registered_method_handlers(service.full_name, table)
+
+
+def _lenient(kind: type[ProtoMessage]) -> Any:
+    def decode(data: bytes) -> ProtoMessage | Undecodable:
+        try:
+            return kind.FromString(data)
+        except DecodeError as error:
+            return Undecodable(kind.DESCRIPTOR.name, error)
+
+    return decode
 
 
 def params_of(request: ProtoMessage) -> dict[str, Any]:

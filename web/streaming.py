@@ -56,6 +56,9 @@ class Wire:
     keepalive: float
     interrupt: Interrupt | None = None  # set when the client hangs up
     enveloped: bool = True  # False: bare StreamResponses (HTTP+JSON)
+    # Set by an event loop driving the stream: where it would wait, the
+    # stream yields None at once, and this is called when there may be more.
+    nudge: Callable[[], object] | None = None
 
     def result(self, seq: int, payload: dict[str, Any]) -> Item:
         if not self.enveloped:
@@ -87,8 +90,12 @@ class Stream:
     task_id: str
     body: Callable[[Wire], Iterator[Item]]
 
-    def open(self, interrupt: Interrupt | None = None) -> Iterator[Item]:
-        wire = replace(self.wire, interrupt=interrupt)
+    def open(
+        self, interrupt: Interrupt | None = None, nudge: Callable[[], object] | None = None
+    ) -> Iterator[Item]:
+        """The stream's items; with `nudge`, one that never blocks (see
+        `shared.following.follow`): None means "ask again once nudged"."""
+        wire = replace(self.wire, interrupt=interrupt, nudge=nudge)
         return _guarded(wire, self.task_id, self.body(wire))
 
 
@@ -197,6 +204,7 @@ def _following(
         idle=wire.keepalive,
         interrupt=wire.interrupt,
         reader=reader,
+        nudge=wire.nudge,
     )
 
 

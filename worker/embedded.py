@@ -3,7 +3,10 @@
 The Flask app on gevent's WSGI server (a greenlet per connection, as in a
 gunicorn gevent worker), a pool of in-process workers running the same
 fulfilment core as the Celery workers, and the reaper, with no Redis and no
-broker. This is the one module that joins web and worker.
+broker; with TOOLNEXUS_GRPC_URL set, the gRPC binding too, on
+TOOLNEXUS_GRPC_HOST:TOOLNEXUS_GRPC_PORT, over the same methods (grpcio in
+its gevent mode: its calls are greenlets as well). This is the one module
+that joins web and worker.
 
 Run it through `worker.cli` (the `toolnexus-serve` command), which patches
 the standard library for gevent before anything else is imported: every
@@ -19,6 +22,7 @@ import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import gevent
 from gevent.event import Event
@@ -40,6 +44,10 @@ from worker.cli import parse_embedded_args as parse_args
 from worker.inprocess import InProcessDispatcher, default_threads
 from worker.push import push_thread
 from worker.reaper import ReaperThread, resend_waiting
+
+if TYPE_CHECKING:
+    from web.grpc_server import GrpcServer
+    from web.methods import Tasks
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tracing.enable(PROGRAM)  # when the `otel` extra is installed
     dispatcher = InProcessDispatcher(store, agent, settings)
     server: WSGIServer | None = None
+    grpc_server: GrpcServer | None = None
     try:
         app = create_app(
             settings, store=store, dispatcher=CountingDispatcher(dispatcher), strict_hosts=True
@@ -81,11 +90,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         server = gevent_server(
             listening_socket(settings.host, settings.port), app, idle_timeout=settings.idle_timeout
         )
+        if settings.grpc_url is not None:
+            grpc_server = serve_grpc(settings, app.extensions["toolnexus"])
         if resumed := resend_waiting(store, dispatcher.enqueue, time.time(), 0.0):
             log.info("queued %d task(s) left submitted by a previous run", len(resumed))
-    except (ToolnexusError, OSError) as error:  # bad skills dir, store down, port taken
+    except (ToolnexusError, OSError, RuntimeError) as error:  # bad skills dir, store down,
+        # a port taken (grpcio says so with a RuntimeError)
         if server is not None:
             server.close()
+        if grpc_server is not None:
+            grpc_server.stop(0)
         dispatcher.close(timeout=0)
         return _refuse(error)
     reaper = ReaperThread(
@@ -103,17 +117,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     urls = " ".join(reachable)
     # A person starting it locally is led to the console, when it is served.
     console = f", console at {reachable[0]}console/" if settings.console else ""
+    grpc_at = ""
+    if grpc_server is not None:
+        grpc_at = f", gRPC on {settings.grpc_host}:{grpc_server.port}"
     extra = {"url": urls, "workers": threads, "server": "gevent"}
     log.info(startup_line(PROGRAM, settings, extra, omit=EMBEDDED_OMITS))
     _tell(
         settings,
         f"{settings.name} on {urls}"
         f" (store {masked(settings.store)}, run {settings.run or 'none'},"
-        f" {threads} in-process workers){console} - Ctrl-C to stop",
+        f" {threads} in-process workers){grpc_at}{console} - Ctrl-C to stop",
     )
     try:
         _serve_until_signalled(server)
     finally:
+        if grpc_server is not None:
+            # As the HTTP connections: a second to finish, then open streams end.
+            grpc_server.stop(1)
         reaper.stop()
         if pusher is not None:
             pusher.stop()
@@ -141,6 +161,21 @@ def pool_note(env: Mapping[str, str], workers: int) -> str | None:
         " with no time limit, and a cancel refuses a running call's result instead of stopping"
         " it; the I/O pools are for Celery workers (docs/io-workers.md)"
     )
+
+
+def serve_grpc(settings: Settings, tasks: Tasks) -> GrpcServer:
+    """The gRPC binding on the app's own methods, started. grpcio and its
+    generated code are imported only here: a server without gRPC does not
+    load them, and grpcio's gevent mode must be set before its first object."""
+    from grpc.experimental import gevent as grpc_gevent
+
+    grpc_gevent.init_gevent()
+    from web.auth import authenticator_for
+    from web.grpc_server import extended_card, serve
+    from web.grpc_service import A2AGrpcService
+
+    service = A2AGrpcService(tasks, authenticator_for(settings), extended_card(settings, tasks))
+    return serve(settings, service)
 
 
 def server_urls(settings: Settings, server: WSGIServer) -> list[str]:
