@@ -17,8 +17,7 @@ from typing import Any
 
 from shared.errors import ConfigError
 from shared.loading import is_reference
-from shared.resolve import check_store_spec, check_url_port
-from shared.stores.file_log import FSYNC_POLICIES
+from shared.store_spec import FSYNC_POLICIES, check_store_spec, check_url_port
 
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

@@ -67,7 +67,8 @@ from shared.store import (
     message_key,
     require_safe_id,
 )
-from shared.stores.file_log import ALWAYS, Durability, LogFiles, Marker, open_no_link
+from shared.store_spec import ALWAYS
+from shared.stores.file_log import Durability, LogFiles, Marker, open_no_link
 from shared.task import INTERRUPTED_STATES, SUBMITTED, WORKING, Task, is_terminal, state_of
 from shared.watching import Notifier, Waiter
 
