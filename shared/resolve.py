@@ -91,7 +91,7 @@ def _postgres_store(spec: str, terminal_ttl: float | None, connections: int | No
             f"TOOLNEXUS_STORE: the PostgreSQL store cannot be loaded ({error});"
             " install psycopg[pool]"
         ) from None
-    return postgres_store(spec, terminal_ttl=terminal_ttl, connections=connections)
+    return postgres_store(spec, terminal_ttl=terminal_ttl, connections=connections or POOL_SIZE)
 
 
 def _unusable_folder(folder: str, error: OSError) -> str:
