@@ -14,43 +14,31 @@ from shared.errors import (
     TaskNotFound,
     ToolnexusError,
 )
-from shared.file_store import FileStore, file_store
-from shared.memory_store import MemoryStore, memory_store
-from shared.redis_store import RedisStore, redis_store
 from shared.resolve import resolve_store
 from shared.settings import Settings
-from shared.store import (
-    AtomicStore,
-    EventStore,
-    ListableStore,
-    Outcome,
-    StaleIndex,
-    TaskStore,
-    WaitingIndex,
-)
+from shared.store import Outcome, Store, TaskStore
+from shared.stores.file import FileStore, file_store
+from shared.stores.memory import MemoryStore, memory_store
+from shared.stores.redis.store import RedisStore, redis_store
 from shared.transitions import transition
 
 __all__ = [
-    "AtomicStore",
     "BrokerError",
     "ConfigError",
     "ContextTaken",
-    "EventStore",
     "FileStore",
     "InvalidTaskId",
     "InvalidTransition",
-    "ListableStore",
     "MemoryStore",
     "Outcome",
     "RedisStore",
     "Settings",
-    "StaleIndex",
+    "Store",
     "StoreError",
     "TaskNotCancelable",
     "TaskNotFound",
     "TaskStore",
     "ToolnexusError",
-    "WaitingIndex",
     "file_store",
     "memory_store",
     "redis_store",

@@ -4,7 +4,7 @@ A process that crashes loses nothing the kernel already holds; only the
 machine going down loses writes that had not reached the disk. So a file
 last written before the current boot is the one kind that may have lost
 its tail, and the file store numbers such a task's events on from a new
-base (see `shared.file_store`).
+base (see `shared.stores.file`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ reordered, however the wake-ups fall.
 Numbers are contiguous within a log, so a reader knows when it missed
 some: the log was trimmed past it (a reader that fell behind, a resume
 from long ago), or the store lost its last writes and numbered on from a
-new base (see `shared.redis_scripts`). Either way the reader gets the
+new base (see `shared.stores.redis.scripts`). Either way the reader gets the
 task as it stands (a `Record`) instead of a silent jump, and goes on
 from that task's number; the gap is logged and counted.
 """
@@ -23,7 +23,7 @@ from typing import Protocol
 
 from shared.event_metrics import gaps_of
 from shared.events import Event
-from shared.store import EventStore, Record
+from shared.store import Record, Store
 from shared.task import INTERRUPTED_STATES, Task, is_terminal, state_of
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def is_stopped(task: Task) -> bool:
 
 
 def follow(
-    store: EventStore,
+    store: Store,
     task_id: str,
     after: int,
     *,
@@ -115,7 +115,7 @@ def follow(
 
 
 def _read(
-    store: EventStore, task_id: str, after: int, reader: str
+    store: Store, task_id: str, after: int, reader: str
 ) -> Iterator[tuple[int, Event] | Record]:
     """What the log holds after `after` now, a page at a time; the task as it
     stands in place of events it no longer holds. Ends when the log does,
@@ -141,9 +141,7 @@ def _read(
                 return
 
 
-def _caught_up(
-    store: EventStore, task_id: str, after: int, found: int, reader: str
-) -> Record | None:
+def _caught_up(store: Store, task_id: str, after: int, found: int, reader: str) -> Record | None:
     gaps_of(reader).inc()
     record = store.read(task_id)
     log.info(

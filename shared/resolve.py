@@ -4,44 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from shared.errors import ConfigError
-from shared.file_log import ALWAYS
-from shared.file_store import file_store
-from shared.loading import is_reference, load_object
-from shared.memory_store import memory_store
-from shared.redis_store import POOL_SIZE, redis_store
-
-_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
-
-ACCEPTED_FORMS = (
-    "'memory' (or unset), 'file:<dir>', a redis://, rediss:// or unix:// URL,"
-    " or 'package.module:attr' naming a store or a factory"
+from shared.loading import load_object
+from shared.store import is_full_store
+from shared.store_spec import (
+    ALWAYS,
+    POOL_SIZE,
+    POSTGRES_SCHEMES,
+    REDIS_SCHEMES,
+    check_store_spec,
 )
-
-
-def check_url_port(url: str) -> None:
-    """ValueError when a URL's port is not a number from 0 to 65535, read now
-    rather than when a client first connects (where no setting is named)."""
-    try:
-        _ = urlsplit(url).port
-    except ValueError as error:
-        raise ValueError(f"bad port in the URL: {error}") from None
-
-
-def check_store_spec(spec: str | None) -> None:
-    """Validate the form of a spec without connecting or creating anything."""
-    if spec is None or spec == "memory":
-        return
-    if spec.startswith(_REDIS_SCHEMES):
-        check_url_port(spec)
-        return
-    if spec.startswith("file:") and spec != "file:":
-        return
-    if is_reference(spec):
-        return
-    raise ValueError(f"unknown store spec {spec!r}; accepted: {ACCEPTED_FORMS}")
+from shared.stores.adapter import adapt
+from shared.stores.file import file_store
+from shared.stores.memory import memory_store
+from shared.stores.redis.store import redis_store
 
 
 def resolve_store(
@@ -52,18 +29,20 @@ def resolve_store(
     connections: int | None = None,
 ) -> Any:
     """`None`/"memory" -> memory store; "file:<dir>" -> file store; a Redis URL
-    -> Redis store; "package.module:attr" -> that object (called when it is a
+    -> Redis store; a postgresql:// URL -> PostgreSQL store (`shared.stores.postgres`);
+    "package.module:attr" -> that object (called when it is a
     factory, i.e. a class or function rather than a store); any non-string
-    object -> returned as is. Any other string raises ValueError.
+    object -> used as is when it has the whole contract (`shared.store.Store`),
+    else adapted (`shared.stores.adapter`). Any other string raises ValueError.
 
     `terminal_ttl` (seconds) lets the store expire finished tasks;
-    `file_fsync` is the file store's fsync policy (`shared.file_log`).
+    `file_fsync` is the file store's fsync policy (`shared.stores.file_log`).
     `connections` sizes a Redis store's connection pool (None: its default).
     """
     if spec is None or spec == "memory":
         return memory_store(terminal_ttl=terminal_ttl)
     if not isinstance(spec, str):
-        return spec
+        return _whole(spec)
     check_store_spec(spec)
     if spec.startswith("file:"):
         folder = spec.removeprefix("file:")
@@ -72,7 +51,9 @@ def resolve_store(
         except OSError as error:
             reason = _unusable_folder(folder, error)
             raise ConfigError(f"TOOLNEXUS_STORE={spec!r}: {reason}") from None
-    if spec.startswith(_REDIS_SCHEMES):
+    if spec.startswith(POSTGRES_SCHEMES):
+        return _postgres_store(spec, terminal_ttl, connections)
+    if spec.startswith(REDIS_SCHEMES):
         return redis_store(spec, terminal_ttl=terminal_ttl, connections=connections or POOL_SIZE)
     target = load_object(spec, "TOOLNEXUS_STORE")
     if isinstance(target, type) or (callable(target) and not _is_store(target)):
@@ -86,7 +67,31 @@ def resolve_store(
         raise ConfigError(
             f"TOOLNEXUS_STORE: {spec!r} has no get() and save(); it is not a task store"
         )
-    return target
+    return _whole(target)
+
+
+def _whole(store: Any) -> Any:
+    """The one place a store's kind is looked at: a store with the whole
+    contract is used as it is; anything else (a user's get/save store) is
+    adapted once, here, so no caller checks what a store can do."""
+    return store if is_full_store(store) else adapt(store)
+
+
+def _postgres_store(spec: str, terminal_ttl: float | None, connections: int | None) -> Any:
+    """Imported only when chosen, so a missing psycopg matters only then."""
+    try:
+        from shared.stores.postgres import postgres_store  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as error:
+        if error.name in ("shared.stores.postgres", "shared.stores"):
+            raise ConfigError(
+                "TOOLNEXUS_STORE: a postgresql:// store needs shared.stores.postgres,"
+                " which this installation does not have"
+            ) from None
+        raise ConfigError(
+            f"TOOLNEXUS_STORE: the PostgreSQL store cannot be loaded ({error});"
+            " install psycopg[pool]"
+        ) from None
+    return postgres_store(spec, terminal_ttl=terminal_ttl, connections=connections or POOL_SIZE)
 
 
 def _unusable_folder(folder: str, error: OSError) -> str:

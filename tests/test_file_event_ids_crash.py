@@ -21,10 +21,10 @@ import pytest
 
 from shared.boot import booted_at
 from shared.events import Event, to_state
-from shared.file_log import EVERYSEC
-from shared.file_store import FileStore
 from shared.following import follow
 from shared.store import Record
+from shared.stores.file import FileStore
+from shared.stores.file_log import EVERYSEC
 from shared.task import COMPLETED, WORKING, new_task, text_message
 from shared.transitions import transition
 from tests.test_event_ids_crash import check_resumed_over_http, chunk, texts

@@ -21,7 +21,7 @@ import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 
 from shared.events import to_state
-from shared.redis_store import RedisStore, redis_store
+from shared.stores.redis.store import RedisStore, redis_store
 from shared.task import COMPLETED, WORKING, text_message
 from shared.transitions import transition
 from tests.support.compose import ServiceProcess

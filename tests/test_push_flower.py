@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import requests
 
-from shared.dispatch import PUSH_TASK
-from shared.redis_store import redis_store
+from shared.broker.names import PUSH_TASK
+from shared.stores.redis.store import redis_store
 from tests.support.a2a import wait_ready
 from tests.support.compose import LocalStack, local_stack
 from tests.support.polling import wait_for

@@ -1,5 +1,5 @@
 """A burst of sends through gunicorn queues for the front end's broker
-connections (web.redis_queue) instead of failing: while the broker is up
+connections (shared.broker.redis_queue) instead of failing: while the broker is up
 every send is accepted, and a broker that is down is still answered
 "broker unavailable" promptly.
 
@@ -28,11 +28,11 @@ import pytest
 import redis
 import requests
 
+from shared.broker.redis_queue import POOL_SIZE, POOL_WAIT
 from shared.settings import Settings
 from tests.support.compose import local_stack
 from tests.support.polling import wait_for
 from tests.support.redis_server import RedisServer
-from web.redis_queue import POOL_SIZE, POOL_WAIT
 
 SENDS = 4 * POOL_SIZE
 STALL_MS = 3500

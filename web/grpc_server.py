@@ -36,19 +36,19 @@ from typing import Any
 
 import grpc
 
+from shared.broker.dispatch import CeleryDispatcher
 from shared.logs import configure_logging
 from shared.metrics import serve_metrics
 from shared.settings import Settings
-from shared.store import EventStore
 from shared.wiring import load_hook, open_store
 from web.auth import authenticator_for
 from web.browsers import browser_policy
 from web.card_views import CardViews
-from web.dispatch import CeleryDispatcher
 from web.grpc_async import AsyncA2AGrpcService
 from web.grpc_service import A2AGrpcService, ExtendedCard
 from web.grpc_wire import add_service
 from web.methods import Tasks
+from web.metrics import count_queued
 from web.skills import load_skills
 
 log = logging.getLogger(__name__)
@@ -67,15 +67,13 @@ def methods(settings: Settings) -> tuple[A2AGrpcService, Callable[[], None]]:
     """The binding on the process's own methods, wired as `create_app` wires
     the HTTP edge; and what closes the store and dispatcher, after a stop."""
     store = open_store(settings, None)
-    dispatcher = CeleryDispatcher(settings)
+    dispatcher = CeleryDispatcher(settings, on_queued=count_queued)
     tasks = Tasks(settings, store, dispatcher, load_hook(settings))
     authenticator = authenticator_for(settings)
 
     def close() -> None:
         dispatcher.close()
-        closing = getattr(store, "close", None)
-        if callable(closing):
-            closing()
+        store.close()
 
     return A2AGrpcService(tasks, authenticator, extended_card(settings, tasks)), close
 
@@ -131,7 +129,7 @@ def extended_card(settings: Settings, tasks: Tasks) -> ExtendedCard | None:
         skills,
         browser_policy(settings, strict_hosts=False),
         authenticator_for(settings).card_schemes(),
-        streaming=isinstance(tasks.store, EventStore),
+        streaming=True,  # every store can be followed (the adapter polls)
         push=tasks.push is not None,
         overrides=settings.card or {},
         extended_fields=settings.extended_card,

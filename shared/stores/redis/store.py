@@ -1,6 +1,6 @@
 """Redis: each task a hash, a tail and an event stream, plus time indexes.
 
-Keys (prefix defaults to "toolnexus:"; the layout is in `shared.redis_scripts`):
+Keys (prefix defaults to "toolnexus:"; the layout is in `shared.stores.redis.scripts`):
   <prefix>task:<id>    hash: doc (JSON snapshot), seq, base, state, mkey
   <prefix>tail:<id>    the events since the snapshot, one JSON per line
   <prefix>log:<id>     stream: the task's events, entry ids 0-<seq>
@@ -32,9 +32,7 @@ from shared.codec import decode, encode
 from shared.errors import ContextTaken, StoreError
 from shared.events import Event, StatusUpdate, context_of, current_status, fold
 from shared.listing import Listing, Query
-from shared.redis_listener import Listener
-from shared.redis_listing import RedisListing
-from shared.redis_scripts import CLAIM, COMMIT, CREATE, FORGET_EXPIRED, READ
+from shared.push_store import Once, PushStore, RedisPush
 from shared.store import (
     LOG_LIMIT,
     Commit,
@@ -45,15 +43,16 @@ from shared.store import (
     is_safe_id,
     require_safe_id,
 )
+from shared.store_spec import POOL_SIZE
+from shared.stores.redis.listener import Listener
+from shared.stores.redis.listing import RedisListing
+from shared.stores.redis.scripts import CLAIM, COMMIT, CREATE, FORGET_EXPIRED, READ
 from shared.task import Task, epoch, is_terminal, state_of
 from shared.text import truncated
 from shared.watching import Waiter
 
 Clock = Callable[[], float]
-# Connections per process: enough for the commands in flight at once (a
-# waiting request holds none), not one per open request.
-POOL_SIZE = 64
-# The longest a call waits for one of them (at least the call's timeout). A
+# The longest a call waits for one of its pooled connections (at least the call's timeout). A
 # gevent front end given a burst of a thousand blocking sends on a loaded
 # host had its store calls queue past 2 s, then 5 s, for a connection and
 # answered "task store unavailable" with Redis up: the wait is for the
@@ -64,6 +63,8 @@ POOL_WAIT = 30.0
 
 
 class RedisStore:
+    lists_by_scan = False
+
     def __init__(
         self,
         client: redis.Redis,
@@ -90,6 +91,7 @@ class RedisStore:
         self._forget_expired = client.register_script(FORGET_EXPIRED)
         self._read = client.register_script(READ)
         self._listener = Listener(client, self._channel, self._newest)
+        self._push = Once()
 
     # --- the contract ------------------------------------------------------
 
@@ -285,6 +287,12 @@ class RedisStore:
             pipe.set(f"{self._prefix}ready", repr(self._clock()), ex=60)
             pipe.execute()
 
+    def close(self) -> None:
+        pass  # the pool's connections close with the process; a listener thread is a daemon
+
+    def push_store(self, ttl: float | None = None) -> PushStore:
+        return self._push.get(lambda: RedisPush(self, ttl))
+
     # --- internals -----------------------------------------------------------
 
     def _write(self, task: Task, events: Any, *, expected: int | None, snapshot: bool) -> bool:
@@ -323,7 +331,7 @@ class RedisStore:
         return [int(seq) if isinstance(seq, bytes) else None for seq in found]
 
     def _write_keys(self, task_id: str) -> list[str]:
-        """The keys COMMIT and CLAIM touch (see `shared.redis_scripts`)."""
+        """The keys COMMIT and CLAIM touch (see `shared.stores.redis.scripts`)."""
         return [
             self._key("task", task_id),
             self._key("tail", task_id),
