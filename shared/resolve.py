@@ -14,9 +14,11 @@ from shared.memory_store import memory_store
 from shared.redis_store import POOL_SIZE, redis_store
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 ACCEPTED_FORMS = (
     "'memory' (or unset), 'file:<dir>', a redis://, rediss:// or unix:// URL,"
+    " a postgresql:// or postgres:// URL,"
     " or 'package.module:attr' naming a store or a factory"
 )
 
@@ -34,7 +36,7 @@ def check_store_spec(spec: str | None) -> None:
     """Validate the form of a spec without connecting or creating anything."""
     if spec is None or spec == "memory":
         return
-    if spec.startswith(_REDIS_SCHEMES):
+    if spec.startswith(_REDIS_SCHEMES + _POSTGRES_SCHEMES):
         check_url_port(spec)
         return
     if spec.startswith("file:") and spec != "file:":
@@ -74,6 +76,11 @@ def resolve_store(
             raise ConfigError(f"TOOLNEXUS_STORE={spec!r}: {reason}") from None
     if spec.startswith(_REDIS_SCHEMES):
         return redis_store(spec, terminal_ttl=terminal_ttl, connections=connections or POOL_SIZE)
+    if spec.startswith(_POSTGRES_SCHEMES):
+        # Imported here: psycopg is the optional `postgres` extra.
+        from shared.stores.postgres import postgres_store
+
+        return postgres_store(spec, terminal_ttl=terminal_ttl, connections=connections)
     target = load_object(spec, "TOOLNEXUS_STORE")
     if isinstance(target, type) or (callable(target) and not _is_store(target)):
         try:

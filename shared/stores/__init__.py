@@ -1,0 +1,1 @@
+"""The built-in task stores, one module or folder per backend."""
