@@ -449,6 +449,12 @@ def push_store(store: object, ttl: float | None = None) -> PushStore | None:
                 found = FilePush(store, ttl)
             elif isinstance(store, MemoryStore):
                 found = MemoryPush(ttl)
+            elif type(store).__module__ == "shared.stores.postgres.store":
+                # Imported only then: psycopg is the optional `postgres` extra.
+                from shared.stores.postgres.push import PostgresPush
+                from shared.stores.postgres.store import PostgresStore
+
+                found = PostgresPush(cast(PostgresStore, store), ttl)
             else:
                 return None
             _OPENED[store] = found

@@ -297,6 +297,20 @@ class PostgresStore:
     def close(self) -> None:
         self._pool.close()
 
+    # --- for rooms that keep their own tables beside the tasks (push state) ---
+
+    def one(self, query: Any, args: Any) -> Any:
+        return self._one(query, args)
+
+    def maybe(self, query: Any, args: Any) -> Any:
+        return self._maybe(query, args)
+
+    def rows(self, query: Any, args: Any) -> list[Any]:
+        return self._all(query, args)
+
+    def run(self, query: Any, args: Any) -> None:
+        self._run(query, args)
+
     # --- internals -----------------------------------------------------------
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
@@ -341,20 +355,20 @@ class PostgresStore:
         rows = self._all(f"SELECT id FROM tasks WHERE {column} < %s::float8", (cutoff,))
         return [task_id for (task_id,) in rows]
 
-    def _one(self, query: Any, args: Sequence[Any]) -> Any:
+    def _one(self, query: Any, args: Any) -> Any:
         row = self._maybe(query, args)
         assert row is not None, "the statement returns a row"
         return row
 
-    def _maybe(self, query: Any, args: Sequence[Any]) -> Any:
+    def _maybe(self, query: Any, args: Any) -> Any:
         with self._connection() as conn:
             return conn.execute(query, args, prepare=True).fetchone()
 
-    def _all(self, query: Any, args: Sequence[Any]) -> list[Any]:
+    def _all(self, query: Any, args: Any) -> list[Any]:
         with self._connection() as conn:
             return conn.execute(query, args, prepare=True).fetchall()
 
-    def _run(self, query: Any, args: Sequence[Any]) -> None:
+    def _run(self, query: Any, args: Any) -> None:
         with self._connection() as conn:
             conn.execute(query, args, prepare=True)
 
