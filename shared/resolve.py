@@ -4,46 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from shared.errors import ConfigError
-from shared.file_log import ALWAYS
-from shared.file_store import file_store
-from shared.loading import is_reference, load_object
-from shared.memory_store import memory_store
-from shared.redis_store import POOL_SIZE, redis_store
-
-_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
-_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-
-ACCEPTED_FORMS = (
-    "'memory' (or unset), 'file:<dir>', a redis://, rediss:// or unix:// URL,"
-    " a postgresql:// or postgres:// URL,"
-    " or 'package.module:attr' naming a store or a factory"
-)
-
-
-def check_url_port(url: str) -> None:
-    """ValueError when a URL's port is not a number from 0 to 65535, read now
-    rather than when a client first connects (where no setting is named)."""
-    try:
-        _ = urlsplit(url).port
-    except ValueError as error:
-        raise ValueError(f"bad port in the URL: {error}") from None
-
-
-def check_store_spec(spec: str | None) -> None:
-    """Validate the form of a spec without connecting or creating anything."""
-    if spec is None or spec == "memory":
-        return
-    if spec.startswith(_REDIS_SCHEMES + _POSTGRES_SCHEMES):
-        check_url_port(spec)
-        return
-    if spec.startswith("file:") and spec != "file:":
-        return
-    if is_reference(spec):
-        return
-    raise ValueError(f"unknown store spec {spec!r}; accepted: {ACCEPTED_FORMS}")
+from shared.loading import load_object
+from shared.store_spec import ALWAYS, POSTGRES_SCHEMES, REDIS_SCHEMES, check_store_spec
+from shared.stores.file import file_store
+from shared.stores.memory import memory_store
+from shared.stores.redis.store import POOL_SIZE, redis_store
 
 
 def resolve_store(
@@ -54,12 +21,13 @@ def resolve_store(
     connections: int | None = None,
 ) -> Any:
     """`None`/"memory" -> memory store; "file:<dir>" -> file store; a Redis URL
-    -> Redis store; "package.module:attr" -> that object (called when it is a
+    -> Redis store; a postgresql:// URL -> PostgreSQL store (`shared.stores.postgres`);
+    "package.module:attr" -> that object (called when it is a
     factory, i.e. a class or function rather than a store); any non-string
     object -> returned as is. Any other string raises ValueError.
 
     `terminal_ttl` (seconds) lets the store expire finished tasks;
-    `file_fsync` is the file store's fsync policy (`shared.file_log`).
+    `file_fsync` is the file store's fsync policy (`shared.stores.file_log`).
     `connections` sizes a Redis store's connection pool (None: its default).
     """
     if spec is None or spec == "memory":
@@ -74,13 +42,10 @@ def resolve_store(
         except OSError as error:
             reason = _unusable_folder(folder, error)
             raise ConfigError(f"TOOLNEXUS_STORE={spec!r}: {reason}") from None
-    if spec.startswith(_REDIS_SCHEMES):
+    if spec.startswith(POSTGRES_SCHEMES):
+        return _postgres_store(spec, terminal_ttl, connections)
+    if spec.startswith(REDIS_SCHEMES):
         return redis_store(spec, terminal_ttl=terminal_ttl, connections=connections or POOL_SIZE)
-    if spec.startswith(_POSTGRES_SCHEMES):
-        # Imported here: psycopg is the optional `postgres` extra.
-        from shared.stores.postgres import postgres_store
-
-        return postgres_store(spec, terminal_ttl=terminal_ttl, connections=connections)
     target = load_object(spec, "TOOLNEXUS_STORE")
     if isinstance(target, type) or (callable(target) and not _is_store(target)):
         try:
@@ -94,6 +59,23 @@ def resolve_store(
             f"TOOLNEXUS_STORE: {spec!r} has no get() and save(); it is not a task store"
         )
     return target
+
+
+def _postgres_store(spec: str, terminal_ttl: float | None, connections: int | None) -> Any:
+    """Imported only when chosen, so a missing psycopg matters only then."""
+    try:
+        from shared.stores.postgres import postgres_store
+    except ImportError as error:
+        if error.name in ("shared.stores.postgres", "shared.stores"):
+            raise ConfigError(
+                "TOOLNEXUS_STORE: a postgresql:// store needs shared.stores.postgres,"
+                " which this installation does not have"
+            ) from None
+        raise ConfigError(
+            f"TOOLNEXUS_STORE: the PostgreSQL store cannot be loaded ({error});"
+            " install toolnexus-serve[postgres]"
+        ) from None
+    return postgres_store(spec, terminal_ttl=terminal_ttl, connections=connections)
 
 
 def _unusable_folder(folder: str, error: OSError) -> str:

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from shared.errors import ConfigError
-from shared.file_log import FSYNC_POLICIES
 from shared.loading import is_reference
-from shared.resolve import check_store_spec, check_url_port
+from shared.store_spec import FSYNC_POLICIES, check_store_spec, check_url_port
 
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -12,12 +13,13 @@ from typing import Any
 import pytest
 
 from shared import ConfigError, Settings
-from shared.file_store import FileStore
-from shared.memory_store import MemoryStore, memory_store
-from shared.redis_store import RedisStore
 from shared.resolve import resolve_store
+from shared.stores.file import FileStore
+from shared.stores.memory import MemoryStore, memory_store
+from shared.stores.redis.store import RedisStore
 
 # Targets for the "package.module:attr" form.
+ROOT = Path(__file__).resolve().parent.parent
 ready_store = memory_store()
 
 
@@ -82,10 +84,46 @@ def test_any_object_passes_straight_through() -> None:
     assert resolve_store(mine) is mine
 
 
-@pytest.mark.parametrize("spec", ["postgres://db/tasks", "file:", "", "memory:", "s3 bucket"])
+@pytest.mark.parametrize("spec", ["mysql://db/tasks", "file:", "", "memory:", "s3 bucket"])
 def test_unknown_string_lists_the_accepted_forms(spec: str) -> None:
     with pytest.raises(ValueError, match=r"accepted: 'memory'.*file:<dir>.*redis://"):
         resolve_store(spec)
+
+
+@pytest.mark.parametrize("spec", ["postgresql://127.0.0.1/tasks", "postgres://u@db:5432/t"])
+def test_postgres_urls_are_accepted_forms(spec: str) -> None:
+    assert Settings.from_env({"TOOLNEXUS_STORE": spec}).store == spec
+    with pytest.raises(ConfigError, match=r"TOOLNEXUS_STORE=.*bad port"):
+        Settings.from_env({"TOOLNEXUS_STORE": "postgresql://db:port/t"})
+
+
+def test_a_postgres_url_without_the_postgres_store_is_a_config_error() -> None:
+    if importlib.util.find_spec("shared.stores.postgres") is not None:
+        pytest.skip("this installation has shared.stores.postgres (tested with that store)")
+    with pytest.raises(ConfigError, match=r"needs shared\.stores\.postgres"):
+        resolve_store("postgresql://127.0.0.1/tasks")
+
+
+def test_reading_the_settings_imports_no_store() -> None:
+    # Every process reads its settings, a CLI too; only the one that opens
+    # the store may pay for (or lack) its driver.
+    code = (
+        "import sys; from shared.settings import Settings;"
+        " Settings.from_env({'TOOLNEXUS_STORE': 'postgresql://db/t'});"
+        " Settings.from_env({'TOOLNEXUS_STORE': 'redis://r/0', 'TOOLNEXUS_FILE_FSYNC': 'no'});"
+        " drivers = ('shared.stores', 'redis', 'psycopg');"
+        " print(sorted(m for m in sys.modules if m.startswith(drivers)))"
+    )
+    # `import shared` imports the stores (the public constructors), so the
+    # module is loaded on its own, as the settings module loads it.
+    runner = (
+        "import importlib.util, sys, types; pkg = types.ModuleType('shared');"
+        f" pkg.__path__ = [{str(ROOT / 'shared')!r}]; sys.modules['shared'] = pkg; exec({code!r})"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", runner], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
 
 
 def test_reference_that_does_not_import() -> None:
@@ -134,7 +172,7 @@ def test_values_are_parsed() -> None:
 @pytest.mark.parametrize(
     ("variable", "value", "said"),
     [
-        ("TOOLNEXUS_STORE", "postgres://x", "unknown store spec"),
+        ("TOOLNEXUS_STORE", "mysql://x", "unknown store spec"),
         ("TOOLNEXUS_HEARTBEAT", "soon", "could not convert"),
         ("TOOLNEXUS_REAP_EVERY", "-1", "positive number of seconds"),
         ("TOOLNEXUS_STALE_AFTER", "nan", "positive number of seconds"),

@@ -1,1 +1,1 @@
-"""The built-in task stores, one module or folder per backend."""
+"""The task stores, one module or folder per backend; the contract is `shared.store`."""

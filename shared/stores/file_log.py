@@ -2,7 +2,7 @@
 
 A line is an event, `{"seq":n,"event":{...}}`, or a snapshot marker,
 `{"seq":n,"snapshot":{"digest":...,"file":[inode,size,mtime]}}`: the task
-file with that content (see `shared.file_store`) includes the events up
+file with that content (see `shared.stores.file`) includes the events up
 to n. A marker is appended, with the events of its change, before its task
 file is renamed into place, so whichever task file a reader finds, the
 marker naming it is already in the log. The guarantees:
@@ -38,19 +38,16 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Final, NamedTuple
+from typing import NamedTuple
 
 from shared.codec import decode, encode
 from shared.errors import StoreError
 from shared.events import Event
 from shared.store import LOG_LIMIT
+from shared.store_spec import ALWAYS, EVERYSEC, FSYNC_POLICIES, NO
 
 log = logging.getLogger(__name__)
 
-ALWAYS: Final = "always"
-EVERYSEC: Final = "everysec"
-NO: Final = "no"
-FSYNC_POLICIES: Final = (ALWAYS, EVERYSEC, NO)
 
 _BLOCK = 64 * 1024
 _LINE = re.compile(rb'\{"seq":(\d+),"(event|snapshot)":')

@@ -1,0 +1,1 @@
+"""The broker side: task names, the Celery dispatcher, the Redis transport and queue."""
