@@ -16,6 +16,7 @@ import pytest
 
 from shared import Settings, StoreError
 from shared.events import to_state
+from shared.store import message_key
 from shared.stores.postgres import postgres_store, schema
 from shared.task import WORKING, new_task, text_message
 from shared.transitions import transition
@@ -140,3 +141,27 @@ def test_without_notifications_the_poller_wakes_a_watch(postgres_url: str) -> No
     ) == [(0,)]
     store.close()
     writer.close()
+
+
+def test_concurrent_sends_of_one_message_create_one_task(postgres_url: str) -> None:
+    """Two creates with one message key, at once: the second waits on the
+    first's unique key, then finds its task instead of failing."""
+    store = postgres_store(postgres_url, connections=8)
+    for trial in range(20):
+        key = message_key("alice", f"m-{trial}")
+        start = threading.Barrier(4)
+        made: list[Any] = []
+
+        def send(start: threading.Barrier, made: list[Any], key: str) -> None:
+            start.wait()
+            made.append(store.create(new_task(text_message("user", "hi"), None, "alice"), key))
+
+        threads = [threading.Thread(target=send, args=(start, made, key)) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(made) == 4  # none failed
+        assert sum(created.created for created in made) == 1, made
+        assert len({created.task["id"] for created in made}) == 1
+    store.close()

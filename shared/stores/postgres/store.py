@@ -157,8 +157,18 @@ class PostgresStore:
             self._log_limit,
             self._channel,
         )
-        row = self._one(_CREATE, args)
-        outcome, found = row
+        for _ in range(_CREATE_ATTEMPTS):
+            try:
+                outcome, found = self._one(_CREATE, args)
+                break
+            except _KeyTaken:
+                continue  # a concurrent create took the key first: this one now finds it
+        else:
+            raise StoreError(
+                f"task store unavailable: PostgreSQL at {self._where}: the message key of"
+                f" task {task_id} stayed contended",
+                "PostgreSQL refused the statement",
+            )
         if outcome == "context":
             raise ContextTaken(f"context {task['contextId']} belongs to another caller")
         if outcome == "existing":
@@ -385,6 +395,8 @@ class PostgresStore:
                         )
                     self._checked = True
                 yield conn
+        except psycopg.errors.UniqueViolation as error:
+            raise _KeyTaken() from error
         except psycopg.errors.UndefinedTable as error:
             reason = f"the database has no toolnexus schema: run `{UPGRADE_HINT}`"
             raise StoreError(
@@ -395,6 +407,13 @@ class PostgresStore:
             raise StoreError(
                 f"task store unavailable: PostgreSQL at {self._where}: {detail}", _reason(error)
             ) from error
+
+
+class _KeyTaken(Exception):
+    """A unique key (a message key) was taken by a concurrent transaction."""
+
+
+_CREATE_ATTEMPTS = 5
 
 
 def _reason(error: Exception) -> str:

@@ -118,7 +118,11 @@ BEGIN
       RETURN;
     END IF;
     -- The key moves on: from the superseded task, or from one that expired.
-    UPDATE tasks SET mkey = NULL WHERE mkey = p_mkey;
+    -- Only from those: this statement sees tasks committed since the SELECT
+    -- above, and a live one that took the key meanwhile keeps it (the INSERT
+    -- below then fails on the unique key, and the caller retries, finding it).
+    UPDATE tasks SET mkey = NULL
+      WHERE mkey = p_mkey AND (id = p_supersedes OR NOT alive(expires, p_now));
   END IF;
   INSERT INTO contexts VALUES (p_c, p_o) ON CONFLICT (c) DO NOTHING;
   SELECT o INTO owner FROM contexts WHERE c = p_c FOR UPDATE;
