@@ -518,7 +518,11 @@ def report(rates: dict[str, list[float]], fleet: Fleet) -> None:
     for what, ours, theirs, aim in RATIOS:
         if ours not in rates or theirs not in rates:
             continue  # not measured in this run (--rest-only)
-        per_round = [a / b for a, b in zip(rates[ours], rates[theirs], strict=True)]
+        pairs = zip(rates[ours], rates[theirs], strict=True)
+        per_round = [a / b for a, b in pairs if b > 0]
+        if not per_round:  # the baseline answered nothing in every round
+            print(f"  {what:<52}    n/a  ({theirs}: no request completed)")
+            continue
         ratio = statistics.median(per_round)
         spread = f"{min(per_round):.2f}-{max(per_round):.2f}"
         verdict = "" if aim is None else f"aim >= {aim:g}x: {'met' if ratio >= aim else 'NOT met'}"
