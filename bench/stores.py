@@ -58,7 +58,7 @@ from shared.stores.file import file_store
 from shared.stores.memory import memory_store
 from shared.stores.redis.store import redis_store
 from shared.task import WORKING, agent_message, new_task, text_message, text_part
-from shared.transitions import SNAPSHOT_EVERY, read_record, transition
+from shared.transitions import SNAPSHOT_EVERY, transition
 from tests.support.redis_server import RedisServer
 from web.listing import list_tasks
 from web.params import list_query
@@ -305,7 +305,7 @@ def chatty_rewrites(store: TaskStore, chunks: int) -> None:
 
 
 def _check_chunks(store: TaskStore, task_id: str, chunks: int) -> None:
-    stored = read_record(store, task_id)
+    stored = store.read(task_id)
     assert stored is not None
     parts = stored.task["artifacts"][0]["parts"]
     assert len(parts) == chunks, f"{len(parts)} of {chunks} chunks stored"

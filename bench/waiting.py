@@ -51,7 +51,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.processes import CeleryWorker, Server, children, gunicorn, post_alone, uvicorn
 from shared.broker.dispatch import CeleryDispatcher
 from shared.settings import Settings
-from shared.store import EventStore, StaleIndex, WaitingIndex
 from shared.task import COMPLETED, Task, epoch, new_task, state_of, text_message
 from shared.wiring import open_store
 from tests.support.redis_server import RedisServer
@@ -133,7 +132,6 @@ def submit_directly(settings: Mapping[str, str], text: str, tasks: int) -> tuple
     as concurrent requests would."""
     config = Settings.from_env(settings)
     store, dispatcher = open_store(config), CeleryDispatcher(config)
-    assert isinstance(store, EventStore)
 
     def send(_: int) -> str:
         task = store.create(new_task(text_message("user", text))).task
@@ -150,7 +148,6 @@ def submit_directly(settings: Mapping[str, str], text: str, tasks: int) -> tuple
 def wait_finished(settings: Mapping[str, str], ids: list[str]) -> list[Task | None]:
     """Every task once none is left submitted or working (the store's indexes)."""
     store = open_store(Settings.from_env(settings))
-    assert isinstance(store, StaleIndex) and isinstance(store, WaitingIndex)
     deadline = time.monotonic() + ANSWER_TIMEOUT
     while store.stale(float("inf")) or store.waiting(float("inf")):
         if time.monotonic() > deadline:

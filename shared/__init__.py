@@ -16,41 +16,29 @@ from shared.errors import (
 )
 from shared.resolve import resolve_store
 from shared.settings import Settings
-from shared.store import (
-    AtomicStore,
-    EventStore,
-    ListableStore,
-    Outcome,
-    StaleIndex,
-    TaskStore,
-    WaitingIndex,
-)
+from shared.store import Outcome, Store, TaskStore
 from shared.stores.file import FileStore, file_store
 from shared.stores.memory import MemoryStore, memory_store
 from shared.stores.redis.store import RedisStore, redis_store
 from shared.transitions import transition
 
 __all__ = [
-    "AtomicStore",
     "BrokerError",
     "ConfigError",
     "ContextTaken",
-    "EventStore",
     "FileStore",
     "InvalidTaskId",
     "InvalidTransition",
-    "ListableStore",
     "MemoryStore",
     "Outcome",
     "RedisStore",
     "Settings",
-    "StaleIndex",
+    "Store",
     "StoreError",
     "TaskNotCancelable",
     "TaskNotFound",
     "TaskStore",
     "ToolnexusError",
-    "WaitingIndex",
     "file_store",
     "memory_store",
     "redis_store",

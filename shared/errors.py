@@ -16,6 +16,11 @@ class ConfigError(ToolnexusError):
     """A setting is missing or malformed; the message names the variable."""
 
 
+class Unsupported(ToolnexusError):
+    """The configured store cannot do this at all (a user's two-method store
+    has no listing, for one); the message says what and why."""
+
+
 class StoreError(ToolnexusError):
     """The task store could not be reached or refused to answer. `reason` is
     the short cause an operator may see (`/readyz`): no addresses, no secrets."""

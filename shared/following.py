@@ -23,7 +23,7 @@ from typing import Protocol
 
 from shared.event_metrics import gaps_of
 from shared.events import Event
-from shared.store import EventStore, Record
+from shared.store import Record, Store
 from shared.task import INTERRUPTED_STATES, Task, is_terminal, state_of
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def is_stopped(task: Task) -> bool:
 
 
 def follow(
-    store: EventStore,
+    store: Store,
     task_id: str,
     after: int,
     *,
@@ -101,7 +101,7 @@ def follow(
 
 
 def _read(
-    store: EventStore, task_id: str, after: int, reader: str
+    store: Store, task_id: str, after: int, reader: str
 ) -> Iterator[tuple[int, Event] | Record]:
     """What the log holds after `after` now, a page at a time; the task as it
     stands in place of events it no longer holds. Ends when the log does,
@@ -127,9 +127,7 @@ def _read(
                 return
 
 
-def _caught_up(
-    store: EventStore, task_id: str, after: int, found: int, reader: str
-) -> Record | None:
+def _caught_up(store: Store, task_id: str, after: int, found: int, reader: str) -> Record | None:
     gaps_of(reader).inc()
     record = store.read(task_id)
     log.info(

@@ -16,7 +16,8 @@ cursor stands at its last event. What is *due* needs no marker of its own:
 a commit's own event number, beyond a cursor, is the due record, written in
 the same atomic step as the commit by construction.
 
-`push_store(store)` is decided once per task store (at wiring).
+Each built-in store makes its own on first use (`Store.push_store`), once
+per store; a user's two-method store keeps none (see `shared.stores.adapter`).
 """
 
 from __future__ import annotations
@@ -26,19 +27,22 @@ import json
 import os
 import threading
 import time
-import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, cast
 
 from shared.codec import decode, encode
 from shared.errors import ToolnexusError
 from shared.store import digest, require_safe_id
-from shared.stores.file import FileStore
-from shared.stores.memory import MemoryStore
-from shared.stores.redis.store import RedisStore
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from shared.store import Store
+    from shared.stores.file import FileStore
+    from shared.stores.redis.store import RedisStore
 
 
 class Authentication(TypedDict):
@@ -431,31 +435,24 @@ def _cursor_text(cursor: Cursor) -> str:
     )
 
 
-_OPENED: weakref.WeakKeyDictionary[object, PushStore] = weakref.WeakKeyDictionary()
-_OPENING = threading.Lock()
+class Once:
+    """A store's push state, made on first use and then the same object (its
+    leases and caches are per process, so there must be one)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._made: PushStore | None = None
+
+    def get(self, make: Callable[[], PushStore]) -> PushStore:
+        with self._lock:
+            if self._made is None:
+                self._made = make()
+            return self._made
 
 
-def push_store(store: object, ttl: float | None = None) -> PushStore | None:
-    """The push state beside `store`'s tasks; None for a store of another kind
-    (a user's own), which then serves no push notifications. `ttl` (the
-    task TTL the store was opened with): how long a finished, delivered
+def push_store(store: Store, ttl: float | None = None) -> PushStore | None:
+    """The push state beside `store`'s tasks (`Store.push_store`); None for a
+    store that keeps none, which then serves no push notifications. `ttl`
+    (the task TTL the store was opened with): how long a finished, delivered
     task's push state is kept, so it goes when the task does."""
-    with _OPENING:
-        found = _OPENED.get(store)
-        if found is None:
-            if isinstance(store, RedisStore):
-                found = RedisPush(store, ttl)
-            elif isinstance(store, FileStore):
-                found = FilePush(store, ttl)
-            elif isinstance(store, MemoryStore):
-                found = MemoryPush(ttl)
-            elif type(store).__module__ == "shared.stores.postgres.store":
-                # Imported only then: psycopg is the optional `postgres` extra.
-                from shared.stores.postgres.push import PostgresPush
-                from shared.stores.postgres.store import PostgresStore
-
-                found = PostgresPush(cast(PostgresStore, store), ttl)
-            else:
-                return None
-            _OPENED[store] = found
-        return found
+    return store.push_store(ttl)

@@ -7,7 +7,9 @@ from typing import Any
 
 from shared.errors import ConfigError
 from shared.loading import load_object
+from shared.store import is_full_store
 from shared.store_spec import ALWAYS, POSTGRES_SCHEMES, REDIS_SCHEMES, check_store_spec
+from shared.stores.adapter import adapt
 from shared.stores.file import file_store
 from shared.stores.memory import memory_store
 from shared.stores.redis.store import POOL_SIZE, redis_store
@@ -26,7 +28,8 @@ def resolve_store(
     -> Redis store; a postgresql:// URL -> PostgreSQL store (`shared.stores.postgres`);
     "package.module:attr" -> that object (called when it is a
     factory, i.e. a class or function rather than a store); any non-string
-    object -> returned as is. Any other string raises ValueError.
+    object -> used as is when it has the whole contract (`shared.store.Store`),
+    else adapted (`shared.stores.adapter`). Any other string raises ValueError.
 
     `terminal_ttl` (seconds) lets the store expire finished tasks;
     `file_fsync` is the file store's fsync policy (`shared.stores.file_log`).
@@ -39,7 +42,7 @@ def resolve_store(
     if spec is None or spec == "memory":
         return memory_store(terminal_ttl=terminal_ttl)
     if not isinstance(spec, str):
-        return spec
+        return _whole(spec)
     check_store_spec(spec)
     if spec.startswith("file:"):
         folder = spec.removeprefix("file:")
@@ -64,7 +67,14 @@ def resolve_store(
         raise ConfigError(
             f"TOOLNEXUS_STORE: {spec!r} has no get() and save(); it is not a task store"
         )
-    return target
+    return _whole(target)
+
+
+def _whole(store: Any) -> Any:
+    """The one place a store's kind is looked at: a store with the whole
+    contract is used as it is; anything else (a user's get/save store) is
+    adapted once, here, so no caller checks what a store can do."""
+    return store if is_full_store(store) else adapt(store)
 
 
 def _postgres_store(

@@ -1,10 +1,10 @@
 """The task store contract.
 
-A store is anything with `get` and `save`; nothing has to subclass
-anything, so a user's Postgres or S3 store is two methods on any object.
-The optional capabilities below are used when present (`isinstance` on a
-runtime-checkable Protocol), and the service still answers GetTask from a
-store that has none of them. Every built-in store has all of them.
+`Store` is the one interface every caller uses; every built-in store (memory,
+file, Redis, and the ones to come) has all of it. A user's store may be just
+`get` and `save` (`TaskStore`): the wiring (`shared.resolve`) wraps such a
+store once in `shared.stores.adapter.Adapted`, which gives it the rest and
+says at start-up what it lacks. Nothing checks a capability at run time.
 """
 
 from __future__ import annotations
@@ -14,13 +14,16 @@ import re
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 from shared.errors import InvalidTaskId
 from shared.events import Event, StatusUpdate
 from shared.listing import Listing, Query
-from shared.task import Task, TaskStatus
+from shared.task import Task
 from shared.text import shown
+
+if TYPE_CHECKING:
+    from shared.push_store import PushStore
 
 # One safe file name: starts with a letter or digit (so never "." or ".."),
 # no separators, no NUL, bounded. Every built-in store applies it, so a
@@ -60,7 +63,7 @@ def message_key(owner: str, message_id: str) -> str:
 
 @runtime_checkable
 class TaskStore(Protocol):
-    """The contract every store meets.
+    """The floor: what a user's own store must have (the seed's contract).
 
     `get` returns the saved task, or None when the id is unknown *or* the
     stored data is unreadable; it never raises for either. `save` persists
@@ -103,43 +106,6 @@ class Created(NamedTuple):
     created: bool
 
 
-@runtime_checkable
-class EventStore(Protocol):
-    """Optional: tasks as an ordered, replayable log of events.
-
-    - `create(task, message_key, supersedes)`: save a new `submitted` task
-      (its first event is its status) unless `message_key` already names a
-      task, which is then returned instead; the key is recorded in the same
-      atomic step and expires with the task. With `supersedes`, a key that
-      still names that task is moved to the new one (the caller moved that
-      conversation on, so the same message id now starts a new one). A task
-      whose `contextId` is already used by another owner raises `ContextTaken`.
-    - `read(id)`: the task with its sequence numbers (`Record`).
-    - `commit(commit)`: compare-and-append; True when written.
-    - `events(id, after, limit)`: the logged events numbered above `after`,
-      in order, at most `limit` of them (None: all). Numbers run on by one
-      from event to event; where they jump, events are missing (trimmed, or
-      lost by a store that numbered on from a new base), and a follower
-      reads the task instead (see `shared.following`).
-    - `watch(id)`: a context manager whose `wait(timeout)` returns once the
-      task may have new events (or the timeout passes), in any process.
-    """
-
-    def create(
-        self, task: Task, message_key: str | None = None, supersedes: str | None = None
-    ) -> Created: ...
-
-    def read(self, task_id: str) -> Record | None: ...
-
-    def commit(self, commit: Commit) -> bool: ...
-
-    def events(
-        self, task_id: str, after: int, limit: int | None = None
-    ) -> list[tuple[int, Event]]: ...
-
-    def watch(self, task_id: str) -> AbstractContextManager[Watch]: ...
-
-
 class Watch(Protocol):
     def wait(self, timeout: float, after: int | None = None) -> bool:
         """Block until the watched task may have events numbered above
@@ -168,122 +134,133 @@ class Outcome:
         return self.record.task if self.record is not None else None
 
 
-@runtime_checkable
-class ClaimingStore(Protocol):
-    """Optional, for event stores: the worker's claim in one step instead of a
-    read and a compare-and-append (see `shared.transitions.claim`).
+class Store(TaskStore, Protocol):
+    """The full contract: what memory, file and Redis stores do, and what the
+    adapter gives a two-method store (saying what it lacks).
 
-    `claim(id, from_state, event)` appends the status update `event` if the
-    task is in `from_state`, filling in the task's own `contextId`, and
-    returns the task as it then stands, as `transition` would. None means
-    the store cannot claim this task in one step (the caller then does it
-    the long way).
+    Tasks as an ordered, replayable log of events:
+
+    - `create(task, message_key, supersedes)`: save a new `submitted` task
+      (its first event is its status) unless `message_key` already names a
+      task, which is then returned instead; the key is recorded in the same
+      atomic step and expires with the task. With `supersedes`, a key that
+      still names that task is moved to the new one (the caller moved that
+      conversation on, so the same message id now starts a new one). A task
+      whose `contextId` is already used by another owner raises `ContextTaken`.
+    - `read(id)`: the task with its sequence numbers (`Record`).
+    - `commit(commit)`: compare-and-append; True when written.
+    - `claim(id, from_state, event)`: the worker's claim: append the status
+      update `event` if the task is in `from_state`, filling in the task's
+      own `contextId`, and return the task as it then stands, as
+      `transition` would; None declines (the caller then goes the long way).
+    - `events(id, after, limit)`: the logged events numbered above `after`,
+      in order, at most `limit` of them (None: all). Numbers run on by one
+      from event to event; where they jump, events are missing (trimmed, or
+      lost by a store that numbered on from a new base), and a follower
+      reads the task instead (see `shared.following`).
+    - `watch(id)`: a context manager whose `wait(timeout)` returns once the
+      task may have new events (or the timeout passes), in any process.
+
+    ListTasks: `listing(query)` answers a page (see `shared.listing`);
+    `all()` is every task (tests, admin views); `lists_by_scan` says whether
+    listing reads every task (the console says so). Both raise `Unsupported`
+    on a store that cannot list.
+
+    Time indexes, for the heartbeat and the reaper. A task enters the
+    working index when saved in `working` (scored with the store's clock)
+    and leaves it when saved in any other state; `heartbeat(*ids)` re-scores
+    the given tasks still in it (never re-adding one that left), all in one
+    call; `stale(cutoff)` is a range query: ids whose last heartbeat is older
+    than `cutoff` (seconds since the epoch). Likewise `waiting(cutoff)` over
+    `submitted` tasks (when last sent to the queue; `resent(id)` re-scores)
+    and `interrupted(cutoff)` over tasks waiting for the peer.
+
+    Upkeep: `purge_expired()` removes every finished task past its time to
+    live, with its log, indexes and message record (0 for a store that
+    expires data by itself); `record_beat()`/`last_beat()` keep the time of
+    the reaper's last run (`last_beat` raises `Unsupported` on a store that
+    keeps none); `memory_use()` is (bytes used, limit), None with no limit;
+    `ping()` raises `StoreError` when the store cannot take a write now;
+    `close()` lets go of connections; `push_store(ttl)` is the push state kept
+    beside the tasks, one per store, or None for a store that keeps none.
     """
+
+    lists_by_scan: bool
+
+    def create(
+        self, task: Task, message_key: str | None = None, supersedes: str | None = None
+    ) -> Created: ...
+
+    def read(self, task_id: str) -> Record | None: ...
+
+    def commit(self, commit: Commit) -> bool: ...
 
     def claim(self, task_id: str, from_state: str, event: StatusUpdate) -> Outcome | None: ...
 
+    def events(
+        self, task_id: str, after: int, limit: int | None = None
+    ) -> list[tuple[int, Event]]: ...
 
-@runtime_checkable
-class ListableStore(Protocol):
-    """Optional: every task, for ListTasks (read whole, see
-    `shared.listing.list_by_scan`), tests and admin views."""
+    def watch(self, task_id: str) -> AbstractContextManager[Watch]: ...
 
     def all(self) -> dict[str, Task]: ...
 
-
-@runtime_checkable
-class ListingStore(Protocol):
-    """Optional: ListTasks answered by the store itself, reading only the page
-    (see `shared.listing` for what a query means)."""
-
     def listing(self, query: Query) -> Listing: ...
-
-
-@runtime_checkable
-class AtomicStore(Protocol):
-    """Optional, for stores without an event log: compare-and-set on the
-    current status. Saves `task` only if the stored task with the same id
-    still has `expected_status` (its state *and* timestamp, so an A-B-A
-    change is noticed), and says whether it did. Without it (and without
-    `EventStore`) `shared.transitions` falls back to get-check-save, which is
-    only as safe as the store's own last-writer-wins."""
-
-    def compare_and_set(self, task: Task, expected_status: TaskStatus) -> bool: ...
-
-
-@runtime_checkable
-class StaleIndex(Protocol):
-    """Optional: a time index of `working` tasks, for the reaper.
-
-    A task enters the index when it is saved in `working` (scored with the
-    store's clock) and leaves it when it is saved in any other state.
-    `heartbeat` refreshes the scores of the given tasks still in the index
-    and never re-adds one that left; a process beats for all its running
-    tasks in one call, so a thousand tasks cost one round trip, not a burst
-    of a thousand. `stale(cutoff)` is a range query: the ids whose last
-    heartbeat is older than `cutoff` (seconds since the epoch).
-    """
 
     def heartbeat(self, *task_ids: str) -> None: ...
 
     def stale(self, cutoff: float) -> list[str]: ...
 
-
-@runtime_checkable
-class WaitingIndex(Protocol):
-    """Optional: a time index of `submitted` tasks, so that work whose queue
-    message was lost is found and sent again.
-
-    A task enters the index, scored with the store's clock, whenever it is
-    saved in `submitted`, and leaves it in any other state. `waiting(cutoff)`
-    is a range query: the ids sent before `cutoff`; `resent(id)` re-scores a
-    task still in the index with the current time (it never re-adds one).
-    """
-
     def waiting(self, cutoff: float) -> list[str]: ...
 
     def resent(self, task_id: str) -> None: ...
 
-
-@runtime_checkable
-class InterruptedIndex(Protocol):
-    """Optional: a time index of tasks waiting for the peer (`input-required`,
-    `auth-required`), so that the reaper can end those left waiting.
-
-    A task enters the index, scored with the store's clock, whenever it is
-    saved in one of those states, and leaves it in any other state.
-    `interrupted(cutoff)` is a range query: the ids waiting since before
-    `cutoff`.
-    """
-
     def interrupted(self, cutoff: float) -> list[str]: ...
 
-
-@runtime_checkable
-class MemoryLimited(Protocol):
-    """Optional: a store held in memory under a limit (Redis' maxmemory).
-    `memory_use()` is (bytes used, the limit), or None when there is no
-    limit; `/readyz` warns when the share passes TOOLNEXUS_REDIS_MEMORY_WARN."""
-
-    def memory_use(self) -> tuple[int, int] | None: ...
-
-
-@runtime_checkable
-class Expiring(Protocol):
-    """Optional: a store that forgets finished tasks after a time to live by
-    itself (Redis expires keys) needs nothing; one that must be swept has
-    `purge_expired()`, which the reaper calls on each run: it removes every
-    task past its time, with its log, its indexes and its message record,
-    and returns how many it removed."""
-
     def purge_expired(self) -> int: ...
-
-
-@runtime_checkable
-class BeatRecord(Protocol):
-    """Optional: where the reaper leaves the time of its last run, so every
-    front end can tell whether it still runs (`/readyz`)."""
 
     def record_beat(self) -> None: ...
 
     def last_beat(self) -> float | None: ...
+
+    def memory_use(self) -> tuple[int, int] | None: ...
+
+    def ping(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def push_store(self, ttl: float | None = None) -> PushStore | None: ...
+
+
+# What a store must have to be used as it is; anything less is adapted.
+CONTRACT: tuple[str, ...] = (
+    "get",
+    "save",
+    "create",
+    "read",
+    "commit",
+    "claim",
+    "events",
+    "watch",
+    "all",
+    "listing",
+    "heartbeat",
+    "stale",
+    "waiting",
+    "resent",
+    "interrupted",
+    "purge_expired",
+    "record_beat",
+    "last_beat",
+    "memory_use",
+    "ping",
+    "close",
+    "push_store",
+)
+
+
+def is_full_store(candidate: object) -> bool:
+    """Whether `candidate` has the whole contract (`lists_by_scan` included)."""
+    return hasattr(candidate, "lists_by_scan") and all(
+        callable(getattr(candidate, name, None)) for name in CONTRACT
+    )

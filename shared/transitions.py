@@ -15,16 +15,8 @@ from collections.abc import Callable, Collection
 from typing import Any, cast
 
 from shared.errors import StoreError
-from shared.events import Change, fold, status_update, to_state
-from shared.store import (
-    AtomicStore,
-    ClaimingStore,
-    Commit,
-    EventStore,
-    Outcome,
-    Record,
-    TaskStore,
-)
+from shared.events import Change, StatusUpdate, fold, status_update, to_state
+from shared.store import Commit, Outcome, Record, Store
 from shared.task import Task, can_transition, is_at_rest, is_terminal, state_of
 
 log = logging.getLogger(__name__)
@@ -42,7 +34,7 @@ OnTerminal = Callable[[str, str, Task], Any]
 
 
 def transition(
-    store: TaskStore,
+    store: Store,
     task_id: str,
     change: Change,
     *,
@@ -65,11 +57,8 @@ def transition(
     stale guess only costs a retry. `on_terminal(id, state, task)` runs once,
     in the one caller whose write made the task terminal; its errors are logged.
     """
-    events_store = store if isinstance(store, EventStore) else None
-    # Without a compare the guess would be written over, so such a store is always read.
-    comparing = events_store is not None or isinstance(store, AtomicStore)
     for _ in range(_ATTEMPTS):
-        record = current if current is not None and comparing else read_record(store, task_id)
+        record = current if current is not None else store.read(task_id)
         current = None
         if record is None:
             return Outcome(False, None)
@@ -80,34 +69,26 @@ def transition(
         if not events or not _allowed(state_of(task), events):
             return Outcome(False, record)
         proposed = fold(task, events)
-        if events_store is not None:
-            tail = record.tail + len(events)
-            snapshot = tail >= SNAPSHOT_EVERY or is_at_rest(state_of(proposed))
-            commit = Commit(proposed, events, record.seq, snapshot)
-            if not events_store.commit(commit):
-                continue
-            saved = Record(proposed, record.seq + len(events), 0 if snapshot else tail)
-        elif isinstance(store, AtomicStore):
-            if not store.compare_and_set(proposed, task["status"]):
-                continue
-            saved = Record(proposed, 0, 0)
-        else:
-            saved = Record(store.save(proposed), 0, 0)
+        tail = record.tail + len(events)
+        snapshot = tail >= SNAPSHOT_EVERY or is_at_rest(state_of(proposed))
+        if not store.commit(Commit(proposed, events, record.seq, snapshot)):
+            continue
+        saved = Record(proposed, record.seq + len(events), 0 if snapshot else tail)
         if on_terminal is not None and is_terminal(state_of(proposed)):
             _notify(on_terminal, proposed)
         return Outcome(True, saved)
     raise StoreError(f"task {task_id}: gave up after {_ATTEMPTS} conflicting writes")
 
 
-def claim(store: TaskStore, task_id: str, *, to: str, from_state: str) -> Outcome:
+def claim(store: Store, task_id: str, *, to: str, from_state: str) -> Outcome:
     """`transition(store, task_id, to_state(to), from_states={from_state})`,
-    in one step where the store can (`ClaimingStore`): the worker's claim of
-    every task, so one round trip fewer on the way to running it.
+    through the store's own `claim` (one round trip on Redis): the worker's
+    claim of every task.
 
     Only a move the state machine allows to a state that is not at rest
-    goes in one step: one to a state at rest is written whole, may expire
-    and runs the `on_task` hook, which only `transition` does."""
-    if isinstance(store, ClaimingStore) and can_transition(from_state, to) and not is_at_rest(to):
+    goes through `claim`: one to a state at rest is written whole, may
+    expire and runs the `on_task` hook, which only `transition` does."""
+    if can_transition(from_state, to) and not is_at_rest(to):
         # The store fills in the task's contextId; the rest of the event is made here.
         event = status_update(cast(Task, {"id": task_id, "contextId": ""}), to)
         outcome = store.claim(task_id, from_state, event)
@@ -116,12 +97,23 @@ def claim(store: TaskStore, task_id: str, *, to: str, from_state: str) -> Outcom
     return transition(store, task_id, to_state(to), from_states={from_state})
 
 
-def read_record(store: TaskStore, task_id: str) -> Record | None:
-    """The task with its event numbers (zeros for a store without an event log)."""
-    if isinstance(store, EventStore):
-        return store.read(task_id)
-    task = store.get(task_id)
-    return Record(task, 0, 0) if task is not None else None
+def claim_by_commit(store: Store, task_id: str, from_state: str, event: StatusUpdate) -> Outcome:
+    """`Store.claim` for a store whose compare-and-append is its one atomic
+    step (memory, file, the adapter): read, check the state, append `event`
+    with the task's own contextId, again on a conflict."""
+    for _ in range(_ATTEMPTS):
+        record = store.read(task_id)
+        if record is None:
+            return Outcome(False, None)
+        if state_of(record.task) != from_state:
+            return Outcome(False, record)
+        filled = cast(StatusUpdate, {**event, "contextId": record.task.get("contextId", "")})
+        proposed = fold(record.task, [filled])
+        tail = record.tail + 1
+        snapshot = tail >= SNAPSHOT_EVERY
+        if store.commit(Commit(proposed, [filled], record.seq, snapshot)):
+            return Outcome(True, Record(proposed, record.seq + 1, 0 if snapshot else tail))
+    raise StoreError(f"task {task_id}: gave up after {_ATTEMPTS} conflicting writes")
 
 
 def _allowed(state: str, events: Collection[Any]) -> bool:

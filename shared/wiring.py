@@ -9,13 +9,13 @@ from shared.errors import ConfigError
 from shared.loading import load_object
 from shared.resolve import resolve_store
 from shared.settings import Settings
-from shared.store import TaskStore
+from shared.store import Store
 from shared.transitions import OnTerminal
 
 
 def open_store(
     settings: Settings, given: object = None, *, connections: int | None = None
-) -> TaskStore:
+) -> Store:
     """`given` (a store object or spec) or else TOOLNEXUS_STORE, with the task
     TTL and the file store's fsync policy; `connections` sizes a Redis store's
     pool (a worker holding many calls)."""
@@ -28,7 +28,7 @@ def open_store(
         postgres_pool=settings.pg_pool,
         postgres_notify=settings.pg_notify,
     )
-    return cast(TaskStore, store)
+    return cast(Store, store)
 
 
 def load_hook(settings: Settings) -> OnTerminal | None:

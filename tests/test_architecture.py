@@ -104,9 +104,12 @@ def test_only_the_wiring_imports_a_store_backend() -> None:
     # Everything else holds a store through the contract (shared.store), so a
     # new backend changes these modules and no caller. shared/__init__ is the
     # public import path of the stores' constructors.
-    wiring = {"shared/__init__.py", "shared/resolve.py", "shared/push_store.py"}
+    wiring = {"shared/__init__.py", "shared/resolve.py"}
+    # The per-backend push stores, typed by the store each sits beside
+    # (imports for the type checker only; each store makes its own).
+    wiring.add("shared/push_store.py")
     # Not yet through the contract (issue 27's second step removes them).
-    pending = {"web/console.py", "worker/pools.py"}
+    pending = {"worker/pools.py"}
     assert importers(BACKENDS, outside=("shared/stores/",)) == wiring | pending
 
 

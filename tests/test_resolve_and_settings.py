@@ -14,6 +14,7 @@ import pytest
 
 from shared import ConfigError, Settings
 from shared.resolve import resolve_store
+from shared.stores.adapter import Adapted
 from shared.stores.file import FileStore
 from shared.stores.memory import MemoryStore, memory_store
 from shared.stores.redis.store import RedisStore
@@ -76,12 +77,16 @@ def test_a_factory_that_raises_is_a_one_line_configuration_error() -> None:
 
 
 def test_reference_to_a_store_class_is_instantiated() -> None:
-    assert isinstance(resolve_store(f"{__name__}:StoreClass"), StoreClass)
+    resolved = resolve_store(f"{__name__}:StoreClass")
+    assert isinstance(resolved, Adapted) and isinstance(resolved.inner, StoreClass)
 
 
-def test_any_object_passes_straight_through() -> None:
+def test_a_whole_store_passes_straight_through_and_a_two_method_one_is_adapted() -> None:
+    whole = memory_store()
+    assert resolve_store(whole) is whole
     mine = SimpleNamespace(get=lambda task_id: None, save=lambda task: task)
-    assert resolve_store(mine) is mine
+    adapted = resolve_store(mine)
+    assert isinstance(adapted, Adapted) and adapted.inner is mine
 
 
 @pytest.mark.parametrize("spec", ["mysql://db/tasks", "file:", "", "memory:", "s3 bucket"])

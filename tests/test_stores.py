@@ -21,7 +21,7 @@ import redis
 from shared import InvalidTaskId, StoreError, transition
 from shared.events import Change, artifact_update, message_added, to_state
 from shared.resolve import resolve_store
-from shared.store import EventStore, StaleIndex, digest
+from shared.store import digest, is_full_store
 from shared.stores.file import FileStore
 from shared.stores.postgres import PostgresStore, postgres_store
 from shared.stores.redis.store import RedisStore, redis_store
@@ -36,7 +36,6 @@ from shared.task import (
     text_message,
     with_status,
 )
-from shared.transitions import read_record
 from tests.support.postgres import execute
 
 HOSTILE_IDS = ["../x", "../../etc/passwd", "a/b", "", "\x00", "a\x00b", ".", "..", "x" * 10_000]
@@ -160,7 +159,7 @@ def test_transition_only_from_the_given_states(store: Any) -> None:
 
 def test_transition_with_a_stale_guess_of_the_current_task(store: Any) -> None:
     task = store.save(a_task())
-    guess = read_record(store, task["id"])
+    guess = store.read(task["id"])
     moved = transition(store, task["id"], to(WORKING)).record
     assert guess is not None and moved is not None
     # The caller still holds the submitted version: the write must not go
@@ -296,7 +295,7 @@ def _old_format_task_dir(directory: Path) -> dict[str, Any]:
 def test_a_task_directory_of_the_older_format_keeps_working(tmp_path: Path) -> None:
     task = _old_format_task_dir(tmp_path)
     store = resolve_store(f"file:{tmp_path}")
-    record = read_record(store, task["id"])
+    record = store.read(task["id"])
     assert record is not None and record.seq == 3
     assert state_of(record.task) == COMPLETED
     assert record.task["status"]["message"]["parts"][0]["text"] == "old but fine"
@@ -557,7 +556,7 @@ def _race_in_threads(store: Any, task_id: str) -> list[str]:
 
 
 def test_one_terminal_state_wins_among_threads(builtin: Any) -> None:
-    assert isinstance(builtin, EventStore)
+    assert is_full_store(builtin)
     for _ in range(TRIALS):
         task = builtin.save(a_task())
         transition(builtin, task["id"], to(WORKING))
@@ -644,7 +643,7 @@ def clocked(builtin_spec: str, tmp_path: Path) -> Iterator[tuple[Any, FakeClock]
 
 def test_stale_enumeration_with_an_injected_clock(clocked: tuple[Any, FakeClock]) -> None:
     store, clock = clocked
-    assert isinstance(store, StaleIndex)
+    assert is_full_store(store)
     old, young, done = (store.save(a_task(name)) for name in ("old", "young", "done"))
     clock.now = 100.0
     transition(store, old["id"], to(WORKING))

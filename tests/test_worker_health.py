@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from shared.resolve import resolve_store
 from shared.stores.file import file_store
 from shared.stores.memory import memory_store
 from tests.support.compose import ROOT
@@ -41,7 +42,7 @@ def test_a_store_with_no_beat_record_cannot_be_called_healthy() -> None:
         def save(self, task: object) -> object:
             return task
 
-    healthy, reason = beat_verdict(Plain(), 45, now=0.0)  # type: ignore[arg-type]
+    healthy, reason = beat_verdict(resolve_store(Plain()), 45, now=0.0)  # adapted at wiring
     assert not healthy and "cannot tell" in reason
 
 

@@ -19,7 +19,7 @@ from prometheus_client import REGISTRY
 from shared.errors import ConfigError
 from shared.events import to_state
 from shared.settings import Settings
-from shared.store import EventStore
+from shared.store import is_full_store
 from shared.stores.file import file_store
 from shared.stores.memory import memory_store
 from shared.stores.redis.store import POOL_SIZE, redis_store
@@ -54,7 +54,7 @@ def submitted(store: Any, text: str = "hi") -> str:
 def test_a_watch_calls_back_on_every_wake_up_and_at_once_if_already_woken(
     event_store: Any,
 ) -> None:
-    assert isinstance(event_store, EventStore)
+    assert is_full_store(event_store)
     task_id = submitted(event_store)
     with event_store.watch(task_id) as watch:
         assert transition(event_store, task_id, to_state("working")).applied

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from shared.events import to_state
+from shared.resolve import resolve_store
 from shared.stores.file import file_store
 from shared.stores.memory import memory_store
 from shared.stores.redis.store import redis_store
@@ -166,7 +167,7 @@ def test_a_store_without_a_stale_index_reaps_nothing() -> None:
     tasks: dict[str, Task] = {}
     minimal = type("Minimal", (), {"get": lambda s, i: tasks.get(i), "save": lambda s, t: t})()
 
-    assert reap_stale(minimal, 1e12, 60) == []
+    assert reap_stale(resolve_store(minimal), 1e12, 60) == []  # adapted, as the wiring does
 
 
 def test_the_reaper_thread_reaps_on_its_interval() -> None:

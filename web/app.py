@@ -23,11 +23,11 @@ from werkzeug.wrappers import Response as BaseResponse
 from shared.broker.dispatch import CeleryDispatcher
 from shared.broker.names import Dispatcher
 from shared.codec import encode_bytes
-from shared.errors import StoreError
+from shared.errors import StoreError, Unsupported
 from shared.event_metrics import event_metrics
 from shared.push_signing import JWKS_PATH, signer
 from shared.settings import Settings
-from shared.store import BeatRecord, EventStore, MemoryLimited, TaskStore
+from shared.store import Store
 from shared.wiring import load_hook, open_store
 from web.auth import authenticator_for
 from web.browsers import browser_policy
@@ -58,7 +58,6 @@ log = logging.getLogger(__name__)
 VERSION_HEADER = "A2A-Version"
 CARD_PATH = "/.well-known/agent-card.json"
 LEGACY_CARD_PATH = "/.well-known/agent.json"
-_READINESS_PROBE_ID = "readyz-probe"
 
 
 def create_app(
@@ -89,7 +88,7 @@ def create_app(
         skills,
         browsers,
         authenticator.card_schemes(),
-        streaming=isinstance(task_store, EventStore),
+        streaming=True,  # every store can be followed (the adapter polls)
         push=tasks.push is not None,
         overrides={**(settings.card or {}), **(card or {})},
         extended_fields=settings.extended_card,
@@ -196,20 +195,18 @@ def create_app(
     return app
 
 
-def _readiness(store: TaskStore, dispatcher: Dispatcher, settings: Settings) -> dict[str, str]:
+def _readiness(store: Store, dispatcher: Dispatcher, settings: Settings) -> dict[str, str]:
     problems: dict[str, str] = {}
     try:
-        ping = getattr(store, "ping", None)
-        if callable(ping):
-            ping()
-        else:
-            store.get(_READINESS_PROBE_ID)
-        if isinstance(store, BeatRecord):
+        store.ping()
+        try:
             last = store.last_beat()
-            allowed = settings.beat_overdue_after
+        except Unsupported:
+            pass  # a store that keeps no record of the reaper's runs: cannot tell
+        else:
             if last is None:
                 problems["reaper"] = "the reaper has not run yet: is beat running?"
-            elif time.time() - last > allowed:
+            elif time.time() - last > settings.beat_overdue_after:
                 problems["reaper"] = (
                     f"the reaper last ran {time.time() - last:.0f} s ago: is beat running?"
                 )
@@ -229,11 +226,9 @@ def _readiness(store: TaskStore, dispatcher: Dispatcher, settings: Settings) -> 
     return problems
 
 
-def _memory_warning(store: TaskStore, share: float) -> str | None:
+def _memory_warning(store: Store, share: float) -> str | None:
     """What to say when the store is near its memory limit: when full, Redis
     (noeviction) refuses every write, so new tasks and their events fail."""
-    if not isinstance(store, MemoryLimited):
-        return None
     try:
         use = store.memory_use()
     except StoreError:

@@ -24,9 +24,7 @@ from flask import Blueprint, Flask, Request, render_template, request
 from werkzeug.wrappers import Response
 
 from shared.settings import Settings
-from shared.store import ListingStore, TaskStore
-from shared.stores.file import FileStore
-from shared.stores.memory import MemoryStore
+from shared.store import Store
 from shared.task import TaskState
 
 PREFIX: Final = "/console"
@@ -55,7 +53,7 @@ _PAGE_HEADERS: Final = {
 STATE_NAMES: Final = tuple(state.value for state in TaskState)
 
 
-def install_console(app: Flask, settings: Settings, store: TaskStore, auth_required: bool) -> None:
+def install_console(app: Flask, settings: Settings, store: Store, auth_required: bool) -> None:
     """Serve the console on `app` (call only when the console is on)."""
     console = Blueprint(
         "console",
@@ -112,10 +110,10 @@ def with_page_headers(response: Response) -> Response:
     return response
 
 
-def lists_by_scan(store: TaskStore) -> bool:
+def lists_by_scan(store: Store) -> bool:
     """Whether ListTasks reads every task (`shared.listing.list_by_scan`):
     the memory and file stores do, as does any store without a listing."""
-    return isinstance(store, MemoryStore | FileStore) or not isinstance(store, ListingStore)
+    return store.lists_by_scan
 
 
 def _page(asking: Request) -> Mapping[str, str]:

@@ -34,7 +34,6 @@ from shared.broker.dispatch import CeleryDispatcher
 from shared.logs import configure_logging
 from shared.metrics import serve_metrics
 from shared.settings import Settings
-from shared.store import EventStore
 from shared.wiring import load_hook, open_store
 from web.auth import authenticator_for
 from web.browsers import browser_policy
@@ -69,9 +68,7 @@ def build(settings: Settings) -> GrpcServer:
 
     def close() -> None:
         dispatcher.close()
-        closing = getattr(store, "close", None)
-        if callable(closing):
-            closing()
+        store.close()
 
     return dataclasses.replace(running, close=close)
 
@@ -115,7 +112,7 @@ def extended_card(settings: Settings, tasks: Tasks) -> ExtendedCard | None:
         skills,
         browser_policy(settings, strict_hosts=False),
         authenticator_for(settings).card_schemes(),
-        streaming=isinstance(tasks.store, EventStore),
+        streaming=True,  # every store can be followed (the adapter polls)
         push=tasks.push is not None,
         overrides=settings.card or {},
         extended_fields=settings.extended_card,

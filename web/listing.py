@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from shared.listing import WINDOW, Listing, Position, Query, list_by_scan
-from shared.store import ListableStore, ListingStore, TaskStore
+from shared.errors import Unsupported
+from shared.listing import WINDOW, Listing, Position, Query
+from shared.store import Store
 from shared.task import Task
 from web.errors import InvalidParams, UnsupportedOperation
 from web.methods import with_history
@@ -33,7 +34,7 @@ class Page:
     total_size: int
 
 
-def list_tasks(store: TaskStore, query: ListQuery, owner: str) -> Page:
+def list_tasks(store: Store, query: ListQuery, owner: str) -> Page:
     as_of, after = _decode(query.page_token) if query.page_token else (time.time(), None)
     if time.time() - as_of > WINDOW:
         raise InvalidParams(
@@ -53,16 +54,11 @@ def list_tasks(store: TaskStore, query: ListQuery, owner: str) -> Page:
     return Page(shown, token, query.page_size, listing.total)
 
 
-def _answer(store: TaskStore, query: Query) -> Listing:
-    if isinstance(store, ListingStore):
+def _answer(store: Store, query: Query) -> Listing:
+    try:
         return store.listing(query)
-    if isinstance(store, ListableStore):
-        # A store that keeps no history: tasks that change after a listing
-        # began drop out of its later pages.
-        return list_by_scan(store.all().values(), lambda task_id: [], query)
-    raise UnsupportedOperation(
-        "ListTasks needs a task store that can list its tasks (memory, file or Redis)"
-    )
+    except Unsupported as error:
+        raise UnsupportedOperation(f"ListTasks: {error}") from None
 
 
 def _shape(task: Task, query: ListQuery) -> Task:

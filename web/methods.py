@@ -27,9 +27,9 @@ from shared.errors import (
 )
 from shared.events import Event, message_added, status_update, to_state
 from shared.following import follow
-from shared.push_store import PushConfig, PushStore, TooManyConfigs, push_store
+from shared.push_store import PushConfig, PushStore, TooManyConfigs
 from shared.settings import Settings
-from shared.store import EventStore, Record, TaskStore, message_key
+from shared.store import Record, Store, message_key
 from shared.task import (
     CANCELED,
     FAILED,
@@ -81,7 +81,7 @@ class Tasks:
     def __init__(
         self,
         settings: Settings,
-        store: TaskStore,
+        store: Store,
         dispatcher: Dispatcher,
         hook: OnTerminal | None = None,
     ) -> None:
@@ -92,9 +92,7 @@ class Tasks:
         self.input_modes = settings.input_modes
         self.idempotent = settings.idempotent_sends
         self._hook = hook
-        self.push: PushStore | None = (
-            push_store(store, settings.task_ttl) if settings.push else None
-        )
+        self.push: PushStore | None = store.push_store(settings.task_ttl) if settings.push else None
         self.max_webhooks = settings.push_max_configs
 
     def send(self, params: SendParams, owner: str, *, blocking: bool) -> Sent:
@@ -206,8 +204,6 @@ class Tasks:
             # Saved before the task exists, so no event of it can pass unseen
             # by the sweep; a config whose task is never made is forgotten by it.
             self._put_webhook(self._push(), task["id"], params.webhook, params.version)
-        if not isinstance(self.store, EventStore):
-            return Sent(self.store.save(task), 0), True
         key = message_key(owner, params.message["messageId"]) if self.idempotent else None
         try:
             created = self.store.create(task, key)
@@ -259,14 +255,10 @@ class Tasks:
     def _as_it_stands(self, task_id: str) -> Sent:
         """An earlier message's task, followed from the event after its creation
         (a blocking send then waits for it, and sees a direct reply too)."""
-        if isinstance(self.store, EventStore):
-            record = self.store.read(task_id)
-            if record is not None:
-                return Sent(record.task, 1, repeated=True)
-        task = self.store.get(task_id)
-        if task is None:
+        record = self.store.read(task_id)
+        if record is None:
             raise TaskNotFound(f"task {task_id} not found")
-        return Sent(task, 0, repeated=True)
+        return Sent(record.task, 1, repeated=True)
 
     def _enqueue(self, task: Task) -> None:
         """Queue fulfilment; if that fails the task is failed with the reason,
@@ -288,8 +280,6 @@ class Tasks:
         """Wait until the task is terminal or waits for the peer, or until
         `deadline`; then return it as it stands (and a direct reply, if any)."""
         task_id = sent.task["id"]
-        if not isinstance(self.store, EventStore):
-            return Sent(_poll_until_settled(self.store, sent.task, deadline), 0)
         reply: Message | None = None
         seq = sent.seq
         quiet = deadline - time.monotonic() + 1  # no idle ticks: nobody to keep alive
@@ -323,19 +313,6 @@ def _is_latest(task: Task, message: Message) -> bool:
 def _moved_on(task: Task, message: Message) -> bool:
     """The caller canceled `task`, or said more to it after `message`."""
     return state_of(task) == CANCELED or not _is_latest(task, message)
-
-
-def _poll_until_settled(store: TaskStore, task: Task, deadline: float) -> Task:
-    """For a store without an event log: read until settled, backing off."""
-    interval = 0.005
-    while True:
-        current = store.get(task["id"]) or task
-        state = state_of(current)
-        remaining = deadline - time.monotonic()
-        if is_terminal(state) or state in INTERRUPTED_STATES or remaining <= 0:
-            return current
-        time.sleep(min(interval, remaining))
-        interval = min(interval * 2, 0.1)
 
 
 def with_history(task: Task, history_length: int | None) -> Task:

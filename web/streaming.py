@@ -33,7 +33,7 @@ from shared.errors import StoreError
 from shared.event_metrics import gaps_of
 from shared.events import Event
 from shared.following import Followed, Interrupt, follow, is_final, is_stopped
-from shared.store import EventStore, Record
+from shared.store import Record, Store
 from shared.task import WORKING, is_at_rest, is_terminal, state_of
 from web.dialects import V03, event_for, task_for
 from web.errors import UnsupportedOperation, describe, error_body, status_body
@@ -126,13 +126,11 @@ def subscription(
     return Stream(wire, task_id, partial(_from_snapshot, store, record))
 
 
-def _events_store(tasks: Tasks) -> EventStore:
-    if not isinstance(tasks.store, EventStore):
-        raise UnsupportedOperation("streaming needs a task store with an event log")
+def _events_store(tasks: Tasks) -> Store:
     return tasks.store
 
 
-def _first_output(store: EventStore, created: Record, wire: Wire) -> Iterator[Item]:
+def _first_output(store: Store, created: Record, wire: Wire) -> Iterator[Item]:
     """Hold back until the agent first says something: a direct reply is sent
     alone; anything else is preceded by the Task as it was created."""
     following = _following(store, wire, created.task["id"], created.seq)
@@ -163,7 +161,7 @@ def _first_output(store: EventStore, created: Record, wire: Wire) -> Iterator[It
 
 
 def _from_snapshot(
-    store: EventStore, record: Record, wire: Wire, *, ends_at_rest: bool = False
+    store: Store, record: Record, wire: Wire, *, ends_at_rest: bool = False
 ) -> Iterator[Item]:
     """The Task, then what follows it; nothing follows a finished task, nor,
     for a send (`ends_at_rest`), one that waits for the peer."""
@@ -173,7 +171,7 @@ def _from_snapshot(
         yield from _shown(wire, _following(store, wire, record.task["id"], record.seq))
 
 
-def _resumed(store: EventStore, record: Record, after: int, wire: Wire) -> Iterator[Item]:
+def _resumed(store: Store, record: Record, after: int, wire: Wire) -> Iterator[Item]:
     """The events after `after`; the task as it stands where the log no
     longer holds them, or where `after` is beyond the task's last event (an
     id from numbers a store lost: what took them since is another event)."""
@@ -187,7 +185,7 @@ def _resumed(store: EventStore, record: Record, after: int, wire: Wire) -> Itera
 
 
 def _following(
-    store: EventStore, wire: Wire, task_id: str, after: int, *, reader: str = "stream"
+    store: Store, wire: Wire, task_id: str, after: int, *, reader: str = "stream"
 ) -> Iterator[Followed]:
     return follow(
         store,

@@ -33,7 +33,7 @@ from shared.broker.redis import broker_transport
 from shared.errors import StoreError
 from shared.push_store import PushStore
 from shared.settings import Settings
-from shared.store import EventStore, TaskStore
+from shared.store import Store
 from shared.tracing import continuing, enable
 from shared.wiring import open_store
 from worker.agent import Agent, agent_or_problem
@@ -126,15 +126,15 @@ class ProcessRuntime:
     connections, so each process resolves its own after the fork.
     """
 
-    def __init__(self, settings: Settings, store: TaskStore | None = None) -> None:
+    def __init__(self, settings: Settings, store: Store | None = None) -> None:
         self._settings = settings
         self._given_store = store
         self._lock = threading.Lock()
         self._pid = -1
-        self._store: TaskStore | None = None
+        self._store: Store | None = None
         self._agent: Agent | None = None
 
-    def store(self) -> TaskStore:
+    def store(self) -> Store:
         if self._given_store is not None:
             return self._given_store
         store, _ = self._current()
@@ -144,7 +144,7 @@ class ProcessRuntime:
         _, agent = self._current()
         return agent
 
-    def _current(self) -> tuple[TaskStore, Agent]:
+    def _current(self) -> tuple[Store, Agent]:
         with self._lock:
             if self._pid != os.getpid() or self._store is None or self._agent is None:
                 settings = self._settings
@@ -154,7 +154,7 @@ class ProcessRuntime:
             return self._store, self._agent
 
 
-def create_celery(settings: Settings, *, store: TaskStore | None = None) -> Celery:
+def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
     """A Celery app for `settings`; `store` overrides TOOLNEXUS_STORE (tests)."""
     app = Celery("toolnexus", set_as_current=False)
     app.conf.update(celery_config(settings))
@@ -217,7 +217,7 @@ def register_push(app: Celery, settings: Settings, runtime: ProcessRuntime) -> N
     """The delivery task (on the push queue) and beat's sweep for it."""
     policy = Policy.of(settings)
 
-    def pushing() -> tuple[EventStore, PushStore] | None:
+    def pushing() -> tuple[Store, PushStore] | None:
         return push_feed(runtime.store(), settings)
 
     @app.task(  # type: ignore[untyped-decorator]

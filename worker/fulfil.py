@@ -32,7 +32,7 @@ from shared.backoff import Backoff
 from shared.errors import StoreError
 from shared.events import Change
 from shared.settings import Settings
-from shared.store import Outcome, Record, TaskStore
+from shared.store import Outcome, Record, Store
 from shared.task import SUBMITTED, WORKING, state_of
 from shared.transitions import claim, transition
 from worker.agent import Agent
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 
 def fulfil(
-    store: TaskStore,
+    store: Store,
     task_id: str,
     agent: Agent,
     settings: Settings,
@@ -88,7 +88,7 @@ def fulfil(
 
 
 def _run(
-    store: TaskStore,
+    store: Store,
     agent: Agent,
     claimed: Record,
     settings: Settings,
@@ -130,7 +130,7 @@ def _run(
 
 
 def _save(
-    store: TaskStore, running: Record, change: Change, agent: Agent, settings: Settings
+    store: Store, running: Record, change: Change, agent: Agent, settings: Settings
 ) -> Outcome:
     """Save a change as a transition from `working`, retrying through a short
     store outage: the function has run, so its output is worth waiting for.

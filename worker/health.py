@@ -21,17 +21,19 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 
+from shared.errors import Unsupported
 from shared.settings import Settings
-from shared.store import BeatRecord, TaskStore
+from shared.store import Store
 from shared.wiring import open_store
 
 Verdict = tuple[bool, str]
 
 
-def beat_verdict(store: TaskStore, overdue_after: float, now: float) -> Verdict:
-    if not isinstance(store, BeatRecord):
+def beat_verdict(store: Store, overdue_after: float, now: float) -> Verdict:
+    try:
+        last = store.last_beat()
+    except Unsupported:
         return False, "this store keeps no record of beat's runs; cannot tell"
-    last = store.last_beat()
     if last is None:
         return False, "the reaper has not run yet: is beat running?"
     age = now - last

@@ -19,18 +19,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from shared.errors import StoreError
-from shared.store import StaleIndex, TaskStore
+from shared.store import Store
 
 log = logging.getLogger(__name__)
 
 
 @contextmanager
-def heartbeating(store: TaskStore, task_id: str, every: float) -> Iterator[None]:
+def heartbeating(store: Store, task_id: str, every: float) -> Iterator[None]:
     """Beat for `task_id` in `store` every `every` seconds until the block
-    ends. Stores without a stale index get no heartbeat (and no reaper)."""
-    if not isinstance(store, StaleIndex):
-        yield
-        return
+    ends (a store without a stale index takes the beats and keeps nothing)."""
     beats = _process_beats()
     token = beats.add(store, task_id, every)
     try:
@@ -44,12 +41,12 @@ class _Beats:
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
-        self._running: dict[int, tuple[StaleIndex, str, float]] = {}
+        self._running: dict[int, tuple[Store, str, float]] = {}
         self._due: list[tuple[float, int]] = []  # a heap; entries of removed tasks are skipped
         self._tokens = itertools.count()
         threading.Thread(target=self._beat_forever, name="heartbeats", daemon=True).start()
 
-    def add(self, store: StaleIndex, task_id: str, every: float) -> int:
+    def add(self, store: Store, task_id: str, every: float) -> int:
         with self._changed:
             token = next(self._tokens)
             self._running[token] = (store, task_id, every)
@@ -80,14 +77,14 @@ class _Beats:
                 except Exception:
                     log.exception("heartbeat of %d task(s) failed", len(task_ids))
 
-    def _next_due(self) -> list[tuple[StaleIndex, list[str]]]:
+    def _next_due(self) -> list[tuple[Store, list[str]]]:
         """Wait until some task is due; those tasks by store, each rescheduled."""
         with self._changed:
             while True:
                 while self._due and self._due[0][1] not in self._running:
                     heapq.heappop(self._due)  # its task ended
                 now = time.monotonic()
-                due: dict[int, tuple[StaleIndex, list[str]]] = {}
+                due: dict[int, tuple[Store, list[str]]] = {}
                 while self._due and self._due[0][0] <= now:
                     _, token = heapq.heappop(self._due)
                     if token in self._running:

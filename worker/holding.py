@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 from shared.errors import StoreError
 from shared.events import state_after
 from shared.settings import Settings
-from shared.store import EventStore, Record, TaskStore, Watch
+from shared.store import Record, Store, Watch
 from shared.task import WORKING
 from shared.transitions import transition
 from worker.agent import Agent
@@ -77,7 +77,7 @@ class HeldCall:
     def __init__(
         self,
         calls: CallLoop,
-        store: TaskStore,
+        store: Store,
         claimed: Record,
         agent: Agent,
         settings: Settings,
@@ -181,7 +181,6 @@ class HeldCall:
 
     def _states_since(self, seen: int) -> tuple[int, str]:
         """The last event number, and the task's state after the events since `seen`."""
-        assert isinstance(self._store, EventStore)
         try:
             logged = self._store.events(self.task_id, seen)
         except StoreError:
@@ -291,19 +290,16 @@ def held_count() -> int:
 
 
 @contextmanager
-def watching(store: TaskStore, task_id: str) -> Iterator[Watch | None]:
-    """The store's watch of `task_id`, if it has one (None: a cancel then
-    lands only at the call's next save)."""
-    if isinstance(store, EventStore):
-        with store.watch(task_id) as watch:
-            yield watch
-    else:
-        yield None
+def watching(store: Store, task_id: str) -> Iterator[Watch]:
+    """The store's watch of `task_id`: how a cancel from another process
+    reaches a held call."""
+    with store.watch(task_id) as watch:
+        yield watch
 
 
 @contextmanager
 def holding(
-    store: TaskStore, claimed: Record, agent: Agent, settings: Settings, watch: Watch | None
+    store: Store, claimed: Record, agent: Agent, settings: Settings, watch: Watch | None
 ) -> Iterator[HeldCall]:
     """Hold the call of the `claimed` task for the block: count it, keep its
     time limit, and stop it when `watch` (from `watching`, begun before the

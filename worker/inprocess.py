@@ -15,7 +15,7 @@ import time
 from shared.correlation import correlated, request_id
 from shared.errors import BrokerError
 from shared.settings import Settings
-from shared.store import TaskStore
+from shared.store import Store
 from shared.tracing import current_context, within
 from worker.agent import Agent
 from worker.observe import observed_fulfil
@@ -40,7 +40,7 @@ class InProcessDispatcher:
 
     def __init__(
         self,
-        store: TaskStore,
+        store: Store,
         agent: Agent,
         settings: Settings,
         *,

@@ -18,7 +18,7 @@ from celery import signals
 from shared.correlation import CELERY_HEADER, bind
 from shared.logs import fields
 from shared.settings import Settings
-from shared.store import TaskStore
+from shared.store import Store
 from shared.task import FAILED
 from shared.tracing import span
 from worker.agent import Agent
@@ -31,7 +31,7 @@ _BINDING = "toolnexus_binding"
 
 
 def observed_fulfil(
-    store: TaskStore,
+    store: Store,
     task_id: str,
     agent: Agent,
     settings: Settings,

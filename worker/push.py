@@ -35,9 +35,9 @@ from shared.dialects import stream_response
 from shared.following import follow
 from shared.push_http import Allowed, Answer, Refused, Webhook
 from shared.push_signing import SIGNATURE_HEADER, Signer, signer
-from shared.push_store import Cursor, PushConfig, PushStore, push_store
+from shared.push_store import Cursor, PushConfig, PushStore
 from shared.settings import Settings
-from shared.store import EventStore, Record
+from shared.store import Record, Store
 from shared.task import is_terminal, state_of
 from worker.push_metrics import push_metrics
 
@@ -111,7 +111,7 @@ def headers(
     return found
 
 
-def sweep(store: EventStore, push: PushStore, send: Send, lease: float) -> int:
+def sweep(store: Store, push: PushStore, send: Send, lease: float) -> int:
     """Hand every (task, webhook) with events past its cursor and a free lease
     to a delivery; forget the push state of tasks that are gone, and stop
     sweeping tasks that are finished and delivered. The number handed out."""
@@ -136,7 +136,7 @@ def sweep(store: EventStore, push: PushStore, send: Send, lease: float) -> int:
 
 
 def deliver(
-    store: EventStore, push: PushStore, task_id: str, config_id: str, holder: str, policy: Policy
+    store: Store, push: PushStore, task_id: str, config_id: str, holder: str, policy: Policy
 ) -> str:
     """One delivery run for (task, webhook), holding `holder`'s lease: POST
     what is past the cursor, in order, until caught up and the task quiet
@@ -243,7 +243,7 @@ class PushThread:
     a small pool; the same feed, cursors and leases as with Celery."""
 
     def __init__(
-        self, store: EventStore, push: PushStore, settings: Settings, *, threads: int = 4
+        self, store: Store, push: PushStore, settings: Settings, *, threads: int = 4
     ) -> None:
         self._store, self._push = store, push
         self._policy = Policy.of(settings)
@@ -280,15 +280,15 @@ class PushThread:
             log.exception("task %s: webhook %s: delivery failed", task_id, config_id)
 
 
-def push_feed(store: object, settings: Settings) -> tuple[EventStore, PushStore] | None:
+def push_feed(store: Store, settings: Settings) -> tuple[Store, PushStore] | None:
     """The store and its push state, when push is on and the store keeps both."""
-    push = push_store(store, settings.task_ttl) if settings.push else None
-    if push is None or not isinstance(store, EventStore):
+    push = store.push_store(settings.task_ttl) if settings.push else None
+    if push is None:
         return None
     return store, push
 
 
-def push_thread(store: object, settings: Settings) -> PushThread | None:
+def push_thread(store: Store, settings: Settings) -> PushThread | None:
     """Started when `push_feed` has something to deliver from; else None."""
     feed = push_feed(store, settings)
     return PushThread(*feed, settings).start() if feed is not None else None

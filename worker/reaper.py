@@ -27,14 +27,7 @@ import threading
 from collections.abc import Callable
 
 from shared.errors import StoreError
-from shared.store import (
-    BeatRecord,
-    Expiring,
-    InterruptedIndex,
-    StaleIndex,
-    TaskStore,
-    WaitingIndex,
-)
+from shared.store import Store
 from shared.task import INTERRUPTED_STATES, WORKING
 from shared.transitions import OnTerminal, transition
 from worker.metrics import worker_metrics
@@ -46,7 +39,7 @@ Clock = Callable[[], float]
 
 
 def reap_stale(
-    store: TaskStore,
+    store: Store,
     now: float,
     stale_after: float,
     on_terminal: OnTerminal | None = None,
@@ -58,8 +51,6 @@ def reap_stale(
     compare-and-set per stale task. A worker finishing at the same moment
     races on that compare-and-set: exactly one terminal state is written.
     """
-    if not isinstance(store, StaleIndex):
-        return []
     reason = f"worker lost: no heartbeat for {stale_after:g} s"
     reaped = []
     for task_id in store.stale(now - stale_after):
@@ -79,13 +70,11 @@ def reap_stale(
 
 
 def end_unanswered(
-    store: TaskStore, now: float, timeout: float, on_terminal: OnTerminal | None = None
+    store: Store, now: float, timeout: float, on_terminal: OnTerminal | None = None
 ) -> list[str]:
     """Fail every task waiting for the peer since before `now - timeout`; the
     ids this call failed. Through the state machine, from those states only:
     an answer that lands at the same moment wins or loses cleanly."""
-    if not isinstance(store, InterruptedIndex):
-        return []
     reason = f"no answer from the peer for {timeout:g} s (TOOLNEXUS_INPUT_TIMEOUT): gave up waiting"
     change = failed(reason)
     ended = []
@@ -102,11 +91,9 @@ def end_unanswered(
 
 
 def resend_waiting(
-    store: TaskStore, send: Callable[[str], None], now: float, older_than: float
+    store: Store, send: Callable[[str], None], now: float, older_than: float
 ) -> list[str]:
     """Send again each task `submitted` and last sent before `now - older_than`."""
-    if not isinstance(store, WaitingIndex):
-        return []
     resent = []
     for task_id in store.waiting(now - older_than):
         send(task_id)
@@ -119,7 +106,7 @@ def resend_waiting(
 
 
 def sweep(
-    store: TaskStore,
+    store: Store,
     send: Callable[[str], None],
     now: float,
     stale_after: float,
@@ -138,10 +125,9 @@ def sweep(
         raise
     except Exception as error:  # the broker: /readyz says so; the reaper itself ran
         log.warning("reaper: could not send waiting tasks again (next run retries): %s", error)
-    if isinstance(store, Expiring) and (purged := store.purge_expired()):
+    if purged := store.purge_expired():
         log.info("reaper: purged %d finished task(s) past their time to live", purged)
-    if isinstance(store, BeatRecord):
-        store.record_beat()
+    store.record_beat()
     return reaped
 
 
@@ -151,7 +137,7 @@ class ReaperThread:
 
     def __init__(
         self,
-        store: TaskStore,
+        store: Store,
         send: Callable[[str], None],
         *,
         every: float,

@@ -55,12 +55,14 @@ from typing import Any, cast
 
 from shared.codec import decode
 from shared.errors import ContextTaken, StoreError
-from shared.events import Event, current_status, fold
+from shared.events import Event, StatusUpdate, current_status, fold
 from shared.listing import Listing, Query, StatusHistory, history_of, list_by_scan
+from shared.push_store import FilePush, Once, PushStore
 from shared.store import (
     LOG_LIMIT,
     Commit,
     Created,
+    Outcome,
     Record,
     digest,
     is_safe_id,
@@ -70,6 +72,7 @@ from shared.store import (
 from shared.store_spec import ALWAYS
 from shared.stores.file_log import Durability, LogFiles, Marker, open_no_link
 from shared.task import INTERRUPTED_STATES, SUBMITTED, WORKING, Task, is_terminal, state_of
+from shared.transitions import claim_by_commit
 from shared.watching import Notifier, Waiter
 
 log = logging.getLogger(__name__)
@@ -81,6 +84,8 @@ _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class FileStore:
+    lists_by_scan = True
+
     def __init__(
         self,
         directory: str | os.PathLike[str],
@@ -117,6 +122,7 @@ class FileStore:
                 raise StoreError(f"task store: {folder} is a symbolic link; refusing to use it")
         self._logs = LogFiles(self._log, self._durability, log_limit)
         self._notifier = Notifier()
+        self._push = Once()
         self._poller: threading.Thread | None = None
         self._poller_lock = threading.Lock()
 
@@ -180,6 +186,9 @@ class FileStore:
             return []
         return self._logs.tail(task_id, after)[:limit]
 
+    def claim(self, task_id: str, from_state: str, event: StatusUpdate) -> Outcome:
+        return claim_by_commit(self, task_id, from_state, event)
+
     @contextmanager
     def watch(self, task_id: str) -> Iterator[Waiter]:
         self._ensure_polling()
@@ -229,6 +238,15 @@ class FileStore:
             return float(text) if text else None
         except ValueError:
             return None
+
+    def memory_use(self) -> None:
+        return None  # on disk: no memory limit of its own
+
+    def close(self) -> None:
+        pass  # every file is closed after each call
+
+    def push_store(self, ttl: float | None = None) -> PushStore:
+        return self._push.get(lambda: FilePush(self, ttl))
 
     def ping(self) -> None:
         """Raise StoreError unless the directory is there and writable."""

@@ -24,9 +24,18 @@ from typing import Any
 
 from shared.codec import decode, encode_bytes
 from shared.errors import ContextTaken
-from shared.events import Event, current_status, fold
+from shared.events import Event, StatusUpdate, current_status, fold
 from shared.listing import Listing, Query, list_by_scan, trimmed
-from shared.store import LOG_LIMIT, Commit, Created, Record, is_safe_id, require_safe_id
+from shared.push_store import MemoryPush, Once, PushStore
+from shared.store import (
+    LOG_LIMIT,
+    Commit,
+    Created,
+    Outcome,
+    Record,
+    is_safe_id,
+    require_safe_id,
+)
 from shared.task import (
     INTERRUPTED_STATES,
     SUBMITTED,
@@ -36,6 +45,7 @@ from shared.task import (
     is_terminal,
     state_of,
 )
+from shared.transitions import claim_by_commit
 from shared.watching import Notifier, Waiter
 
 Clock = Callable[[], float]
@@ -54,6 +64,8 @@ class _Entry:
 
 
 class MemoryStore:
+    lists_by_scan = True
+
     def __init__(
         self,
         clock: Clock = time.time,
@@ -74,6 +86,7 @@ class MemoryStore:
         self._expiries: list[tuple[float, str]] = []  # a heap of (when, task id)
         self._beat: float | None = None
         self._notifier = Notifier()
+        self._push = Once()
 
     # --- the contract ------------------------------------------------------
 
@@ -158,6 +171,9 @@ class MemoryStore:
             logged = _after(entry.log, after, limit) if entry else []
         return list(zip([seq for seq, _ in logged], _copied([e for _, e in logged]), strict=True))
 
+    def claim(self, task_id: str, from_state: str, event: StatusUpdate) -> Outcome:
+        return claim_by_commit(self, task_id, from_state, event)
+
     @contextmanager
     def watch(self, task_id: str) -> Iterator[Waiter]:
         with self._notifier.watch(task_id) as waiter:
@@ -237,6 +253,20 @@ class MemoryStore:
     def purge_expired(self) -> int:
         with self._lock:
             return self._expire()
+
+    # --- the process itself ------------------------------------------------
+
+    def memory_use(self) -> None:
+        return None  # bounded by the process, not by a limit of its own
+
+    def ping(self) -> None:
+        pass  # this process's memory: always there while anyone can ask
+
+    def close(self) -> None:
+        pass
+
+    def push_store(self, ttl: float | None = None) -> PushStore:
+        return self._push.get(lambda: MemoryPush(ttl))
 
     def _expire(self) -> int:
         """Forget finished tasks past their time to live, with their message

@@ -7,8 +7,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from shared.store import Commit, Created, Record
+from shared.events import StatusUpdate
+from shared.store import Commit, Created, Outcome, Record
 from shared.task import Task, state_of
+from shared.transitions import claim_by_commit
 
 
 class RecordingStore:
@@ -78,6 +80,14 @@ class RecordingStore:
 
     def all(self) -> dict[str, Task]:
         return self.inner.all()  # type: ignore[no-any-return]
+
+    def claim(self, task_id: str, from_state: str, event: StatusUpdate) -> Outcome:
+        # Through this store's own commit, so the claim is recorded too.
+        return claim_by_commit(self, task_id, from_state, event)
+
+    def __getattr__(self, name: str) -> Any:
+        # The rest of the contract is the inner store's.
+        return getattr(self.inner, name)
 
     def states(self, task_id: str) -> list[str]:
         with self._lock:

@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import uuid
 
-from shared.store import EventStore, ListableStore
+from shared.store import Store
 from shared.task import TERMINAL_STATES, Message, Task, new_task, state_of
 from tests.support.polling import wait_for
 
 
-def unfinished(store: ListableStore) -> dict[str, str]:
+def unfinished(store: Store) -> dict[str, str]:
     """Each task in the store that is not terminal, with its state."""
     states = {task_id: state_of(task) for task_id, task in store.all().items()}
     return {task_id: state for task_id, state in states.items() if state not in TERMINAL_STATES}
 
 
-def wait_all_finished(store: ListableStore, timeout: float = 90) -> dict[str, Task]:
+def wait_all_finished(store: Store, timeout: float = 90) -> dict[str, Task]:
     """Wait until every task the store holds is terminal; return them all.
     On the deadline, fail naming (some of) the tasks still not finished."""
     try:
@@ -30,7 +30,7 @@ def wait_all_finished(store: ListableStore, timeout: float = 90) -> dict[str, Ta
     return store.all()
 
 
-def saved_without_reply(store: EventStore, text: str) -> str:
+def saved_without_reply(store: Store, text: str) -> str:
     """Save a new `submitted` task the way the front end does, but never queue
     it nor answer anyone: the front end's state when it dies (or Redis does)
     between saving a task and publishing its message. Returns its id."""

@@ -36,6 +36,7 @@ from shared.codec import decode, encode
 from shared.errors import ConfigError, ContextTaken, StoreError
 from shared.events import Event, StatusUpdate, context_of, current_status
 from shared.listing import WINDOW, Listing, Query
+from shared.push_store import Once, PushStore
 from shared.store import (
     LOG_LIMIT,
     Commit,
@@ -97,6 +98,8 @@ SELECT count(*) FROM gone
 
 
 class PostgresStore:
+    lists_by_scan = False  # ListTasks reads the page from the indexes
+
     def __init__(
         self,
         url: str,
@@ -123,6 +126,7 @@ class PostgresStore:
             self.conninfo, size=connections, timeout=timeout, configure=self._configure
         )
         self._listener = Listener(self.conninfo, channel, self._newest, notify=notify)
+        self._push = Once()
 
     # --- the contract ------------------------------------------------------
 
@@ -306,6 +310,11 @@ class PostgresStore:
 
     def close(self) -> None:
         self._pool.close()
+
+    def push_store(self, ttl: float | None = None) -> PushStore:
+        from shared.stores.postgres.push import PostgresPush  # it builds on this module
+
+        return self._push.get(lambda: PostgresPush(self, ttl))
 
     # --- for rooms that keep their own tables beside the tasks (push state) ---
 

@@ -32,6 +32,7 @@ from shared.codec import decode, encode
 from shared.errors import ContextTaken, StoreError
 from shared.events import Event, StatusUpdate, context_of, current_status, fold
 from shared.listing import Listing, Query
+from shared.push_store import Once, PushStore, RedisPush
 from shared.store import (
     LOG_LIMIT,
     Commit,
@@ -56,6 +57,8 @@ POOL_SIZE = 64
 
 
 class RedisStore:
+    lists_by_scan = False
+
     def __init__(
         self,
         client: redis.Redis,
@@ -82,6 +85,7 @@ class RedisStore:
         self._forget_expired = client.register_script(FORGET_EXPIRED)
         self._read = client.register_script(READ)
         self._listener = Listener(client, self._channel, self._newest)
+        self._push = Once()
 
     # --- the contract ------------------------------------------------------
 
@@ -276,6 +280,12 @@ class RedisStore:
             pipe.ping()
             pipe.set(f"{self._prefix}ready", repr(self._clock()), ex=60)
             pipe.execute()
+
+    def close(self) -> None:
+        pass  # the pool's connections close with the process; a listener thread is a daemon
+
+    def push_store(self, ttl: float | None = None) -> PushStore:
+        return self._push.get(lambda: RedisPush(self, ttl))
 
     # --- internals -----------------------------------------------------------
 

@@ -1,0 +1,147 @@
+"""A user's two-method store, adapted once at wiring: used from outside, as
+users use it (a store handed to create_app, or named by TOOLNEXUS_STORE)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from shared import Settings, resolve_store
+from shared.events import artifact_update, status_update
+from shared.following import follow
+from shared.store import Record, is_full_store
+from shared.stores.adapter import Adapted, number_of
+from shared.stores.file import file_store
+from shared.stores.memory import memory_store
+from shared.task import COMPLETED, SUBMITTED, WORKING, new_task, state_of, text_message
+from shared.transitions import claim, transition
+from tests.test_web_support import PlayingDispatcher, rpc, user_message
+from web import create_app
+
+
+class DictStore:
+    """The smallest store a user writes: get and save over a dict."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, Any] = {}
+        self.saves = 0
+
+    def get(self, task_id: str) -> Any:
+        return copy.deepcopy(self.tasks.get(task_id))
+
+    def save(self, task: Any) -> Any:
+        self.tasks[task["id"]] = copy.deepcopy(task)
+        self.saves += 1
+        return task
+
+
+def test_the_start_up_line_names_what_a_two_method_store_lacks(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="shared.stores.adapter")
+    store = resolve_store(DictStore())
+    assert isinstance(store, Adapted) and is_full_store(store)
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "shared.stores.adapter"]
+    assert "DictStore has only get/save" in line
+    for lack in ("no event log", "no stale/waiting index", "last-writer-wins", "no listing"):
+        assert lack in line
+
+
+def test_a_whole_store_is_not_adapted_and_says_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="shared.stores.adapter")
+    store = memory_store()
+    assert resolve_store(store) is store
+    assert not [r for r in caplog.records if r.name == "shared.stores.adapter"]
+
+
+def test_the_state_machine_and_claims_hold_on_an_adapted_store() -> None:
+    inner = DictStore()
+    store = resolve_store(inner)
+    task = store.create(new_task(text_message("user", "hi"))).task
+    assert claim(store, task["id"], to=WORKING, from_state=SUBMITTED).applied
+    assert not claim(store, task["id"], to=WORKING, from_state=SUBMITTED).applied
+    done = transition(store, task["id"], lambda t: [status_update(t, COMPLETED)])
+    assert done.applied and state_of(inner.tasks[task["id"]]) == COMPLETED
+    # Terminal is final, through the user's own store.
+    assert not transition(store, task["id"], lambda t: [status_update(t, WORKING)]).applied
+    assert state_of(inner.get(task["id"])) == COMPLETED
+
+
+def test_numbers_grow_with_each_change_and_a_follower_sees_each_snapshot() -> None:
+    store = resolve_store(DictStore())
+    task = store.create(new_task(text_message("user", "hi"))).task
+    first = store.read(task["id"])
+    assert first is not None and first.seq % 2 == 0
+    transition(store, task["id"], lambda t: [status_update(t, WORKING)])
+    artifact = {"artifactId": "a", "parts": [{"kind": "text", "text": "x"}]}
+    chunk = transition(store, task["id"], lambda t: [artifact_update(t, artifact)])  # type: ignore[arg-type]
+    assert chunk.applied
+    numbers = [first.seq, store.read(task["id"]).seq]
+    assert numbers[1] > numbers[0]
+
+    def finish_later() -> None:
+        time.sleep(0.3)  # a change another thread saves while the follower waits
+        transition(store, task["id"], lambda t: [status_update(t, COMPLETED)])
+
+    finisher = threading.Thread(target=finish_later)
+    finisher.start()
+    seen = list(follow(store, task["id"], numbers[1], deadline=time.monotonic() + 10, idle=20))
+    finisher.join()
+    assert [state_of(item.task) for item in seen if isinstance(item, Record)] == [COMPLETED]
+
+
+def test_a_polling_watch_hears_of_a_change_saved_behind_the_adapter() -> None:
+    # Another process saving through its own adapter: only the poller can tell.
+    inner = DictStore()
+    store = Adapted(inner, poll=0.02)
+    task = store.create(new_task(text_message("user", "hi"))).task
+    number = number_of(inner.get(task["id"]))
+    with store.watch(task["id"]) as watch:
+        watch.wait(0.2)  # the first poll's wake-up
+        inner.save(
+            {
+                **inner.get(task["id"]),
+                "status": {"state": WORKING, "timestamp": "2100-01-01T00:00:00Z"},
+            }
+        )
+        assert watch.wait(5, number)
+
+
+def test_the_service_runs_on_a_two_method_store() -> None:
+    inner = DictStore()
+    store = resolve_store(inner)
+    client = create_app(Settings(), store=inner, dispatcher=PlayingDispatcher(store)).test_client()
+    params = {"message": user_message(), "configuration": {"blocking": True}}
+    sent = rpc(client, "SendMessage", params)["result"]
+    assert sent["status"]["state"] == "completed"  # a blocking send waited, polling
+    assert rpc(client, "GetTask", {"id": sent["id"]})["result"]["id"] == sent["id"]
+    task = sent
+    assert task["id"] in inner.tasks
+    listed = rpc(client, "ListTasks", {}, version="1.0")["error"]
+    assert listed["code"] == -32004
+    assert client.get("/readyz").status_code == 200
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+def test_claims_on_memory_and_file_go_through_the_stores_claim(
+    kind: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = memory_store() if kind == "memory" else file_store(tmp_path / "tasks")
+    calls: list[str] = []
+    own = store.claim
+
+    def counted(task_id: str, from_state: str, event: Any) -> Any:
+        calls.append(task_id)
+        return own(task_id, from_state, event)
+
+    monkeypatch.setattr(store, "claim", counted)
+    task = store.create(new_task(text_message("user", "hi"))).task
+    outcome = claim(store, task["id"], to=WORKING, from_state=SUBMITTED)
+    assert outcome.applied and calls == [task["id"]]
+    assert outcome.record is not None and outcome.record.seq == 2
+    assert store.events(task["id"], 1)[0][1]["contextId"] == task["contextId"]
