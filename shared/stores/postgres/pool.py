@@ -11,6 +11,7 @@ the child.
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import weakref
@@ -42,7 +43,14 @@ class ForkSafePool:
             if (found := ref()) is not None:
                 found._forked()
 
+        def closing() -> None:
+            if (found := ref()) is not None:
+                found.close()
+
         os.register_at_fork(after_in_child=forked)
+        # Closed before the interpreter tears down the threads (or a gevent
+        # worker's greenlets) that the pool's own finaliser would wait on.
+        atexit.register(closing)
 
     def _forked(self) -> None:
         self._lock = threading.Lock()  # a lock held in the parent stays held in the child
