@@ -79,6 +79,14 @@ class Listener:
             self._running = False
             return True
 
+    def _unwatched(self) -> bool:
+        """True (and the listener marked stopped) when nothing is watched now."""
+        with self._lock:
+            if len(self.notifier):
+                return False
+            self._running = False
+            return True
+
     def _caught_up(self) -> bool:
         """Wake each watched task's waiters with its newest number; every
         waiter when the numbers cannot be had. True when they could be had."""
@@ -113,6 +121,8 @@ class Listener:
                             self.notifier.notify(task_id, int(newest) if newest.isdigit() else None)
                     return
             except psycopg.Error as error:
+                if self._unwatched():
+                    return  # nobody to wake: the next watch starts a listener again
                 # Meanwhile the poller stands in; a waiter's wait never misses.
                 ready.set()
                 self._caught_up()
