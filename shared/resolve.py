@@ -8,11 +8,17 @@ from typing import Any
 from shared.errors import ConfigError
 from shared.loading import load_object
 from shared.store import is_full_store
-from shared.store_spec import ALWAYS, POSTGRES_SCHEMES, REDIS_SCHEMES, check_store_spec
+from shared.store_spec import (
+    ALWAYS,
+    POOL_SIZE,
+    POSTGRES_SCHEMES,
+    REDIS_SCHEMES,
+    check_store_spec,
+)
 from shared.stores.adapter import adapt
 from shared.stores.file import file_store
 from shared.stores.memory import memory_store
-from shared.stores.redis.store import POOL_SIZE, redis_store
+from shared.stores.redis.store import redis_store
 
 
 def resolve_store(

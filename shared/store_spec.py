@@ -22,6 +22,11 @@ EVERYSEC: Final = "everysec"
 NO: Final = "no"
 FSYNC_POLICIES: Final = (ALWAYS, EVERYSEC, NO)
 
+# Connections per process of a store over the network (Redis, PostgreSQL):
+# enough for the commands in flight at once (a waiting request holds none),
+# not one per open request. A worker holding many calls asks for more.
+POOL_SIZE: Final = 64
+
 ACCEPTED_FORMS: Final = (
     "'memory' (or unset), 'file:<dir>', a redis://, rediss:// or unix:// URL,"
     " a postgresql:// or postgres:// URL,"

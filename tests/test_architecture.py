@@ -108,9 +108,7 @@ def test_only_the_wiring_imports_a_store_backend() -> None:
     # The per-backend push stores, typed by the store each sits beside
     # (imports for the type checker only; each store makes its own).
     wiring.add("shared/push_store.py")
-    # Not yet through the contract (issue 27's second step removes them).
-    pending = {"worker/pools.py"}
-    assert importers(BACKENDS, outside=("shared/stores/",)) == wiring | pending
+    assert importers(BACKENDS, outside=("shared/stores/",)) == wiring
 
 
 def test_broker_code_lives_only_in_the_broker_package() -> None:

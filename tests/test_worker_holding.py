@@ -20,9 +20,10 @@ from shared.errors import ConfigError
 from shared.events import to_state
 from shared.settings import Settings
 from shared.store import is_full_store
+from shared.store_spec import POOL_SIZE
 from shared.stores.file import file_store
 from shared.stores.memory import memory_store
-from shared.stores.redis.store import POOL_SIZE, redis_store
+from shared.stores.redis.store import redis_store
 from shared.task import CANCELED, FAILED, new_task, state_of, text_message
 from shared.transitions import transition
 from tests.support.polling import wait_for

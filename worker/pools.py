@@ -23,7 +23,7 @@ from typing import Any, Final
 from celery.concurrency.thread import TaskPool
 
 from shared.settings import Settings
-from shared.stores.redis.store import POOL_SIZE
+from shared.store_spec import POOL_SIZE
 from worker.holding import held_count
 
 log = logging.getLogger(__name__)

@@ -43,6 +43,7 @@ from shared.store import (
     is_safe_id,
     require_safe_id,
 )
+from shared.store_spec import POOL_SIZE
 from shared.stores.redis.listener import Listener
 from shared.stores.redis.listing import RedisListing
 from shared.stores.redis.scripts import CLAIM, COMMIT, CREATE, FORGET_EXPIRED, READ
@@ -51,9 +52,6 @@ from shared.text import truncated
 from shared.watching import Waiter
 
 Clock = Callable[[], float]
-# Connections per process: enough for the commands in flight at once (a
-# waiting request holds none), not one per open request.
-POOL_SIZE = 64
 
 
 class RedisStore:

@@ -1,0 +1,23 @@
+--#include clock
+-- The worker's claim in one step: if the task is in the expected state, its
+-- status update is appended (made here from the two halves of the event
+-- around the context id, which the task records as JSON at creation) and the
+-- task is returned as the claim left it; otherwise as it stands.
+-- KEYS: as COMMIT's. ARGV: expected state, '' (no snapshot), then ARGV[3..10]
+-- as COMMIT's, two unused, then the event's text before and after its
+-- context id.
+-- Returns {outcome, doc, seq, tail}: outcome 'claimed', 'refused', 'unknown',
+-- or 'unsupported' (a task saved before contexts were recorded).
+local found = redis.call('HMGET', KEYS[1], 'state', 'seq', 'doc', 'cj', 'o', 'c')
+if not found[3] or not found[2] then return {'unknown'} end
+if found[1] == ARGV[1] and found[4] then
+  local owner, context_digest = found[5], found[6]
+  local seq = tonumber(found[2])
+  local events = {ARGV[13] .. found[4] .. ARGV[14]}
+  --#include append
+  local now = redis.call('HMGET', KEYS[1], 'doc', 'seq')
+  return {'claimed', now[1], now[2], redis.call('GET', KEYS[2])}
+end
+local outcome = 'refused'
+if found[1] == ARGV[1] then outcome = 'unsupported' end
+return {outcome, found[3], found[2], redis.call('GET', KEYS[2])}

@@ -1,0 +1,35 @@
+--#include clock
+-- KEYS: task, tail, log, message key (or a placeholder), context key, waiting
+--       index, status history
+-- ARGV: snapshot, first event, task id, now, owner, has message key ("1"/"0"),
+--       key prefix, channel, log limit, the task id the key may be moved from
+--       (""), status time, owner digest, context digest, the context id as JSON
+if ARGV[6] == '1' then
+  local earlier = redis.call('GET', KEYS[4])
+  if earlier and earlier ~= ARGV[10]
+      and redis.call('EXISTS', ARGV[7] .. 'task:' .. earlier) == 1 then
+    return {'existing', earlier}
+  end
+end
+local owner = redis.call('GET', KEYS[5])
+if owner and owner ~= ARGV[5] then return {'context', ''} end
+-- A context's owner record is kept while a task in it lives (see COMMIT).
+if owner then redis.call('PERSIST', KEYS[5]) else redis.call('SET', KEYS[5], ARGV[5]) end
+local mkey = ''
+if ARGV[6] == '1' then
+  mkey = KEYS[4]
+  redis.call('SET', KEYS[4], ARGV[3])
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[7])
+redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'seq', 1, 'base', 1, 'state', 'submitted',
+  'mkey', mkey, 'ts', ARGV[11], 'o', ARGV[12], 'c', ARGV[13], 'cj', ARGV[14],
+  'run', this_run(), 'ls', redis.call('LASTSAVE'), 'lw', now_us())
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[9], '0-1', 'e', ARGV[2])
+redis.call('ZADD', KEYS[6], ARGV[4], ARGV[3])
+redis.call('RPUSH', KEYS[7], ARGV[11] .. '|submitted')
+local listed = ARGV[7] .. 'lidx:' .. ARGV[12]
+redis.call('ZADD', listed, ARGV[11], ARGV[3])
+redis.call('ZADD', listed .. ':ctx:' .. ARGV[13], ARGV[11], ARGV[3])
+redis.call('ZADD', listed .. ':state:submitted', ARGV[11], ARGV[3])
+redis.call('PUBLISH', ARGV[8], ARGV[3] .. ' 1')
+return {'created', ARGV[3]}
