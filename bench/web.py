@@ -15,7 +15,10 @@ Starts, all at once and each on a free port:
     non-blocking send has been answered;
   * the a2a-sdk server on its DatabaseTaskStore (PostgreSQL at --postgres, a
     table of its own, dropped afterwards) with as many uvicorn workers as
-    gunicorn has.
+    gunicorn has;
+  * this service again on its own PostgreSQL store, on the same server and
+    database (a schema of its own, migrated by `db upgrade`'s code and
+    dropped afterwards), beside the SDK's.
 
 Then drives each with the same load generator (`wrk` when installed, else
 Python threads) at the same concurrency, A2A 1.0 wire unless the dialect
@@ -342,6 +345,9 @@ def start_all(
         f"a2a-sdk on PostgreSQL, {workers} workers",
     )
     servers.append(database)
+    ours_on_postgres = _toolnexus_on_postgres(postgres, env, servers, callbacks)
+    pg_task = post(ours_on_postgres.port, fresh(send_v10()), A2A_10)["result"]["task"]
+    pg_get = rpc_body("GetTask", {"id": pg_task["id"]})
 
     get_toolnexus = rpc_body("GetTask", {"id": task["id"]})
     loads = [
@@ -351,8 +357,36 @@ def start_all(
         Load("trivial GetTask", trivial.port, get_v10, A2A_10),
         Load("sdk postgres GetTask", database.port, peer_get(database), A2A_10),
         Load("sdk postgres SendMessage", database.port, send_v10(), A2A_10),
+        Load("toolnexus postgres GetTask", ours_on_postgres.port, pg_get, A2A_10),
+        Load("toolnexus postgres SendMessage", ours_on_postgres.port, send_v10(), A2A_10),
     ]
     return _checked(loads, workers)
+
+
+def _toolnexus_on_postgres(
+    sdk_url: str, env: dict[str, str], servers: list[Server], callbacks: list[Any]
+) -> Server:
+    """This service on a PostgreSQL store in the SDK's database: a schema of
+    its own, migrated here and dropped afterwards."""
+    import psycopg
+
+    from shared.stores.postgres import schema
+
+    url = re.sub(r"^postgresql\+\w+://", "postgresql://", sdk_url)
+    name = f"bench_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        schema.upgrade(conn, name)
+
+    def drop() -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+    callbacks.append(drop)
+    separator = "&" if "?" in url else "?"
+    store = {**env, "TOOLNEXUS_STORE": f"{url}{separator}schema={name}"}
+    server = gunicorn("web:create_app()", store, "this service on PostgreSQL")
+    servers.append(server)
+    return server
 
 
 def _checked(loads: list[Load], workers: int) -> Fleet:
@@ -417,6 +451,18 @@ RATIOS = (
         5.0,
     ),
     (
+        "GetTask, both on PostgreSQL: ours vs a2a-sdk",
+        "toolnexus postgres GetTask",
+        "sdk postgres GetTask",
+        5.0,
+    ),
+    (
+        "SendMessage, both on PostgreSQL: ours vs a2a-sdk",
+        "toolnexus postgres SendMessage",
+        "sdk postgres SendMessage",
+        5.0,
+    ),
+    (
         "toolnexus dialect: GetTask vs trivial",
         "toolnexus GetTask, toolnexus dialect",
         "trivial GetTask",
@@ -472,7 +518,11 @@ def report(rates: dict[str, list[float]], fleet: Fleet) -> None:
     for what, ours, theirs, aim in RATIOS:
         if ours not in rates or theirs not in rates:
             continue  # not measured in this run (--rest-only)
-        per_round = [a / b for a, b in zip(rates[ours], rates[theirs], strict=True)]
+        pairs = zip(rates[ours], rates[theirs], strict=True)
+        per_round = [a / b for a, b in pairs if b > 0]
+        if not per_round:  # the baseline answered nothing in every round
+            print(f"  {what:<52}    n/a  ({theirs}: no request completed)")
+            continue
         ratio = statistics.median(per_round)
         spread = f"{min(per_round):.2f}-{max(per_round):.2f}"
         verdict = "" if aim is None else f"aim >= {aim:g}x: {'met' if ratio >= aim else 'NOT met'}"

@@ -27,6 +27,8 @@ def resolve_store(
     terminal_ttl: float | None = None,
     file_fsync: str = ALWAYS,
     connections: int | None = None,
+    postgres_pool: int | None = None,
+    postgres_notify: bool = True,
 ) -> Any:
     """`None`/"memory" -> memory store; "file:<dir>" -> file store; a Redis URL
     -> Redis store; a postgresql:// URL -> PostgreSQL store (`shared.stores.postgres`);
@@ -37,7 +39,11 @@ def resolve_store(
 
     `terminal_ttl` (seconds) lets the store expire finished tasks;
     `file_fsync` is the file store's fsync policy (`shared.stores.file_log`).
-    `connections` sizes a Redis store's connection pool (None: its default).
+    `connections` sizes a Redis store's connection pool (None: its default);
+    a PostgreSQL store's is `postgres_pool` (TOOLNEXUS_PG_POOL) when given,
+    since a server's connections are far fewer than a Redis' and a held call
+    needs one only for its statement; `postgres_notify` (TOOLNEXUS_PG_NOTIFY)
+    False makes it poll instead of LISTEN/NOTIFY.
     """
     if spec is None or spec == "memory":
         return memory_store(terminal_ttl=terminal_ttl)
@@ -52,7 +58,7 @@ def resolve_store(
             reason = _unusable_folder(folder, error)
             raise ConfigError(f"TOOLNEXUS_STORE={spec!r}: {reason}") from None
     if spec.startswith(POSTGRES_SCHEMES):
-        return _postgres_store(spec, terminal_ttl, connections)
+        return _postgres_store(spec, terminal_ttl, postgres_pool or connections, postgres_notify)
     if spec.startswith(REDIS_SCHEMES):
         return redis_store(spec, terminal_ttl=terminal_ttl, connections=connections or POOL_SIZE)
     target = load_object(spec, "TOOLNEXUS_STORE")
@@ -77,10 +83,12 @@ def _whole(store: Any) -> Any:
     return store if is_full_store(store) else adapt(store)
 
 
-def _postgres_store(spec: str, terminal_ttl: float | None, connections: int | None) -> Any:
+def _postgres_store(
+    spec: str, terminal_ttl: float | None, connections: int | None, notify: bool
+) -> Any:
     """Imported only when chosen, so a missing psycopg matters only then."""
     try:
-        from shared.stores.postgres import postgres_store  # type: ignore[import-not-found,unused-ignore]
+        from shared.stores.postgres import postgres_store
     except ImportError as error:
         if error.name in ("shared.stores.postgres", "shared.stores"):
             raise ConfigError(
@@ -89,9 +97,9 @@ def _postgres_store(spec: str, terminal_ttl: float | None, connections: int | No
             ) from None
         raise ConfigError(
             f"TOOLNEXUS_STORE: the PostgreSQL store cannot be loaded ({error});"
-            " install psycopg[pool]"
+            " install toolnexus-serve[postgres]"
         ) from None
-    return postgres_store(spec, terminal_ttl=terminal_ttl, connections=connections or POOL_SIZE)
+    return postgres_store(spec, terminal_ttl=terminal_ttl, connections=connections, notify=notify)
 
 
 def _unusable_folder(folder: str, error: OSError) -> str:

@@ -268,6 +268,12 @@ class Settings:
     # appendfsync): always (every append; a power cut loses nothing
     # acknowledged), everysec (once a second) or no (when the OS will)
     file_fsync: str = _env("FILE_FSYNC", _fsync_policy, "always")
+    # the PostgreSQL store: connections per process (a request or a held call
+    # holds one only for its statement; the server's max_connections, 100 by
+    # default, is shared by every process of the fleet), and whether writes
+    # NOTIFY the front ends (false: they poll the watched tasks instead)
+    pg_pool: int = _env("PG_POOL", _count, 10)
+    pg_notify: bool = _env("PG_NOTIFY", _flag, True)
     # --- push notifications (issue 22) ---
     # false: the push-notification methods answer -32003 and the card says so
     push: bool = _env("PUSH", _flag, True)

@@ -25,6 +25,8 @@ def open_store(
         terminal_ttl=settings.task_ttl,
         file_fsync=settings.file_fsync,
         connections=connections,
+        postgres_pool=settings.pg_pool,
+        postgres_notify=settings.pg_notify,
     )
     return cast(Store, store)
 

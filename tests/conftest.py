@@ -47,3 +47,21 @@ def redis_url(redis_server_url: str) -> Iterator[str]:
         client.flushall()
     yield url
     client.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator[str]:
+    """A PostgreSQL database for the session, whose schemas the tests use."""
+    from tests.support.postgres import session_database
+
+    with session_database() as name:
+        yield name
+
+
+@pytest.fixture
+def postgres_url(postgres_database: str) -> Iterator[str]:
+    """A store URL of a fresh, migrated schema of its own, dropped after the test."""
+    from tests.support.postgres import fresh_schema
+
+    with fresh_schema(postgres_database) as url:
+        yield url

@@ -14,6 +14,7 @@ from shared.errors import ConfigError
 from shared.events import to_state
 from shared.stores.file import file_store
 from shared.stores.memory import memory_store
+from shared.stores.postgres import postgres_store
 from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, FAILED, INPUT_REQUIRED, WORKING, new_task, state_of, text_message
 from shared.transitions import transition
@@ -41,6 +42,9 @@ def store_of(kind: str, clock: Clock, tmp_path: Path, request: pytest.FixtureReq
         return memory_store(clock, terminal_ttl=ttl)
     if kind == "file":
         return file_store(tmp_path / "tasks", clock, terminal_ttl=ttl)
+    if kind == "postgres":
+        url = str(request.getfixturevalue("postgres_url"))
+        return postgres_store(url, terminal_ttl=ttl, clock=clock)
     return redis_store(str(request.getfixturevalue("redis_url")), terminal_ttl=ttl, clock=clock)
 
 

@@ -17,6 +17,7 @@ from shared.following import follow
 from shared.store import Record
 from shared.stores.file import file_store
 from shared.stores.memory import memory_store
+from shared.stores.postgres import postgres_store
 from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, WORKING, new_task, text_message
 from shared.transitions import transition
@@ -36,6 +37,8 @@ def store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Any:
         return memory_store(log_limit=LIMIT)
     if kind == "file":
         return file_store(tmp_path / "tasks")
+    if kind == "postgres":
+        return postgres_store(str(request.getfixturevalue("postgres_url")), log_limit=LIMIT)
     return redis_store(str(request.getfixturevalue("redis_url")), log_limit=LIMIT)
 
 

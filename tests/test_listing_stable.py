@@ -19,6 +19,7 @@ from shared.events import to_state
 from shared.store import message_key
 from shared.stores.file import file_store
 from shared.stores.memory import memory_store
+from shared.stores.postgres import postgres_store
 from shared.stores.redis.store import redis_store
 from shared.task import new_task, text_message
 from shared.transitions import transition
@@ -27,12 +28,14 @@ from tests.test_web_support import PlayingDispatcher, rpc
 from web import create_app
 
 
-@pytest.fixture(params=["memory", "file", "redis"])
+@pytest.fixture(params=["memory", "file", "redis", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     if request.param == "memory":
         return memory_store()
     if request.param == "file":
         return file_store(tmp_path / "tasks")
+    if request.param == "postgres":
+        return postgres_store(str(request.getfixturevalue("postgres_url")))
     return redis_store(str(request.getfixturevalue("redis_url")))
 
 

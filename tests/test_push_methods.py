@@ -24,6 +24,8 @@ from shared.push_store import (
     push_store,
 )
 from shared.stores.file import FileStore
+from shared.stores.postgres import postgres_store
+from shared.stores.postgres.push import PostgresPush
 from shared.stores.redis.store import redis_store
 from tests.support.polling import wait_for
 from tests.test_web_support import PlayingDispatcher
@@ -228,12 +230,14 @@ def test_push_turned_off_answers_push_not_supported() -> None:
 # --- the push store's contract, on every built-in store ---------------------
 
 
-@pytest.fixture(params=["memory", "file", "redis"])
+@pytest.fixture(params=["memory", "file", "redis", "postgres"])
 def pushes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PushStore]:
     if request.param == "memory":
         store: object = memory_store()
     elif request.param == "file":
         store = FileStore(tmp_path / "tasks")
+    elif request.param == "postgres":
+        store = postgres_store(request.getfixturevalue("postgres_url"))
     else:
         store = redis_store(request.getfixturevalue("redis_url"))
     found = push_store(store)
@@ -280,7 +284,7 @@ def test_push_store_contract(pushes: PushStore) -> None:
     assert pushes.configs("t1") == []
 
 
-@pytest.mark.parametrize("kind", ["memory", "file", "redis"])
+@pytest.mark.parametrize("kind", ["memory", "file", "redis", "postgres"])
 def test_a_finished_tasks_push_state_goes_after_the_task_ttl(
     kind: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
@@ -289,6 +293,8 @@ def test_a_finished_tasks_push_state_goes_after_the_task_ttl(
         pushes = MemoryPush(ttl=1)
     elif kind == "file":
         pushes = FilePush(FileStore(tmp_path / "tasks"), ttl=1)
+    elif kind == "postgres":
+        pushes = PostgresPush(postgres_store(request.getfixturevalue("postgres_url")), ttl=1)
     else:
         pushes = RedisPush(redis_store(request.getfixturevalue("redis_url")), ttl=1)
     pushes.put(config("t1", "a"), cap=2)

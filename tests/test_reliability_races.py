@@ -21,6 +21,7 @@ import pytest
 
 from shared import Settings, TaskNotCancelable, resolve_store
 from shared.stores.memory import memory_store
+from shared.stores.postgres import postgres_store
 from shared.stores.redis.store import redis_store
 from shared.task import CANCELED, COMPLETED, FAILED, new_task, text_message
 from shared.wiring import load_hook
@@ -49,10 +50,13 @@ class Inert:
     def check(self) -> None: ...
 
 
-@pytest.fixture(params=["redis", "memory"])
+@pytest.fixture(params=["redis", "memory", "postgres"])
 def store_factory(request: pytest.FixtureRequest) -> Callable[..., Any]:
     if request.param == "memory":
         return memory_store
+    if request.param == "postgres":
+        pg = request.getfixturevalue("postgres_url")
+        return lambda clock=None: postgres_store(pg, clock=clock) if clock else resolve_store(pg)
     url = request.getfixturevalue("redis_url")
     return lambda clock=None: redis_store(url, clock=clock) if clock else resolve_store(url)
 

@@ -23,6 +23,7 @@ from shared.events import Change, artifact_update, message_added, to_state
 from shared.resolve import resolve_store
 from shared.store import digest, is_full_store
 from shared.stores.file import FileStore
+from shared.stores.postgres import PostgresStore, postgres_store
 from shared.stores.redis.store import RedisStore, redis_store
 from shared.task import (
     CANCELED,
@@ -35,6 +36,7 @@ from shared.task import (
     text_message,
     with_status,
 )
+from tests.support.postgres import execute
 
 HOSTILE_IDS = ["../x", "../../etc/passwd", "a/b", "", "\x00", "a\x00b", ".", "..", "x" * 10_000]
 HOSTILE_IDS += ["é", "x" * 129]
@@ -51,14 +53,14 @@ def closure_store() -> SimpleNamespace:
     return SimpleNamespace(get=lambda task_id: copy.deepcopy(tasks.get(task_id)), save=save)
 
 
-@pytest.fixture(params=["memory", "file", "redis", "closures"])
+@pytest.fixture(params=["memory", "file", "redis", "postgres", "closures"])
 def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> str | SimpleNamespace:
     if request.param == "memory":
         return "memory"
     if request.param == "file":
         return f"file:{tmp_path / 'tasks'}"
-    if request.param == "redis":
-        return str(request.getfixturevalue("redis_url"))
+    if request.param in ("redis", "postgres"):
+        return str(request.getfixturevalue(f"{request.param}_url"))
     return closure_store()
 
 
@@ -67,21 +69,21 @@ def store(store_spec: str | SimpleNamespace) -> Any:
     return resolve_store(store_spec)
 
 
-@pytest.fixture(params=["memory", "file", "redis"])
+@pytest.fixture(params=["memory", "file", "redis", "postgres"])
 def builtin_spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "memory":
         return "memory"
     if request.param == "file":
         return f"file:{tmp_path / 'tasks'}"
-    return str(request.getfixturevalue("redis_url"))
+    return str(request.getfixturevalue(f"{request.param}_url"))
 
 
-@pytest.fixture(params=["file", "redis"])
+@pytest.fixture(params=["file", "redis", "postgres"])
 def shared_spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A store that several processes can share."""
     if request.param == "file":
         return f"file:{tmp_path / 'tasks'}"
-    return str(request.getfixturevalue("redis_url"))
+    return str(request.getfixturevalue(f"{request.param}_url"))
 
 
 @pytest.fixture
@@ -412,6 +414,15 @@ def test_corrupt_redis_value_reads_none(redis_url: str, content: bytes) -> None:
     assert "broken" not in store.all()
 
 
+@pytest.mark.parametrize("content", ["{truncated", "", "[1, 2]", "null", "42"])
+def test_corrupt_postgres_row_reads_none(postgres_url: str, content: str) -> None:
+    store = resolve_store(postgres_url)
+    task = store.save(a_task())
+    execute(postgres_url, "UPDATE tasks SET doc = %s WHERE id = %s", (content, task["id"]))
+    assert store.get(task["id"]) is None
+    assert task["id"] not in store.all()
+
+
 def test_redis_key_of_wrong_type_reads_none(redis_url: str) -> None:
     store = resolve_store(redis_url)
     store.client.hset("toolnexus:task:hashed", "a", "b")
@@ -424,6 +435,8 @@ def test_a_change_is_refused_over_corrupt_data(shared_spec: str) -> None:
     task = store.save(a_task())
     if isinstance(store, RedisStore):
         store.client.set(f"toolnexus:task:{task['id']}", b"garbage")
+    elif isinstance(store, PostgresStore):
+        execute(spec, "UPDATE tasks SET doc = 'garbage' WHERE id = %s", (task["id"],))
     else:
         assert isinstance(store, FileStore)
         (store.directory / f"{task['id']}.json").write_bytes(b"garbage")
@@ -618,6 +631,10 @@ def clocked(builtin_spec: str, tmp_path: Path) -> Iterator[tuple[Any, FakeClock]
         yield memory_store(clock), clock
     elif builtin_spec.startswith("file:"):
         yield file_store(tmp_path / "clocked", clock), clock
+    elif builtin_spec.startswith("postgres"):
+        pg = postgres_store(builtin_spec, clock=clock)
+        yield pg, clock
+        pg.close()
     else:
         store = redis_store(builtin_spec, clock=clock)
         yield store, clock

@@ -20,6 +20,7 @@ from shared.resolve import resolve_store
 from shared.store import Commit, is_full_store, message_key
 from shared.stores.file import file_store
 from shared.stores.memory import memory_store
+from shared.stores.postgres import postgres_store
 from shared.stores.redis.store import redis_store
 from shared.task import (
     COMPLETED,
@@ -45,7 +46,7 @@ class Clock:
         return self.now
 
 
-@pytest.fixture(params=["memory", "file", "redis"])
+@pytest.fixture(params=["memory", "file", "redis", "postgres"])
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -56,6 +57,8 @@ def store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Any:
         return memory_store()
     if kind == "file":
         return file_store(tmp_path / "tasks")
+    if kind == "postgres":
+        return postgres_store(str(request.getfixturevalue("postgres_url")))
     return redis_store(str(request.getfixturevalue("redis_url")))
 
 
@@ -268,14 +271,14 @@ def _commit_later(spec: str, task_id: str, delay: float) -> None:
     transition(resolve_store(spec), task_id, to_state(WORKING))
 
 
-@pytest.mark.parametrize("shared_kind", ["file", "redis"])
+@pytest.mark.parametrize("shared_kind", ["file", "redis", "postgres"])
 def test_a_watch_wakes_for_a_change_made_by_another_process(
     shared_kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     spec = (
         f"file:{tmp_path / 'tasks'}"
         if shared_kind == "file"
-        else str(request.getfixturevalue("redis_url"))
+        else str(request.getfixturevalue(f"{shared_kind}_url"))
     )
     store = resolve_store(spec)
     task_id = store.create(a_task()).task["id"]
@@ -294,13 +297,16 @@ def test_a_watch_wakes_for_a_change_made_by_another_process(
     assert child.exitcode == 0
 
 
-@pytest.mark.parametrize("expiring", ["memory", "file", "redis"])
+@pytest.mark.parametrize("expiring", ["memory", "file", "redis", "postgres"])
 def test_finished_tasks_and_their_message_keys_expire(
     expiring: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     clock = Clock()
     if expiring == "memory":
         store = memory_store(clock, terminal_ttl=60)
+    elif expiring == "postgres":
+        url = str(request.getfixturevalue("postgres_url"))
+        store = postgres_store(url, clock=clock, terminal_ttl=60)
     elif expiring == "file":
         store = file_store(tmp_path / "tasks", clock, terminal_ttl=60)
     else:

@@ -5,6 +5,7 @@
     toolnexus-serve worker                       a Celery worker running the agent
     toolnexus-serve beat                         the one beat: the reaper and the resender
     toolnexus-serve flower [--port P]            Flower, every page behind its login
+    toolnexus-serve db upgrade|status            the PostgreSQL store's schema
 
 Each role works from any directory: the current one is importable for the
 agent (`--run myagent:fn` finds ./myagent.py, as gunicorn and Celery find
@@ -302,6 +303,12 @@ def _flower(rest: list[str]) -> int:
     return _exit_status(lambda: flower_main(rest))
 
 
+def _db(rest: list[str]) -> int:
+    from worker.db import run
+
+    return run(rest, f"{PROGRAM} db")
+
+
 _COMMON = (STORE, BROKER, RUN, QUEUE, LOG_LEVEL)
 ROLES: dict[str, Role] = {
     role.name: role
@@ -340,6 +347,14 @@ ROLES: dict[str, Role] = {
             (FLOWER_PORT, FLOWER_ADDRESS, BROKER, STORE),
             _flower,
             "Flower",
+        ),
+        Role(
+            "db",
+            "The PostgreSQL store's schema: `upgrade` applies the migrations it lacks,"
+            " `status` says where it stands (exit 1: behind).",
+            (STORE,),
+            _db,
+            "nothing (upgrade or status)",
         ),
     )
 }

@@ -1,0 +1,85 @@
+"""ListTasks on PostgreSQL: one statement per page, from the listing indexes.
+
+A task sits where its status time was at the listing's moment (see
+`shared.listing`): tasks whose status time is at or before that moment are
+read in index order (`tasks_by_owner`, `_by_context` or `_by_state`,
+keyset below the cursor); the few that changed since are placed by their
+last status change before the moment (`history`). The page, its tasks and
+the total come from one statement, so one snapshot: a task moving
+meanwhile is counted and shown exactly once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from shared.listing import Listing, Query
+from shared.store import digest
+from shared.stores.postgres.records import record_of
+
+
+def answer(conn: psycopg.Connection[Any], query: Query, now: float) -> Listing:
+    scope = [sql.SQL("t.o = %(o)s")]
+    params: dict[str, Any] = {
+        "o": digest(query.owner),
+        "as_of": query.as_of,
+        "now": now,
+        "size": query.size + 1,
+    }
+    if query.context_id is not None:
+        scope.append(sql.SQL("t.c = %(c)s"))
+        params["c"] = digest(query.context_id)
+    settled = [*scope, sql.SQL("t.ts <= %(as_of)s::float8")]
+    moved = [*scope, sql.SQL("t.ts > %(as_of)s::float8")]
+    then: list[sql.Composable] = []
+    if query.state is not None:
+        settled.append(sql.SQL("t.state = %(state)s"))
+        then.append(sql.SQL("h.state = %(state)s"))
+        params["state"] = query.state
+    if query.updated_after is not None:
+        settled.append(sql.SQL("t.ts > %(low)s::float8"))
+        then.append(sql.SQL("h.ts > %(low)s::float8"))
+        params["low"] = query.updated_after
+    alive = sql.SQL("alive(t.expires, %(now)s::float8)")
+    settled.append(alive)
+    moved.append(alive)
+    cursor = sql.SQL("true")
+    if query.after is not None:
+        cursor = sql.SQL('(p.ts, p.id) < (%(after_ts)s::float8, %(after_id)s::text COLLATE "C")')
+        params["after_ts"], params["after_id"] = query.after
+    placed = sql.SQL(
+        "SELECT t.id, t.ts FROM tasks t WHERE {settled}"
+        " UNION ALL"
+        " SELECT t.id, h.ts FROM tasks t CROSS JOIN LATERAL ("
+        "   SELECT ts, state FROM history WHERE task_id = t.id"
+        "   AND ts <= %(as_of)s::float8 ORDER BY seq DESC LIMIT 1) h"
+        " WHERE {moved} {then}"
+    ).format(
+        settled=sql.SQL(" AND ").join(settled),
+        moved=sql.SQL(" AND ").join(moved),
+        then=sql.SQL("").join(sql.SQL(" AND ") + part for part in then),
+    )
+    statement = sql.SQL(
+        "SELECT total.n, page.id, page.ts, page.doc, page.seq, page.tail"
+        " FROM (SELECT count(*) AS n FROM ({placed}) a) total"
+        " LEFT JOIN LATERAL ("
+        "   SELECT p.id, p.ts, t.doc, t.seq, tail(t.id, t.base) AS tail"
+        "   FROM ({placed}) p JOIN tasks t ON t.id = p.id"
+        "   WHERE {cursor} ORDER BY p.ts DESC, p.id DESC LIMIT %(size)s) page ON true"
+        " ORDER BY page.ts DESC, page.id DESC"
+    ).format(placed=placed, cursor=cursor)
+    rows = conn.execute(statement, params).fetchall()
+    total = int(rows[0][0]) if rows else 0
+    page = [row for row in rows if row[1] is not None]
+    more = len(page) > query.size
+    page = page[: query.size]
+    tasks = []
+    for _, _, _, doc, seq, tail in page:
+        record = record_of(doc, seq, tail)
+        if record is not None:
+            tasks.append(record.task)
+    last = (float(page[-1][2]), str(page[-1][1])) if more and page else None
+    return Listing(tasks, total, last)

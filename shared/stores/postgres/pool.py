@@ -1,0 +1,93 @@
+"""Connections that never cross a fork.
+
+gunicorn may build the app before it forks its workers, and Celery's
+prefork pool forks children from a parent that already used the store. A
+libpq connection shared by two processes interleaves their bytes on one
+socket, so each process opens its own pool on first use. A child must not
+close what it inherited either (closing sends the server a Terminate on
+the parent's session): the inherited pool is kept, unused, for the life of
+the child.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+# Pools inherited across a fork: never used again, never closed (see above).
+_INHERITED: list[object] = []
+
+
+class ForkSafePool:
+    def __init__(
+        self, conninfo: str, *, size: int, timeout: float, configure: Callable[[Any], None]
+    ) -> None:
+        self._conninfo = conninfo
+        self._size = size
+        self._timeout = timeout
+        self._configure = configure
+        self._lock = threading.Lock()
+        self._pool: ConnectionPool[Any] | None = None
+        self._pid = os.getpid()
+        ref = weakref.ref(self)
+
+        def forked() -> None:
+            if (found := ref()) is not None:
+                found._forked()
+
+        def closing() -> None:
+            if (found := ref()) is not None:
+                found.close()
+
+        os.register_at_fork(after_in_child=forked)
+        # Closed before the interpreter tears down the threads (or a gevent
+        # worker's greenlets) that the pool's own finaliser would wait on.
+        atexit.register(closing)
+
+    def _forked(self) -> None:
+        self._lock = threading.Lock()  # a lock held in the parent stays held in the child
+        if self._pool is not None:
+            _INHERITED.append(self._pool)
+        self._pool, self._pid = None, os.getpid()
+
+    def _opened(self) -> ConnectionPool[Any]:
+        pool = self._pool
+        if pool is not None and self._pid == os.getpid():
+            return pool
+        with self._lock:
+            if self._pid != os.getpid():
+                self._forked()
+            if self._pool is None:
+                self._pool = ConnectionPool(
+                    self._conninfo,
+                    min_size=1,
+                    max_size=self._size,
+                    timeout=self._timeout,
+                    kwargs={"autocommit": True, "connect_timeout": max(1, int(self._timeout))},
+                    configure=self._configure,
+                    open=False,
+                    name="toolnexus-store",
+                )
+                # wait=False: the first connection is made in the background;
+                # a request that needs one waits at most `timeout` for it.
+                self._pool.open(wait=False)
+            return self._pool
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._opened().connection() as conn:
+            yield conn
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None and self._pid == os.getpid():
+            pool.close()

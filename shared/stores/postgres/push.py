@@ -1,0 +1,130 @@
+"""Push state on PostgreSQL, beside the tasks (see `shared.push_store`).
+
+Tables (migrations/0002_push.sql): `push_configs`, `push_cursors`,
+`push_leases` per (task, config), and `push_tasks` (still swept, or when a
+finished task's push state is forgotten). A lease is taken or renewed in
+one statement (an upsert that only overwrites a lease of the same holder or
+one run out), so two deliveries never both hold a pair.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import cast
+
+from shared.codec import decode, encode
+from shared.push_store import Cursor, PushConfig, TooManyConfigs
+from shared.store import require_safe_id
+from shared.stores.postgres.store import PostgresStore
+
+_LEASE = """
+INSERT INTO push_leases AS l VALUES (%s, %s, %s, %s::float8 + %s::float8)
+ON CONFLICT (task_id, config_id) DO UPDATE SET holder = excluded.holder, until = excluded.until
+  WHERE l.holder = excluded.holder OR l.until <= %s::float8
+RETURNING 1
+"""
+_FORGET = """
+WITH a AS (DELETE FROM push_configs WHERE task_id = ANY(%(ids)s::text[])),
+b AS (DELETE FROM push_cursors WHERE task_id = ANY(%(ids)s::text[])),
+c AS (DELETE FROM push_leases WHERE task_id = ANY(%(ids)s::text[]))
+DELETE FROM push_tasks WHERE task_id = ANY(%(ids)s::text[])
+"""
+
+
+class PostgresPush:
+    def __init__(self, store: PostgresStore, ttl: float | None = None) -> None:
+        self._store = store
+        self._ttl = ttl
+
+    def put(self, config: PushConfig, cap: int) -> None:
+        task_id = require_safe_id(config["taskId"])
+        added = self._store.one(
+            "SELECT push_put(%s, %s, %s, %s::integer)",
+            (task_id, config["id"], encode(config), cap),
+        )[0]
+        if not added:
+            raise TooManyConfigs(f"task {task_id} already has {cap} push configs")
+
+    def config(self, task_id: str, config_id: str) -> PushConfig | None:
+        row = self._store.maybe(
+            "SELECT body FROM push_configs WHERE task_id = %s AND config_id = %s",
+            (require_safe_id(task_id), config_id),
+        )
+        return cast(PushConfig, decode(row[0])) if row is not None else None
+
+    def configs(self, task_id: str) -> list[PushConfig]:
+        rows = self._store.rows(
+            "SELECT body FROM push_configs WHERE task_id = %s ORDER BY config_id",
+            (require_safe_id(task_id),),
+        )
+        return [cast(PushConfig, decode(body)) for (body,) in rows]
+
+    def delete(self, task_id: str, config_id: str) -> bool:
+        key = (require_safe_id(task_id), config_id)
+        removed = self._store.one(
+            "WITH gone AS (DELETE FROM push_configs WHERE task_id = %s AND config_id = %s"
+            " RETURNING 1), cursor AS (DELETE FROM push_cursors WHERE task_id = %s"
+            " AND config_id = %s) SELECT count(*) FROM gone",
+            (*key, *key),
+        )[0]
+        return bool(removed)
+
+    def cursor(self, task_id: str, config_id: str) -> Cursor:
+        row = self._store.maybe(
+            "SELECT delivered, failures, since, given_up FROM push_cursors"
+            " WHERE task_id = %s AND config_id = %s",
+            (require_safe_id(task_id), config_id),
+        )
+        if row is None:
+            return Cursor()
+        delivered, failures, since, given_up = row
+        return Cursor(int(delivered), int(failures), float(since), int(given_up))
+
+    def set_cursor(self, task_id: str, config_id: str, cursor: Cursor) -> None:
+        self._store.run(
+            "INSERT INTO push_cursors VALUES (%s, %s, %s, %s, %s::float8, %s)"
+            " ON CONFLICT (task_id, config_id) DO UPDATE SET delivered = excluded.delivered,"
+            " failures = excluded.failures, since = excluded.since, given_up = excluded.given_up",
+            (
+                require_safe_id(task_id),
+                config_id,
+                cursor.delivered,
+                cursor.failures,
+                cursor.since,
+                cursor.given_up,
+            ),
+        )
+
+    def lease(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:
+        now = time.time()
+        row = self._store.maybe(
+            _LEASE, (require_safe_id(task_id), config_id, holder, now, seconds, now)
+        )
+        return row is not None
+
+    def release(self, task_id: str, config_id: str, holder: str) -> None:
+        self._store.run(
+            "DELETE FROM push_leases WHERE task_id = %s AND config_id = %s AND holder = %s",
+            (require_safe_id(task_id), config_id, holder),
+        )
+
+    def pushing(self) -> list[str]:
+        now = time.time()
+        gone = self._store.rows(
+            "SELECT task_id FROM push_tasks WHERE forget_at <= %s::float8", (now,)
+        )
+        if gone:
+            self._store.run(_FORGET, {"ids": [task_id for (task_id,) in gone]})
+        rows = self._store.rows("SELECT task_id FROM push_tasks WHERE pushing ORDER BY task_id", ())
+        return [task_id for (task_id,) in rows]
+
+    def done(self, task_id: str) -> None:
+        forget_at = time.time() + self._ttl if self._ttl else None
+        self._store.run(
+            "INSERT INTO push_tasks VALUES (%s, false, %s::float8) ON CONFLICT (task_id)"
+            " DO UPDATE SET pushing = false, forget_at = excluded.forget_at",
+            (require_safe_id(task_id), forget_at),
+        )
+
+    def forget(self, task_id: str) -> None:
+        self._store.run(_FORGET, {"ids": [require_safe_id(task_id)]})

@@ -1,0 +1,500 @@
+"""PostgreSQL: each task a row, its events a table, every write one function call.
+
+Tables (schema `toolnexus`, created by `toolnexus-serve db upgrade`, see
+`migrations/`):
+  tasks     id, doc (JSON snapshot), seq, base, state, ts (status time),
+            o / c (owner / context digests), cj (contextId as JSON), mkey
+            (unique: one task per message key), heartbeat / sent /
+            interrupted / expires (the time indexes: partial indexes, each
+            holding only the tasks it could return)
+  events    (task_id, seq) -> one JSON event: the log, and the tail after
+            the snapshot (`seq > base`)
+  history   (task_id, seq) -> (ts, state): status changes, for listings
+  contexts  c -> o: a context's owner
+  beat      the reaper's last run
+
+Each write is one statement calling a function (`create_task`,
+`write_task`, `claim_task`), so the compare, the append, the index columns,
+the log's trim and the notification commit together, in one round trip.
+The clock is the caller's (as on Redis): what the time indexes hold is
+comparable with the cutoffs the reaper passes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import PoolTimeout
+
+from shared.codec import decode, encode
+from shared.errors import ConfigError, ContextTaken, StoreError
+from shared.events import Event, StatusUpdate, context_of, current_status
+from shared.listing import WINDOW, Listing, Query
+from shared.push_store import Once, PushStore
+from shared.store import (
+    LOG_LIMIT,
+    Commit,
+    Created,
+    Outcome,
+    Record,
+    digest,
+    is_safe_id,
+    require_safe_id,
+)
+from shared.stores.postgres.listener import Listener
+from shared.stores.postgres.listing import answer
+from shared.stores.postgres.pool import ForkSafePool
+from shared.stores.postgres.records import record_of
+from shared.stores.postgres.schema import DEFAULT_SCHEMA, behind, checked_schema
+from shared.stores.postgres.schema import UPGRADE_COMMAND as UPGRADE_HINT
+from shared.task import Task, epoch, is_terminal, state_of
+from shared.text import truncated
+from shared.watching import Waiter
+
+Clock = Callable[[], float]
+# Connections per process. A request holds one only for its statement (a
+# waiting stream holds none), and PostgreSQL's default max_connections is
+# 100 for every process of the fleet together.
+POOL_SIZE = 10
+
+_READ = "SELECT doc, seq, tail(id, base) FROM tasks WHERE id = %s AND alive(expires, %s::float8)"
+_CREATE = (
+    "SELECT outcome, named FROM create_task(%s, %s, %s, %s::float8, %s, %s, %s,"
+    " %s::text, %s::text, %s::float8, %s::float8, %s::bigint, %s)"
+)
+_WRITE = (
+    "SELECT write_task(%s, %s::bigint, %s::text, %s, %s::float8, %s, %s, %s,"
+    " %s::text[], %s::float8, %s::float8, %s::float8, %s::bigint, %s)"
+)
+_CLAIM = (
+    "SELECT outcome, doc, seq, tail FROM claim_task(%s, %s, %s, %s::float8, %s, %s,"
+    " %s::float8, %s::float8, %s::float8, %s::bigint, %s)"
+)
+_EVENTS = (
+    "SELECT e.seq, e.body FROM events e WHERE e.task_id = %s AND e.seq > %s::bigint"
+    " AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = e.task_id"
+    " AND alive(t.expires, %s::float8)) ORDER BY e.seq LIMIT %s::bigint"
+)
+_PURGE = """
+WITH gone AS (
+  DELETE FROM tasks WHERE id IN (
+    SELECT id FROM tasks WHERE expires <= %s::float8 ORDER BY expires LIMIT 1000
+    FOR UPDATE SKIP LOCKED)
+  RETURNING id, c),
+logs AS (DELETE FROM events WHERE task_id IN (SELECT id FROM gone)),
+changes AS (DELETE FROM history WHERE task_id IN (SELECT id FROM gone)),
+owners AS (
+  DELETE FROM contexts x WHERE x.c IN (SELECT c FROM gone)
+  AND NOT EXISTS (SELECT 1 FROM tasks t
+                  WHERE t.c = x.c AND t.o = x.o AND t.id NOT IN (SELECT id FROM gone)))
+SELECT count(*) FROM gone
+"""
+
+
+class PostgresStore:
+    lists_by_scan = False  # ListTasks reads the page from the indexes
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        terminal_ttl: float | None = None,
+        clock: Clock = time.time,
+        log_limit: int = LOG_LIMIT,
+        connections: int = POOL_SIZE,
+        timeout: float = 2.0,
+        notify: bool = True,
+        schema: str = DEFAULT_SCHEMA,
+    ) -> None:
+        self.conninfo = _conninfo(url)
+        self.schema = checked_schema(schema)
+        self._where = _where(self.conninfo)
+        self._ttl = float(terminal_ttl) if terminal_ttl else 0.0
+        self._clock = clock
+        self._log_limit = log_limit
+        self._timeout = timeout
+        channel = f"{self.schema}_events"
+        self._channel = channel if notify else ""
+        self._checked = False
+        self._pool = ForkSafePool(
+            self.conninfo, size=connections, timeout=timeout, configure=self._configure
+        )
+        self._listener = Listener(self.conninfo, channel, self._newest, notify=notify)
+        self._push = Once()
+
+    # --- the contract ------------------------------------------------------
+
+    def get(self, task_id: str) -> Task | None:
+        record = self.read(task_id)
+        return record.task if record is not None else None
+
+    def save(self, task: Task) -> Task:
+        require_safe_id(task.get("id"))
+        self._write(task, [current_status(task)], expected=None, snapshot=True)
+        return task
+
+    # --- EventStore ----------------------------------------------------------
+
+    def create(
+        self, task: Task, message_key: str | None = None, supersedes: str | None = None
+    ) -> Created:
+        task_id = require_safe_id(task.get("id"))
+        status_time, owner, context = self._listed(task)
+        args = (
+            task_id,
+            encode(task),
+            encode(current_status(task)),
+            status_time,
+            owner,
+            context,
+            encode(task["contextId"]),
+            message_key,
+            supersedes,
+            self._clock(),
+            WINDOW,
+            self._log_limit,
+            self._channel,
+        )
+        for _ in range(_CREATE_ATTEMPTS):
+            try:
+                outcome, found = self._one(_CREATE, args)
+                break
+            except _KeyTaken:
+                continue  # a concurrent create took the key first: this one now finds it
+        else:
+            raise StoreError(
+                f"task store unavailable: PostgreSQL at {self._where}: the message key of"
+                f" task {task_id} stayed contended",
+                "PostgreSQL refused the statement",
+            )
+        if outcome == "context":
+            raise ContextTaken(f"context {task['contextId']} belongs to another caller")
+        if outcome == "existing":
+            earlier = self.get(found)
+            if earlier is not None:
+                return Created(earlier, False)
+            return self.create(task, message_key, supersedes)  # it expired meanwhile
+        return Created(task, True)
+
+    def read(self, task_id: str) -> Record | None:
+        if not is_safe_id(task_id):
+            return None
+        row = self._maybe(_READ, (task_id, self._clock()))
+        return record_of(*row) if row is not None else None
+
+    def commit(self, commit: Commit) -> bool:
+        return self._write(
+            commit.task, commit.events, expected=commit.expected, snapshot=commit.snapshot
+        )
+
+    def claim(self, task_id: str, from_state: str, event: StatusUpdate) -> Outcome | None:
+        if not is_safe_id(task_id):
+            return Outcome(False, None)
+        # The event as text, split where the function puts the stored context id.
+        before, marker, after = encode({**event, "contextId": _CONTEXT_MARK}).partition(
+            _CONTEXT_MARK_JSON
+        )
+        assert marker, "the event's text holds its context id"
+        state = event["status"]["state"]
+        ttl = self._ttl if self._ttl and is_terminal(state) else 0.0
+        args = (
+            task_id,
+            from_state,
+            state,
+            epoch(event["status"]["timestamp"]),
+            before,
+            after,
+            self._clock(),
+            ttl,
+            WINDOW,
+            self._log_limit,
+            self._channel,
+        )
+        outcome, doc, seq, tail = self._one(_CLAIM, args)
+        record = record_of(doc, seq, tail) if outcome != "unknown" else None
+        return Outcome(outcome == "claimed" and record is not None, record)
+
+    def events(self, task_id: str, after: int, limit: int | None = None) -> list[tuple[int, Event]]:
+        if not is_safe_id(task_id):
+            return []
+        rows = self._all(_EVENTS, (task_id, after, self._clock(), limit))
+        return [(int(seq), decode(body)) for seq, body in rows]
+
+    @contextmanager
+    def watch(self, task_id: str) -> Iterator[Waiter]:
+        self._listener.ensure_listening()
+        with self._listener.notifier.watch(task_id) as waiter:
+            yield waiter
+
+    # --- listing and the time indexes ---------------------------------------
+
+    def all(self) -> dict[str, Task]:
+        rows = self._all(
+            "SELECT id, doc, seq, tail(id, base) FROM tasks WHERE alive(expires, %s::float8)",
+            (self._clock(),),
+        )
+        tasks: dict[str, Task] = {}
+        for task_id, doc, seq, tail in rows:
+            record = record_of(doc, seq, tail)
+            if record is not None:
+                tasks[task_id] = record.task
+        return tasks
+
+    def listing(self, query: Query) -> Listing:
+        with self._connection() as conn:
+            return answer(conn, query, self._clock())
+
+    def heartbeat(self, *task_ids: str) -> None:
+        if not task_ids:
+            return
+        # Only rows still working: a task that left `working` stays out.
+        self._run(
+            "UPDATE tasks SET heartbeat = %s::float8"
+            " WHERE id = ANY(%s::text[]) AND heartbeat IS NOT NULL",
+            (self._clock(), list(task_ids)),
+        )
+
+    def stale(self, cutoff: float) -> list[str]:
+        return self._older("heartbeat", cutoff)
+
+    def waiting(self, cutoff: float) -> list[str]:
+        return self._older("sent", cutoff)
+
+    def interrupted(self, cutoff: float) -> list[str]:
+        return self._older("interrupted", cutoff)
+
+    def resent(self, task_id: str) -> None:
+        self._run(
+            "UPDATE tasks SET sent = %s::float8 WHERE id = %s AND sent IS NOT NULL",
+            (self._clock(), task_id),
+        )
+
+    def record_beat(self) -> None:
+        self._run(
+            "INSERT INTO beat VALUES ('reaper', %s::float8)"
+            " ON CONFLICT (name) DO UPDATE SET at = excluded.at",
+            (self._clock(),),
+        )
+
+    def last_beat(self) -> float | None:
+        row = self._maybe("SELECT at FROM beat WHERE name = 'reaper'", ())
+        return float(row[0]) if row is not None else None
+
+    def purge_expired(self) -> int:
+        """Finished tasks past their time, with their logs, histories and
+        message keys (on the row); up to 1,000 a run."""
+        return int(self._one(_PURGE, (self._clock(),))[0])
+
+    def memory_use(self) -> tuple[int, int] | None:
+        return None  # PostgreSQL keeps tasks on disk: no memory limit to warn of
+
+    def ping(self) -> None:
+        """A read and a small write (a standby answers reads but refuses every
+        task it would be sent), and the schema's version."""
+        with self._connection() as conn:
+            if reason := behind(conn, self.schema):
+                raise StoreError(
+                    f"task store unusable: PostgreSQL at {self._where}: {reason}", reason
+                )
+            conn.execute(
+                "INSERT INTO beat VALUES ('ready', %s::float8)"
+                " ON CONFLICT (name) DO UPDATE SET at = excluded.at",
+                (self._clock(),),
+            )
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def push_store(self, ttl: float | None = None) -> PushStore:
+        from shared.stores.postgres.push import PostgresPush  # it builds on this module
+
+        return self._push.get(lambda: PostgresPush(self, ttl))
+
+    # --- for rooms that keep their own tables beside the tasks (push state) ---
+
+    def one(self, query: Any, args: Any) -> Any:
+        return self._one(query, args)
+
+    def maybe(self, query: Any, args: Any) -> Any:
+        return self._maybe(query, args)
+
+    def rows(self, query: Any, args: Any) -> list[Any]:
+        return self._all(query, args)
+
+    def run(self, query: Any, args: Any) -> None:
+        self._run(query, args)
+
+    # --- internals -----------------------------------------------------------
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        """Every pooled connection: this store's schema, and statements bounded."""
+        conn.execute(f"SET search_path TO {self.schema}")
+        conn.execute("SET statement_timeout = '10s'")
+
+    def _write(
+        self, task: Task, events: Sequence[Event], *, expected: int | None, snapshot: bool
+    ) -> bool:
+        task_id = require_safe_id(task.get("id"))
+        state = state_of(task)
+        status_time, owner, context = self._listed(task)
+        args = (
+            task_id,
+            expected,
+            encode(task) if snapshot else None,
+            state,
+            status_time,
+            owner,
+            context,
+            encode(context_of(task)),
+            [encode(event) for event in events],
+            self._clock(),
+            self._ttl if self._ttl and is_terminal(state) else 0.0,
+            WINDOW,
+            self._log_limit,
+            self._channel,
+        )
+        return self._one(_WRITE, args)[0] is not None
+
+    def _newest(self, task_ids: list[str]) -> list[int | None]:
+        rows = self._all("SELECT id, seq FROM tasks WHERE id = ANY(%s::text[])", (task_ids,))
+        found = {task_id: int(seq) for task_id, seq in rows}
+        return [found.get(task_id) for task_id in task_ids]
+
+    def _listed(self, task: Task) -> tuple[float, str, str]:
+        status_time = epoch(task["status"].get("timestamp", ""))
+        return status_time, digest(task.get("owner", "")), digest(context_of(task))
+
+    def _older(self, column: str, cutoff: float) -> list[str]:
+        rows = self._all(f"SELECT id FROM tasks WHERE {column} < %s::float8", (cutoff,))
+        return [task_id for (task_id,) in rows]
+
+    def _one(self, query: Any, args: Any) -> Any:
+        row = self._maybe(query, args)
+        assert row is not None, "the statement returns a row"
+        return row
+
+    def _maybe(self, query: Any, args: Any) -> Any:
+        with self._connection() as conn:
+            return conn.execute(query, args, prepare=True).fetchone()
+
+    def _all(self, query: Any, args: Any) -> list[Any]:
+        with self._connection() as conn:
+            return conn.execute(query, args, prepare=True).fetchall()
+
+    def _run(self, query: Any, args: Any) -> None:
+        with self._connection() as conn:
+            conn.execute(query, args, prepare=True)
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; any failure of PostgreSQL itself is one
+        StoreError naming the cause, and an unmigrated database is refused."""
+        try:
+            with self._pool.connection() as conn:
+                if not self._checked:
+                    if reason := behind(conn, self.schema):
+                        raise StoreError(
+                            f"task store unusable: PostgreSQL at {self._where}: {reason}", reason
+                        )
+                    self._checked = True
+                yield conn
+        except psycopg.errors.UniqueViolation as error:
+            raise _KeyTaken() from error
+        except psycopg.errors.UndefinedTable as error:
+            reason = f"the database has no toolnexus schema: run `{UPGRADE_HINT}`"
+            raise StoreError(
+                f"task store unusable: PostgreSQL at {self._where}: {reason}", reason
+            ) from error
+        except (psycopg.Error, PoolTimeout) as error:
+            detail = truncated(str(error).strip() or type(error).__name__, 200)
+            raise StoreError(
+                f"task store unavailable: PostgreSQL at {self._where}: {detail}", _reason(error)
+            ) from error
+
+
+class _KeyTaken(Exception):
+    """A unique key (a message key) was taken by a concurrent transaction."""
+
+
+_CREATE_ATTEMPTS = 5
+
+
+def _reason(error: Exception) -> str:
+    if isinstance(error, PoolTimeout):
+        return "cannot connect to PostgreSQL"
+    if isinstance(error, psycopg.errors.ReadOnlySqlTransaction):
+        return "PostgreSQL is a read-only standby"
+    if isinstance(error, psycopg.errors.InsufficientPrivilege):
+        return "the PostgreSQL user lacks a permission"
+    if isinstance(
+        error, psycopg.errors.InvalidPassword | psycopg.errors.InvalidAuthorizationSpecification
+    ):
+        return "PostgreSQL refused the credentials"
+    if isinstance(error, psycopg.errors.QueryCanceled):
+        return "PostgreSQL did not answer in time"
+    if isinstance(error, psycopg.OperationalError):
+        return "cannot connect to PostgreSQL"
+    return "PostgreSQL refused the statement"
+
+
+# Stands for the context id in a claim's event text; no context id is this.
+_CONTEXT_MARK = "\u0000context\u0000"
+_CONTEXT_MARK_JSON = encode(_CONTEXT_MARK)
+
+
+def split_url(url: str) -> tuple[str, str | None]:
+    """The libpq URL and the `schema` query parameter (ours, which libpq would refuse)."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [value for key, value in query if key == "schema"]
+    rest = urlencode([(key, value) for key, value in query if key != "schema"])
+    return urlunsplit(parts._replace(query=rest)), (schemas[-1] if schemas else None)
+
+
+def _conninfo(url: str) -> str:
+    """The libpq connection string of `url` (postgres:// is PostgreSQL's own alias)."""
+    try:
+        return make_conninfo(url)
+    except psycopg.ProgrammingError as error:
+        raise ConfigError(f"TOOLNEXUS_STORE: not a PostgreSQL URL: {error}") from None
+
+
+def _where(conninfo: str) -> str:
+    """host:port/database, never the password."""
+    parts = conninfo_to_dict(conninfo)
+    host = parts.get("host") or "localhost"
+    return f"{host}:{parts.get('port') or 5432}/{parts.get('dbname') or parts.get('user') or ''}"
+
+
+def postgres_store(
+    url: str,
+    *,
+    terminal_ttl: float | None = None,
+    connections: int | None = None,
+    clock: Clock = time.time,
+    log_limit: int = LOG_LIMIT,
+    timeout: float = 2.0,
+    notify: bool = True,
+    schema: str | None = None,
+) -> PostgresStore:
+    """A store on the PostgreSQL at `url`; nothing is sent until first use.
+    The database must have been migrated (`toolnexus-serve db upgrade`).
+    The schema is `schema`, else the URL's `?schema=` parameter, else
+    `toolnexus`."""
+    libpq_url, named = split_url(url)
+    return PostgresStore(
+        libpq_url,
+        terminal_ttl=terminal_ttl,
+        clock=clock,
+        log_limit=log_limit,
+        connections=connections or POOL_SIZE,
+        timeout=timeout,
+        notify=notify,
+        schema=schema or named or DEFAULT_SCHEMA,
+    )

@@ -1,0 +1,167 @@
+"""What only the PostgreSQL store has: its schema and the command that
+migrates it, the refusal of a database that is behind (and /readyz saying
+so), pools that never cross a fork, and the poller that stands in for
+LISTEN. The contract itself runs in the store suites (tests/test_stores*.py)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared import Settings, StoreError
+from shared.events import to_state
+from shared.store import message_key
+from shared.stores.postgres import postgres_store, schema
+from shared.task import WORKING, new_task, text_message
+from shared.transitions import transition
+from tests.support.postgres import execute, fresh_schema
+from tests.test_cli import run
+from tests.test_web_support import PlayingDispatcher
+from web import create_app
+
+
+@pytest.fixture
+def unmigrated(postgres_database: str) -> Iterator[str]:
+    with fresh_schema(postgres_database, migrated=False) as url:
+        yield url
+
+
+def a_task() -> Any:
+    return new_task(text_message("user", "hi"))
+
+
+def test_a_database_that_is_behind_is_refused_in_one_line_naming_the_command(
+    unmigrated: str,
+) -> None:
+    store = postgres_store(unmigrated)
+    with pytest.raises(StoreError) as refused:
+        store.save(a_task())
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "version 0 of" in message and "toolnexus-serve db upgrade" in message
+    assert "toolnexus-serve db upgrade" in refused.value.reason
+    store.close()
+
+
+def test_readyz_says_the_schema_is_behind_and_how_to_migrate_it(unmigrated: str) -> None:
+    store = postgres_store(unmigrated)
+    client = create_app(Settings(), store=store, dispatcher=PlayingDispatcher(store)).test_client()
+    answer = client.get("/readyz")
+    assert answer.status_code == 503
+    assert "toolnexus-serve db upgrade" in answer.get_json()["store"]
+    store.close()
+
+
+def test_db_upgrade_migrates_once_and_status_tells_behind_from_current(
+    unmigrated: str, tmp_path: Path
+) -> None:
+    behind = run(["db", "status"], tmp_path, TOOLNEXUS_STORE=unmigrated)
+    assert behind.returncode == 1 and "db upgrade" in behind.stdout, behind
+    first = run(["db", "upgrade"], tmp_path, TOOLNEXUS_STORE=unmigrated)
+    assert first.returncode == 0, first.stderr
+    names = [f"{m.version:04d}_{m.name}" for m in schema.migrations()]
+    assert all(name in first.stdout for name in names), first.stdout
+    again = run(["db", "upgrade", "--store", unmigrated], tmp_path)
+    assert again.returncode == 0 and "nothing to apply" in again.stdout, again
+    current = run(["db", "status"], tmp_path, TOOLNEXUS_STORE=unmigrated)
+    assert current.returncode == 0 and "current" in current.stdout, current
+    applied = execute(unmigrated, "SELECT version FROM schema_version ORDER BY version")
+    assert [v for (v,) in applied] == [m.version for m in schema.migrations()]
+    # and the store now serves it
+    store = postgres_store(unmigrated)
+    task = store.save(a_task())
+    assert store.get(task["id"]) == task
+    store.close()
+
+
+def test_db_refuses_a_store_that_has_no_schema(tmp_path: Path) -> None:
+    done = run(["db", "upgrade"], tmp_path, TOOLNEXUS_STORE="redis://127.0.0.1:6379/0")
+    assert done.returncode == 2 and "not a postgresql:// URL" in done.stderr
+
+
+def _use_after_fork(store: Any, task_id: str, answer: Any) -> None:
+    try:
+        transition(store, task_id, to_state(WORKING))
+        answer.put(store.get(task_id)["status"]["state"])
+    except Exception as error:
+        answer.put(repr(error))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_opens_its_own_connections_and_the_parent_keeps_its_own(
+    postgres_url: str,
+) -> None:
+    """As Celery's prefork pool and gunicorn do: the parent used the store
+    before the fork; both go on using it, each on its own sessions."""
+    store = postgres_store(postgres_url)
+    task = store.save(a_task())
+    parent_pids = {pid for (pid,) in execute(postgres_url, _SESSIONS)}
+    context = multiprocessing.get_context("fork")
+    answer = context.Queue()
+    child = context.Process(target=_use_after_fork, args=(store, task["id"], answer))
+    child.start()
+    assert answer.get(timeout=30) == WORKING
+    child.join(30)
+    assert child.exitcode == 0
+    # The parent's session survived the child (which never closed it).
+    assert store.get(task["id"])["status"]["state"] == WORKING
+    assert parent_pids <= {pid for (pid,) in execute(postgres_url, _SESSIONS)}
+    store.close()
+
+
+# The sessions of this database other than the asking one.
+_SESSIONS = (
+    "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+    " AND pid <> pg_backend_pid() AND state IS NOT NULL AND query NOT LIKE 'LISTEN%%'"
+)
+
+
+def test_without_notifications_the_poller_wakes_a_watch(postgres_url: str) -> None:
+    store = postgres_store(postgres_url, notify=False)
+    writer = postgres_store(postgres_url, notify=False)
+    task_id = store.create(a_task()).task["id"]
+    with store.watch(task_id) as watch:
+        while watch.wait(0.3, after=1):
+            pass  # the wake-ups of the watch's start
+        later = threading.Timer(0.2, lambda: transition(writer, task_id, to_state(WORKING)))
+        later.start()
+        assert watch.wait(30, after=1), "the poller never saw the other store's change"
+        later.join()
+    assert store.events(task_id, 1)[0][1]["status"]["state"] == WORKING
+    assert execute(
+        postgres_url,
+        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%%'"
+        " AND datname = current_database()",
+    ) == [(0,)]
+    store.close()
+    writer.close()
+
+
+def test_concurrent_sends_of_one_message_create_one_task(postgres_url: str) -> None:
+    """Two creates with one message key, at once: the second waits on the
+    first's unique key, then finds its task instead of failing."""
+    store = postgres_store(postgres_url, connections=8)
+    for trial in range(20):
+        key = message_key("alice", f"m-{trial}")
+        start = threading.Barrier(4)
+        made: list[Any] = []
+
+        def send(start: threading.Barrier, made: list[Any], key: str) -> None:
+            start.wait()
+            made.append(store.create(new_task(text_message("user", "hi"), None, "alice"), key))
+
+        threads = [threading.Thread(target=send, args=(start, made, key)) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(made) == 4  # none failed
+        assert sum(created.created for created in made) == 1, made
+        assert len({created.task["id"] for created in made}) == 1
+    store.close()
