@@ -17,7 +17,7 @@ from shared.settings import Settings
 
 
 def _default_pool(settings: Settings) -> int | None:
-    return None  # the store's own default, shared.redis_store.POOL_SIZE
+    return None  # the store's own default, shared.stores.redis.store.POOL_SIZE
 
 
 worker.pools.store_connections = _default_pool

@@ -23,7 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from shared import Settings
-from shared.memory_store import memory_store
+from shared.stores.memory import memory_store
 from tests.support.sizes import held_by
 from web import create_app
 from worker.agent import load_agent

@@ -41,9 +41,9 @@ from shared import Settings
 from shared.codec import encode_bytes
 from shared.dialects import stream_response
 from shared.events import artifact_update
-from shared.memory_store import MemoryStore
 from shared.push_store import PushConfig, push_store
 from shared.store import Commit
+from shared.stores.memory import MemoryStore
 from shared.task import new_task
 from worker.push import Policy, PushThread, deliver
 
@@ -187,7 +187,7 @@ def main() -> None:
     args = parser.parse_args()
     server = None
     if args.redis:
-        from shared.redis_store import redis_store
+        from shared.stores.redis.store import redis_store
         from tests.support.redis_server import RedisServer
 
         server = RedisServer().start()

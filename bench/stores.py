@@ -53,10 +53,10 @@ import redis
 
 from bench.processes import percentile
 from shared.events import artifact_update, fold, status_update, to_state
-from shared.file_store import file_store
-from shared.memory_store import memory_store
-from shared.redis_store import redis_store
 from shared.store import TaskStore
+from shared.stores.file import file_store
+from shared.stores.memory import memory_store
+from shared.stores.redis.store import redis_store
 from shared.task import WORKING, agent_message, new_task, text_message, text_part
 from shared.transitions import SNAPSHOT_EVERY, read_record, transition
 from tests.support.redis_server import RedisServer

@@ -9,7 +9,7 @@ redis-server:
 - asyncio: ONE `celery -A worker worker` process with TOOLNEXUS_POOL=asyncio,
   TOOLNEXUS_CONCURRENCY=--tasks, agent `bench.agents:waiting` (an `async
   def` GET on the slow server); the tasks are created and queued as the
-  front end does it (store.create, then web.dispatch's queue), no HTTP;
+  front end does it (store.create, then shared.broker.dispatch's queue), no HTTP;
 - asyncio-http: the same behind gunicorn (gunicorn.conf.py), the tasks sent
   as blocking SendMessage requests, like the peer's;
 - asyncio-64: as asyncio, with the store's pool held at 64 connections
@@ -49,12 +49,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.processes import CeleryWorker, Server, children, gunicorn, post_alone, uvicorn
+from shared.broker.dispatch import CeleryDispatcher
 from shared.settings import Settings
 from shared.store import EventStore, StaleIndex, WaitingIndex
 from shared.task import COMPLETED, Task, epoch, new_task, state_of, text_message
 from shared.wiring import open_store
 from tests.support.redis_server import RedisServer
-from web.dispatch import CeleryDispatcher
 
 A2A_10 = {"A2A-Version": "1.0", "Content-Type": "application/json"}
 DONE_1_0 = "TASK_STATE_COMPLETED"
@@ -129,7 +129,7 @@ def wait_url(slow: Server, seconds: float) -> str:
 
 def submit_directly(settings: Mapping[str, str], text: str, tasks: int) -> tuple[float, list[str]]:
     """What the front end does for each send, minus HTTP: create the task,
-    queue its message (web.dispatch's direct Redis queue); SENDERS at a time,
+    queue its message (shared.broker.dispatch's direct Redis queue); SENDERS at a time,
     as concurrent requests would."""
     config = Settings.from_env(settings)
     store, dispatcher = open_store(config), CeleryDispatcher(config)

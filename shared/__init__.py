@@ -14,9 +14,6 @@ from shared.errors import (
     TaskNotFound,
     ToolnexusError,
 )
-from shared.file_store import FileStore, file_store
-from shared.memory_store import MemoryStore, memory_store
-from shared.redis_store import RedisStore, redis_store
 from shared.resolve import resolve_store
 from shared.settings import Settings
 from shared.store import (
@@ -28,6 +25,9 @@ from shared.store import (
     TaskStore,
     WaitingIndex,
 )
+from shared.stores.file import FileStore, file_store
+from shared.stores.memory import MemoryStore, memory_store
+from shared.stores.redis.store import RedisStore, redis_store
 from shared.transitions import transition
 
 __all__ = [

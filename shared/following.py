@@ -9,7 +9,7 @@ reordered, however the wake-ups fall.
 Numbers are contiguous within a log, so a reader knows when it missed
 some: the log was trimmed past it (a reader that fell behind, a resume
 from long ago), or the store lost its last writes and numbered on from a
-new base (see `shared.redis_scripts`). Either way the reader gets the
+new base (see `shared.stores.redis.scripts`). Either way the reader gets the
 task as it stands (a `Record`) instead of a silent jump, and goes on
 from that task's number; the gap is logged and counted.
 """

@@ -11,7 +11,7 @@ shown as it stands now.
 
 `Query` and `Listing` are the store-level shapes; `list_by_scan` answers a
 query by reading every task (memory and file stores); the Redis store keeps
-sorted indexes and reads only the page (`shared.redis_listing`).
+sorted indexes and reads only the page (`shared.stores.redis.listing`).
 """
 
 from __future__ import annotations

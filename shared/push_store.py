@@ -35,10 +35,10 @@ from typing import Any, Protocol, TypedDict, cast
 
 from shared.codec import decode, encode
 from shared.errors import ToolnexusError
-from shared.file_store import FileStore
-from shared.memory_store import MemoryStore
-from shared.redis_store import RedisStore
 from shared.store import digest, require_safe_id
+from shared.stores.file import FileStore
+from shared.stores.memory import MemoryStore
+from shared.stores.redis.store import RedisStore
 
 
 class Authentication(TypedDict):

@@ -7,11 +7,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from shared.errors import ConfigError
-from shared.file_log import ALWAYS
-from shared.file_store import file_store
 from shared.loading import is_reference, load_object
-from shared.memory_store import memory_store
-from shared.redis_store import POOL_SIZE, redis_store
+from shared.stores.file import file_store
+from shared.stores.file_log import ALWAYS
+from shared.stores.memory import memory_store
+from shared.stores.redis.store import POOL_SIZE, redis_store
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
@@ -57,7 +57,7 @@ def resolve_store(
     object -> returned as is. Any other string raises ValueError.
 
     `terminal_ttl` (seconds) lets the store expire finished tasks;
-    `file_fsync` is the file store's fsync policy (`shared.file_log`).
+    `file_fsync` is the file store's fsync policy (`shared.stores.file_log`).
     `connections` sizes a Redis store's connection pool (None: its default).
     """
     if spec is None or spec == "memory":

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from shared.errors import ConfigError
-from shared.file_log import FSYNC_POLICIES
 from shared.loading import is_reference
 from shared.resolve import check_store_spec, check_url_port
+from shared.stores.file_log import FSYNC_POLICIES
 
 LOG_FORMATS = ("text", "json")
 # RabbitMQ's queue types (shared.broker.amqp declares them; named here so

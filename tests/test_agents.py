@@ -18,8 +18,8 @@ import pytest
 
 from examples import agents
 from shared.events import to_state
-from shared.memory_store import memory_store
 from shared.settings import Settings
+from shared.stores.memory import memory_store
 from shared.task import Message, Task, new_task, state_of, text_message
 from shared.transitions import transition
 from tests.support.polling import wait_for

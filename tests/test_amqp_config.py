@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from shared.broker.amqp import amqp_queues, is_amqp
+from shared.broker.dispatch import CeleryDispatcher
 from shared.errors import ConfigError
 from shared.settings import Settings
-from web.dispatch import CeleryDispatcher
 from worker.celery_app import celery_config
 
 AMQP = "amqp://guest:guest@127.0.0.1:5672/none"

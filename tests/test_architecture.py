@@ -1,12 +1,15 @@
 """The package boundaries: shared imports neither web nor worker, and web
 never imports worker (it enqueues by task name), so a web process needs
-none of the agent's dependencies."""
+none of the agent's dependencies. The store backends sit behind one seam
+(shared.stores, reached through the wiring) and the broker code in one
+package (shared.broker)."""
 
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -14,22 +17,54 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def imported_packages(package: str) -> dict[str, set[str]]:
-    """Each module of `package` -> the top-level packages it imports."""
+# The code that ships: where a backend or broker import would matter.
+SHIPPED = ("shared", "web", "worker", "toolnexus", "examples")
+
+
+@cache
+def imported_modules(package: str) -> dict[str, set[str]]:
+    """Each module under `package` (a folder) -> the dotted names it imports,
+    `from a.b import c` counted as both `a.b` and `a.b.c` (c may be a module)."""
     found: dict[str, set[str]] = {}
     for path in sorted((ROOT / package).rglob("*.py")):
         names: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
-                names.update(alias.name.split(".")[0] for alias in node.names)
+                names.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names.add(node.module.split(".")[0])
+                names.add(node.module)
+                names.update(f"{node.module}.{alias.name}" for alias in node.names)
         found[str(path.relative_to(ROOT))] = names
     return found
 
 
+def imported_packages(package: str) -> dict[str, set[str]]:
+    """Each module under `package` -> the top-level packages it imports."""
+    return {
+        module: {name.split(".")[0] for name in names}
+        for module, names in imported_modules(package).items()
+    }
+
+
+def importers(prefixes: tuple[str, ...], *, outside: tuple[str, ...]) -> set[str]:
+    """The shipped modules not under `outside` that import a module under `prefixes`."""
+    return {
+        module
+        for package in SHIPPED
+        for module, names in imported_modules(package).items()
+        if not module.startswith(outside)
+        and any(name == p or name.startswith(f"{p}.") for name in names for p in prefixes)
+    }
+
+
 @pytest.mark.parametrize(
-    ("package", "forbidden"), [("shared", {"web", "worker"}), ("web", {"worker"})]
+    ("package", "forbidden"),
+    [
+        ("shared", {"web", "worker"}),
+        ("shared/stores", {"web", "worker"}),
+        ("shared/broker", {"web", "worker"}),
+        ("web", {"worker"}),
+    ],
 )
 def test_package_boundaries(package: str, forbidden: set[str]) -> None:
     crossings = {
@@ -55,3 +90,34 @@ def test_a_web_process_loads_no_worker_code() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert result.stdout.strip() == "[]"
+
+
+BACKENDS = (
+    "shared.stores.memory",
+    "shared.stores.file",
+    "shared.stores.file_log",
+    "shared.stores.redis",
+)
+
+
+def test_only_the_wiring_imports_a_store_backend() -> None:
+    # Everything else holds a store through the contract (shared.store), so a
+    # new backend changes these modules and no caller. shared/__init__ is the
+    # public import path of the stores' constructors.
+    wiring = {"shared/__init__.py", "shared/resolve.py", "shared/push_store.py"}
+    # Not yet through the contract (issue 27's second step removes them).
+    pending = {"shared/settings.py", "web/console.py", "worker/pools.py"}
+    assert importers(BACKENDS, outside=("shared/stores/",)) == wiring | pending
+
+
+def test_broker_code_lives_only_in_the_broker_package() -> None:
+    # The worker is a Celery worker (its app, pools, signals) and may use
+    # Celery; the front end and the domain reach a broker only through
+    # shared.broker, so a second broker changes one package.
+    talking = importers(("celery", "kombu"), outside=("shared/broker/", "worker/"))
+    assert talking == set()
+    on_redis = importers(("redis",), outside=("shared/broker/", "shared/stores/redis/"))
+    assert on_redis == set()
+    assert importers(
+        ("shared.broker.redis", "shared.broker.redis_queue"), outside=("shared/broker/",)
+    ) == {"worker/celery_app.py"}

@@ -12,9 +12,9 @@ import pytest
 from shared import Settings
 from shared.errors import ConfigError
 from shared.events import to_state
-from shared.file_store import file_store
-from shared.memory_store import memory_store
-from shared.redis_store import redis_store
+from shared.stores.file import file_store
+from shared.stores.memory import memory_store
+from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, FAILED, INPUT_REQUIRED, WORKING, new_task, state_of, text_message
 from shared.transitions import transition
 from shared.wiring import open_store

@@ -22,7 +22,7 @@ import pytest
 import redis
 import requests
 
-from shared.redis_store import redis_store
+from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, FAILED, WORKING, new_task, text_message, with_status
 from tests.support.a2a import readyz, send_text, wait_ready, wait_state
 from tests.support.compose import ROOT, LocalStack, compose, dotenv_for, local_stack

@@ -12,8 +12,8 @@ import pytest
 import requests
 
 from shared import Settings, memory_store
-from shared.file_store import file_store
-from shared.redis_store import redis_store
+from shared.stores.file import file_store
+from shared.stores.redis.store import redis_store
 from tests.support.embedded import embedded_server
 from tests.test_security_browsers import client_for, send
 from tests.test_web_support import PlayingDispatcher

@@ -12,7 +12,7 @@ import redis
 
 from shared.events import to_state
 from shared.following import IDLE, follow
-from shared.redis_store import redis_store
+from shared.stores.redis.store import redis_store
 from shared.task import WORKING, new_task, text_message
 from shared.transitions import transition
 from shared.watching import Waiter

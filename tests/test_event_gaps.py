@@ -13,11 +13,11 @@ from prometheus_client import REGISTRY
 
 from shared import following
 from shared.events import artifact_update, to_state
-from shared.file_store import file_store
 from shared.following import follow
-from shared.memory_store import memory_store
-from shared.redis_store import redis_store
 from shared.store import Record
+from shared.stores.file import file_store
+from shared.stores.memory import memory_store
+from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, WORKING, new_task, text_message
 from shared.transitions import transition
 from tests.support.sse import Stream, results

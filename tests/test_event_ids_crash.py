@@ -20,8 +20,8 @@ import pytest
 from shared import Settings
 from shared.events import artifact_update, to_state
 from shared.following import follow
-from shared.redis_store import RedisStore, redis_store
 from shared.store import Record
+from shared.stores.redis.store import RedisStore, redis_store
 from shared.task import COMPLETED, WORKING, new_task, text_message
 from shared.transitions import transition
 from tests.support.redis_server import RedisServer

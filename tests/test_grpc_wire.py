@@ -8,8 +8,8 @@ from a2a.types import a2a_pb2, a2a_pb2_grpc
 from google.rpc import error_details_pb2, status_pb2
 
 from shared.errors import ConfigError, TaskNotFound
-from shared.memory_store import memory_store
 from shared.settings import Settings
+from shared.stores.memory import memory_store
 from tests.support.redis_server import free_port
 from web.auth import authenticator_for
 from web.errors import InvalidParams, describe, status_body

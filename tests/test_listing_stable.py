@@ -16,10 +16,10 @@ from flask.testing import FlaskClient
 
 from shared import Settings
 from shared.events import to_state
-from shared.file_store import file_store
-from shared.memory_store import memory_store
-from shared.redis_store import redis_store
 from shared.store import message_key
+from shared.stores.file import file_store
+from shared.stores.memory import memory_store
+from shared.stores.redis.store import redis_store
 from shared.task import new_task, text_message
 from shared.transitions import transition
 from tests.support.polling import wait_for

@@ -25,7 +25,7 @@ import redis
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from shared.redis_store import redis_store
+from shared.stores.redis.store import redis_store
 from shared.task import (
     CANCELED,
     COMPLETED,

@@ -22,9 +22,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from shared.correlation import accepted_request_id, correlated
 from shared.errors import StoreError
 from shared.logs import CorrelationFilter, JsonFormatter, TextFormatter, fields
-from shared.memory_store import memory_store
 from shared.settings import Settings
 from shared.startup import masked, startup_line
+from shared.stores.memory import memory_store
 from shared.task import (
     AUTH_REQUIRED,
     CANCELED,

@@ -11,7 +11,7 @@ from typing import Any
 from flask.testing import FlaskClient
 
 from shared import Settings
-from shared.redis_store import redis_store
+from shared.stores.redis.store import redis_store
 from tests.test_web_support import ASK, PlayingDispatcher, ask_back, rpc, user_message
 from web import create_app
 

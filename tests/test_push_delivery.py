@@ -16,7 +16,7 @@ import requests
 
 from shared.dialects import stream_response
 from shared.push_store import Cursor, PushStore, push_store
-from shared.redis_store import RedisStore, redis_store
+from shared.stores.redis.store import RedisStore, redis_store
 from tests.support.a2a import wait_ready
 from tests.support.compose import LocalStack, local_stack
 from tests.support.polling import wait_for

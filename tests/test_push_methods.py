@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from shared import Settings, memory_store
-from shared.file_store import FileStore
 from shared.push_store import (
     Cursor,
     FilePush,
@@ -24,7 +23,8 @@ from shared.push_store import (
     TooManyConfigs,
     push_store,
 )
-from shared.redis_store import redis_store
+from shared.stores.file import FileStore
+from shared.stores.redis.store import redis_store
 from tests.support.polling import wait_for
 from tests.test_web_support import PlayingDispatcher
 from web import create_app

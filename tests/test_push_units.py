@@ -11,10 +11,10 @@ from prometheus_client import REGISTRY
 
 from shared import Settings
 from shared.events import artifact_update, status_update
-from shared.memory_store import MemoryStore
 from shared.push_http import Allowed
 from shared.push_store import push_store
 from shared.store import Commit
+from shared.stores.memory import MemoryStore
 from shared.task import WORKING, new_task
 from tests.support.webhook_receiver import Receiver
 from worker.push import GaveUp, Policy, deliver

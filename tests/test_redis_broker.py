@@ -11,9 +11,9 @@ from kombu import Connection, pools
 from kombu.transport import redis as kombu_redis
 
 from shared import Settings
-from shared.dispatch import FULFIL_TASK
-from shared.memory_store import MemoryStore
-from shared.redis_broker import Channel, Transport, broker_transport
+from shared.broker.names import FULFIL_TASK
+from shared.broker.redis import Channel, Transport, broker_transport
+from shared.stores.memory import MemoryStore
 from worker.celery_app import celery_config, create_celery
 
 QUEUE = "toolnexus-broker-test"
@@ -29,8 +29,8 @@ def test_kombu_still_has_what_the_transport_builds_on() -> None:
 
 
 def test_redis_brokers_get_the_transport_and_others_keep_theirs() -> None:
-    assert broker_transport("redis://localhost:6379/0") == "shared.redis_broker:Transport"
-    assert broker_transport("REDISS://localhost:6380/0") == "shared.redis_broker:Transport"
+    assert broker_transport("redis://localhost:6379/0") == "shared.broker.redis:Transport"
+    assert broker_transport("REDISS://localhost:6380/0") == "shared.broker.redis:Transport"
     assert broker_transport("amqp://guest@localhost//") is None
     assert broker_transport("sentinel://localhost:26379") is None
     assert celery_config(Settings(broker_url="amqp://localhost//"))["broker_transport"] is None
@@ -68,7 +68,7 @@ def test_sends_create_no_client_per_message(
     # URL: start as a new process would, not with an earlier test's channel.
     pools.reset()
     # The worker's app sends too (the reaper's and beat's resends); the front
-    # end writes to Redis directly (web.redis_queue).
+    # end writes to Redis directly (shared.broker.redis_queue).
     app = create_celery(Settings(broker_url=redis_url, queue=QUEUE), store=MemoryStore())
     try:
         app.send_task(FULFIL_TASK, args=["task-0"], task_id="task-0", queue=QUEUE)

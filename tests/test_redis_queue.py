@@ -14,8 +14,8 @@ import pytest
 import redis
 
 from shared import Settings
-from shared.dispatch import FULFIL_TASK
-from web.dispatch import CeleryDispatcher
+from shared.broker.dispatch import CeleryDispatcher
+from shared.broker.names import FULFIL_TASK
 
 QUEUE = "toolnexus-direct-test"
 KOMBU_QUEUE = "toolnexus-kombu-test"

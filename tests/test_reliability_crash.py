@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from shared.redis_store import redis_store
+from shared.stores.redis.store import redis_store
 from shared.task import state_of
 from tests.support.a2a import call, wait_ready
 from tests.support.compose import LocalStack, local_stack

@@ -45,8 +45,8 @@ from werkzeug.serving import make_server
 
 from shared import Settings
 from shared.events import to_state
-from shared.file_store import FileStore
 from shared.store import is_safe_id
+from shared.stores.file import FileStore
 from shared.task import COMPLETED, STATES, WORKING, is_terminal, state_of
 from shared.transitions import transition
 from tests.support.redis_server import free_port

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import requests
 
-from shared.redis_store import redis_store
+from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, FAILED, state_of
 from tests.support.a2a import call, readyz, wait_ready
 from tests.support.compose import LocalStack, local_stack

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from shared import Settings, TaskNotCancelable, resolve_store
-from shared.memory_store import memory_store
-from shared.redis_store import redis_store
+from shared.stores.memory import memory_store
+from shared.stores.redis.store import redis_store
 from shared.task import CANCELED, COMPLETED, FAILED, new_task, text_message
 from shared.wiring import load_hook
 from web.methods import Tasks

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import requests
 
-from shared.memory_store import memory_store
-from shared.redis_store import redis_store
 from shared.resolve import resolve_store
 from shared.settings import Settings
+from shared.stores.memory import memory_store
+from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, state_of
 from tests.support.a2a import call, wait_ready
 from tests.support.compose import LocalStack, local_stack

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from shared.redis_store import redis_store
+from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, FAILED, TERMINAL_STATES, state_of
 from tests.support.a2a import send_text, wait_ready
 from tests.support.compose import LocalStack, ServiceProcess, local_stack

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from shared import ConfigError, Settings
-from shared.file_store import FileStore
-from shared.memory_store import MemoryStore, memory_store
-from shared.redis_store import RedisStore
 from shared.resolve import resolve_store
+from shared.stores.file import FileStore
+from shared.stores.memory import MemoryStore, memory_store
+from shared.stores.redis.store import RedisStore
 
 # Targets for the "package.module:attr" form.
 ready_store = memory_store()

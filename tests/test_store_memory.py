@@ -9,8 +9,8 @@ from prometheus_client import REGISTRY
 
 from shared import Settings
 from shared.events import artifact_update, status_update, to_state
-from shared.memory_store import memory_store
-from shared.redis_store import redis_store
+from shared.stores.memory import memory_store
+from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, WORKING, new_task, text_message
 from shared.transitions import transition
 from tests.support.sizes import held_by

@@ -20,10 +20,10 @@ import redis
 
 from shared import InvalidTaskId, StoreError, transition
 from shared.events import Change, artifact_update, message_added, to_state
-from shared.file_store import FileStore
-from shared.redis_store import RedisStore, redis_store
 from shared.resolve import resolve_store
 from shared.store import EventStore, StaleIndex, digest
+from shared.stores.file import FileStore
+from shared.stores.redis.store import RedisStore, redis_store
 from shared.task import (
     CANCELED,
     COMPLETED,
@@ -611,8 +611,8 @@ class FakeClock:
 
 @pytest.fixture
 def clocked(builtin_spec: str, tmp_path: Path) -> Iterator[tuple[Any, FakeClock]]:
-    from shared.file_store import file_store
-    from shared.memory_store import memory_store
+    from shared.stores.file import file_store
+    from shared.stores.memory import memory_store
 
     clock = FakeClock()
     if builtin_spec == "memory":

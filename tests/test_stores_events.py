@@ -16,11 +16,11 @@ import redis
 
 from shared.errors import ContextTaken
 from shared.events import artifact_update, state_after, status_update, to_state
-from shared.file_store import file_store
-from shared.memory_store import memory_store
-from shared.redis_store import redis_store
 from shared.resolve import resolve_store
 from shared.store import ClaimingStore, Commit, EventStore, StaleIndex, message_key
+from shared.stores.file import file_store
+from shared.stores.memory import memory_store
+from shared.stores.redis.store import redis_store
 from shared.task import (
     COMPLETED,
     FAILED,

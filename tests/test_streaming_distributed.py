@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from shared.redis_store import redis_store
+from shared.stores.redis.store import redis_store
 from shared.task import WORKING, state_of
 from tests.support.a2a import call, wait_ready
 from tests.support.compose import LocalStack, local_stack

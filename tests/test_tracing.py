@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from celery.contrib.testing.worker import start_worker
 
-from shared.memory_store import memory_store
+from shared.broker.dispatch import CeleryDispatcher
 from shared.settings import Settings
+from shared.stores.memory import memory_store
 from tests.support.polling import wait_for
 from tests.support.redis_server import ci
 from web import create_app
-from web.dispatch import CeleryDispatcher
 from worker.agent import load_agent
 from worker.celery_app import create_celery
 from worker.inprocess import InProcessDispatcher

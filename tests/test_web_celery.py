@@ -12,11 +12,11 @@ import redis
 from flask.testing import FlaskClient
 
 from shared import Settings, memory_store
-from shared.dispatch import FULFIL_TASK
+from shared.broker.dispatch import CeleryDispatcher
+from shared.broker.names import FULFIL_TASK
 from tests.support.redis_server import RedisServer, free_port
 from tests.test_web_support import PlayingDispatcher, rpc, user_message
 from web import create_app
-from web.dispatch import CeleryDispatcher
 
 QUEUE = "toolnexus-web-test"
 

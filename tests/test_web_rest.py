@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from shared import Settings, memory_store
 from shared.errors import StoreError
-from shared.memory_store import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.support.polling import wait_for
 from tests.support.served import Serve, serving_agents
 from tests.support.sse import RestStream

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from shared import Settings
-from shared.memory_store import MemoryStore, memory_store
+from shared.stores.memory import MemoryStore, memory_store
 from tests.support.a2a import call
 from tests.support.agents import gate
 from tests.support.polling import wait_for

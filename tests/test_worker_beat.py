@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shared.redis_store import redis_store
+from shared.stores.redis.store import redis_store
 from shared.task import FAILED, WORKING, new_task, state_of, text_message, with_status
 from tests.support.compose import LocalStack
 from tests.support.polling import wait_for

@@ -15,16 +15,16 @@ from celery.contrib.testing.worker import start_worker
 from celery.worker import state as worker_state
 from flask.testing import FlaskClient
 
-from shared.dispatch import FULFIL_TASK
-from shared.redis_store import redis_store
+from shared.broker.dispatch import CeleryDispatcher
+from shared.broker.names import FULFIL_TASK
 from shared.settings import Settings
+from shared.stores.redis.store import redis_store
 from shared.task import Task, state_of
 from tests.support.agents import gate
 from tests.support.clock import MovableClock
 from tests.support.polling import wait_for
 from tests.support.recording_store import RecordingStore
 from web import create_app
-from web.dispatch import CeleryDispatcher
 from worker.celery_app import create_celery
 from worker.reaper import reap_stale
 

@@ -10,8 +10,8 @@ import pytest
 
 from examples import agents
 from shared.events import message_added, status_update, to_state
-from shared.memory_store import memory_store
 from shared.settings import Settings
+from shared.stores.memory import memory_store
 from shared.task import (
     CANCELED,
     Task,
@@ -338,7 +338,7 @@ def test_load_agent_loads_the_default_echo_and_the_hook() -> None:
 def test_a_result_is_saved_once_the_store_comes_back() -> None:
     """Redis goes down while the function runs: the result waits for it
     instead of being lost to the reaper."""
-    from shared.redis_store import redis_store
+    from shared.stores.redis.store import redis_store
     from tests.support.redis_server import RedisServer
 
     server = RedisServer(appendonly=True).start()
@@ -364,7 +364,7 @@ def test_a_result_is_saved_once_the_store_comes_back() -> None:
 def test_a_result_save_gives_up_after_the_stale_threshold() -> None:
     """Past `stale_after` the reaper owns the task: the worker stops retrying."""
     from shared.errors import StoreError
-    from shared.redis_store import redis_store
+    from shared.stores.redis.store import redis_store
     from tests.support.redis_server import RedisServer
 
     server = RedisServer().start()

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.file_store import file_store
-from shared.memory_store import memory_store
+from shared.stores.file import file_store
+from shared.stores.memory import memory_store
 from tests.support.compose import ROOT
 from tests.support.redis_server import free_port
 from worker.health import beat_verdict, main

@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Any
 
 from shared.errors import StoreError
-from shared.memory_store import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.support.polling import wait_for
 from worker.heartbeat import heartbeating
 

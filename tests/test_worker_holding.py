@@ -18,11 +18,11 @@ from prometheus_client import REGISTRY
 
 from shared.errors import ConfigError
 from shared.events import to_state
-from shared.file_store import file_store
-from shared.memory_store import memory_store
-from shared.redis_store import POOL_SIZE, redis_store
 from shared.settings import Settings
 from shared.store import EventStore
+from shared.stores.file import file_store
+from shared.stores.memory import memory_store
+from shared.stores.redis.store import POOL_SIZE, redis_store
 from shared.task import CANCELED, FAILED, new_task, state_of, text_message
 from shared.transitions import transition
 from tests.support.polling import wait_for

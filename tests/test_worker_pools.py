@@ -24,9 +24,10 @@ from typing import Any
 
 import pytest
 
+from shared.broker.dispatch import CeleryDispatcher
 from shared.events import to_state
-from shared.redis_store import RedisStore, redis_store
 from shared.settings import Settings
+from shared.stores.redis.store import RedisStore, redis_store
 from shared.task import (
     CANCELED,
     COMPLETED,
@@ -42,7 +43,6 @@ from shared.transitions import transition
 from tests.support.compose import compose, container_environment, dotenv_for
 from tests.support.polling import wait_for
 from tests.support.waiting_agents import Gate
-from web.dispatch import CeleryDispatcher
 from worker.celery_app import create_celery
 
 ROOT = Path(__file__).resolve().parent.parent

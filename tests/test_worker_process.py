@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
+from shared.broker.dispatch import CeleryDispatcher
 from shared.events import to_state
-from shared.redis_store import RedisStore, redis_store
 from shared.settings import Settings
+from shared.stores.redis.store import RedisStore, redis_store
 from shared.task import Task, new_task, state_of, text_message
 from shared.transitions import transition
 from tests.support.agents import runs_of
 from tests.support.polling import wait_for
 from tests.support.redis_server import RedisServer
-from web.dispatch import CeleryDispatcher
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from shared.events import to_state
-from shared.file_store import file_store
-from shared.memory_store import memory_store
-from shared.redis_store import redis_store
+from shared.stores.file import file_store
+from shared.stores.memory import memory_store
+from shared.stores.redis.store import redis_store
 from shared.task import (
     COMPLETED,
     Task,

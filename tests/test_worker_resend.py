@@ -20,16 +20,16 @@ import pytest
 import redis
 from celery.contrib.testing.worker import start_worker
 
+from shared.broker.dispatch import CeleryDispatcher
 from shared.events import to_state
-from shared.file_store import file_store
-from shared.memory_store import memory_store
-from shared.redis_store import redis_store
 from shared.settings import Settings
+from shared.stores.file import file_store
+from shared.stores.memory import memory_store
+from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, WORKING, new_task, state_of, text_message
 from shared.transitions import transition
 from tests.support.compose import ROOT, LocalStack
 from tests.support.polling import wait_for
-from web.dispatch import CeleryDispatcher
 from worker.celery_app import create_celery
 from worker.reaper import resend_waiting, sweep
 

@@ -1,7 +1,7 @@
 """The A2A front end: a Flask app serving the agent card and JSON-RPC.
 
 `gunicorn 'web:create_app()'` serves it. web never imports worker: it
-enqueues by task name through a `shared.dispatch.Dispatcher`.
+enqueues by task name through a `shared.broker.names.Dispatcher`.
 
 `create_app` is imported on first use, so that `web.gunicorn_conf` (gunicorn's
 `-c python:web.gunicorn_conf`) can patch the standard library for gevent

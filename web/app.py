@@ -20,8 +20,9 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.wrappers import Response as BaseResponse
 
+from shared.broker.dispatch import CeleryDispatcher
+from shared.broker.names import Dispatcher
 from shared.codec import encode_bytes
-from shared.dispatch import Dispatcher
 from shared.errors import StoreError
 from shared.event_metrics import event_metrics
 from shared.push_signing import JWKS_PATH, signer
@@ -33,7 +34,6 @@ from web.browsers import browser_policy
 from web.card import MAX_AGE, entity_tag, wanted_version
 from web.card_views import CardViews
 from web.console import index_page, install_console, wants_html
-from web.dispatch import CeleryDispatcher
 from web.endpoint import RpcEndpoint, front, refused
 from web.errors import (
     BROKER_UNAVAILABLE,
@@ -47,6 +47,7 @@ from web.errors import (
 )
 from web.hangups import HangupMonitor
 from web.methods import Tasks
+from web.metrics import count_queued
 from web.observe import observe
 from web.rest import RestEndpoint
 from web.rpc import wire_version
@@ -76,7 +77,9 @@ def create_app(
     even without TOOLNEXUS_ALLOWED_HOSTS (see `web.browsers`)."""
     settings = settings if settings is not None else Settings.from_env()
     task_store = open_store(settings, store)
-    dispatcher = dispatcher if dispatcher is not None else CeleryDispatcher(settings)
+    dispatcher = (
+        dispatcher if dispatcher is not None else CeleryDispatcher(settings, on_queued=count_queued)
+    )
     skills = load_skills(settings.skills, settings.skill_names) if settings.skills else []
     authenticator = authenticator_for(settings)
     browsers = browser_policy(settings, strict_hosts=strict_hosts)

@@ -23,10 +23,10 @@ from typing import Any, Final
 from flask import Blueprint, Flask, Request, render_template, request
 from werkzeug.wrappers import Response
 
-from shared.file_store import FileStore
-from shared.memory_store import MemoryStore
 from shared.settings import Settings
 from shared.store import ListingStore, TaskStore
+from shared.stores.file import FileStore
+from shared.stores.memory import MemoryStore
 from shared.task import TaskState
 
 PREFIX: Final = "/console"

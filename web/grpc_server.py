@@ -30,6 +30,7 @@ from typing import Any
 import grpc
 from a2a.types import a2a_pb2_grpc
 
+from shared.broker.dispatch import CeleryDispatcher
 from shared.logs import configure_logging
 from shared.metrics import serve_metrics
 from shared.settings import Settings
@@ -38,9 +39,9 @@ from shared.wiring import load_hook, open_store
 from web.auth import authenticator_for
 from web.browsers import browser_policy
 from web.card_views import CardViews
-from web.dispatch import CeleryDispatcher
 from web.grpc_service import A2AGrpcService, ExtendedCard
 from web.methods import Tasks
+from web.metrics import count_queued
 from web.skills import load_skills
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ def build(settings: Settings) -> GrpcServer:
     """The gRPC process's server, wired as `create_app` wires the HTTP edge,
     bound and started."""
     store = open_store(settings, None)
-    dispatcher = CeleryDispatcher(settings)
+    dispatcher = CeleryDispatcher(settings, on_queued=count_queued)
     tasks = Tasks(settings, store, dispatcher, load_hook(settings))
     authenticator = authenticator_for(settings)
     running = serve(settings, A2AGrpcService(tasks, authenticator, extended_card(settings, tasks)))

@@ -17,7 +17,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from shared.dispatch import Dispatcher
+from shared.broker.names import Dispatcher
 from shared.errors import (
     ContextTaken,
     InvalidTransition,

@@ -62,3 +62,8 @@ def requests_counted(method: str, outcome: str) -> Counter:
 def latency_of(method: str) -> Histogram:
     """The series of `toolnexus_request_duration_seconds` for this method."""
     return web_metrics().latency.labels(method)
+
+
+def count_queued() -> None:
+    """One more submission handed to the workers (the dispatcher calls it)."""
+    web_metrics().tasks_queued.inc()

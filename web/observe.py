@@ -9,7 +9,7 @@ lasts and its line is written when it closes, with its whole duration.
 
 The request id is the caller's `X-Request-ID` when that is a safe token, or
 a new one; it is echoed in the response, bound for the request's log lines
-and sent to the workers in the Celery message (web.dispatch).
+and sent to the workers in the Celery message (shared.broker.dispatch).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import Any, Final, TypeVar
 
 from flask import Flask, Response, g, request
 
+from shared.broker.names import Dispatcher
 from shared.codec import encode
 from shared.correlation import REQUEST_ID_HEADER, Binding, accepted_request_id, bind
-from shared.dispatch import Dispatcher
 from shared.logs import fields
 from shared.metrics import METRICS_PATH, exposition
 from shared.tracing import trace_flask

@@ -16,7 +16,7 @@ from typing import Any
 
 from celery.beat import PersistentScheduler
 
-from shared.dispatch import PUSH_SWEEP_TASK, REAP_TASK
+from shared.broker.names import PUSH_SWEEP_TASK, REAP_TASK
 
 # Entries beat runs itself (the reaper, and the push sweep for the same reason).
 IN_PROCESS = frozenset({REAP_TASK, PUSH_SWEEP_TASK})

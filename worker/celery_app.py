@@ -32,10 +32,10 @@ from celery.exceptions import SoftTimeLimitExceeded
 from kombu.entity import Queue
 
 from shared.broker.amqp import amqp_config, is_amqp
-from shared.dispatch import FULFIL_TASK, PUSH_SWEEP_TASK, PUSH_TASK, REAP_TASK
+from shared.broker.names import FULFIL_TASK, PUSH_SWEEP_TASK, PUSH_TASK, REAP_TASK
+from shared.broker.redis import broker_transport
 from shared.errors import StoreError
 from shared.push_store import PushStore
-from shared.redis_broker import broker_transport
 from shared.settings import Settings
 from shared.store import EventStore, TaskStore
 from shared.tracing import continuing, enable

@@ -22,8 +22,8 @@ from typing import Any, Final
 
 from celery.concurrency.thread import TaskPool
 
-from shared.redis_store import POOL_SIZE
 from shared.settings import Settings
+from shared.stores.redis.store import POOL_SIZE
 from worker.holding import held_count
 
 log = logging.getLogger(__name__)

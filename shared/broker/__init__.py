@@ -1,1 +1,2 @@
-"""The broker: which queue a task goes to, and how it gets there (Redis or RabbitMQ)."""
+"""The broker side: task names, the Celery dispatcher, the Redis transport and queue,
+RabbitMQ's queue declarations."""

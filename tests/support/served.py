@@ -9,7 +9,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from shared import Settings
-from shared.memory_store import MemoryStore, memory_store
+from shared.stores.memory import MemoryStore, memory_store
 from tests.test_web_support import live_server
 from web import create_app
 from worker.agent import load_agent

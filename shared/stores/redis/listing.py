@@ -1,7 +1,7 @@
 """ListTasks on Redis at the cost of one page.
 
 The store keeps, per owner, sorted sets of task ids scored by status time:
-all of them, per context and per state (`shared.redis_scripts` updates them
+all of them, per context and per state (`shared.stores.redis.scripts` updates them
 in the same step as each change). A page is a range read from the narrowest
 of them, below the cursor and at or before the listing's moment (see
 `shared.listing`), merged with the few tasks that changed since that

@@ -1,6 +1,6 @@
 """Redis: each task a hash, a tail and an event stream, plus time indexes.
 
-Keys (prefix defaults to "toolnexus:"; the layout is in `shared.redis_scripts`):
+Keys (prefix defaults to "toolnexus:"; the layout is in `shared.stores.redis.scripts`):
   <prefix>task:<id>    hash: doc (JSON snapshot), seq, base, state, mkey
   <prefix>tail:<id>    the events since the snapshot, one JSON per line
   <prefix>log:<id>     stream: the task's events, entry ids 0-<seq>
@@ -32,9 +32,6 @@ from shared.codec import decode, encode
 from shared.errors import ContextTaken, StoreError
 from shared.events import Event, StatusUpdate, context_of, current_status, fold
 from shared.listing import Listing, Query
-from shared.redis_listener import Listener
-from shared.redis_listing import RedisListing
-from shared.redis_scripts import CLAIM, COMMIT, CREATE, FORGET_EXPIRED, READ
 from shared.store import (
     LOG_LIMIT,
     Commit,
@@ -45,6 +42,9 @@ from shared.store import (
     is_safe_id,
     require_safe_id,
 )
+from shared.stores.redis.listener import Listener
+from shared.stores.redis.listing import RedisListing
+from shared.stores.redis.scripts import CLAIM, COMMIT, CREATE, FORGET_EXPIRED, READ
 from shared.task import Task, epoch, is_terminal, state_of
 from shared.text import truncated
 from shared.watching import Waiter
@@ -315,7 +315,7 @@ class RedisStore:
         return [int(seq) if isinstance(seq, bytes) else None for seq in found]
 
     def _write_keys(self, task_id: str) -> list[str]:
-        """The keys COMMIT and CLAIM touch (see `shared.redis_scripts`)."""
+        """The keys COMMIT and CLAIM touch (see `shared.stores.redis.scripts`)."""
         return [
             self._key("task", task_id),
             self._key("tail", task_id),

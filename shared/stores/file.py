@@ -7,7 +7,7 @@ Layout under the directory:
                      line, and a marker {"seq": n, "snapshot": {...}} per
                      task file written, naming its content: a read folds
                      the events after the marker of the file it found
-                     (see `shared.file_log`)
+                     (see `shared.stores.file_log`)
   .working/<id>      one empty file per task in `working`; its mtime is the
                      last heartbeat, so the reaper's query reads only these
   .waiting/<id>      likewise for `submitted` tasks: when each was queued
@@ -56,7 +56,6 @@ from typing import Any, cast
 from shared.codec import decode
 from shared.errors import ContextTaken, StoreError
 from shared.events import Event, current_status, fold
-from shared.file_log import ALWAYS, Durability, LogFiles, Marker, open_no_link
 from shared.listing import Listing, Query, StatusHistory, history_of, list_by_scan
 from shared.store import (
     LOG_LIMIT,
@@ -68,6 +67,7 @@ from shared.store import (
     message_key,
     require_safe_id,
 )
+from shared.stores.file_log import ALWAYS, Durability, LogFiles, Marker, open_no_link
 from shared.task import INTERRUPTED_STATES, SUBMITTED, WORKING, Task, is_terminal, state_of
 from shared.watching import Notifier, Waiter
 

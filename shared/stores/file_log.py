@@ -2,7 +2,7 @@
 
 A line is an event, `{"seq":n,"event":{...}}`, or a snapshot marker,
 `{"seq":n,"snapshot":{"digest":...,"file":[inode,size,mtime]}}`: the task
-file with that content (see `shared.file_store`) includes the events up
+file with that content (see `shared.stores.file`) includes the events up
 to n. A marker is appended, with the events of its change, before its task
 file is renamed into place, so whichever task file a reader finds, the
 marker naming it is already in the log. The guarantees:

@@ -10,19 +10,19 @@ instead of a request hanging on Celery's default retry forever.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, Final
 
 from celery import Celery
 
 from shared.broker.amqp import CONFIRM_TIMEOUT, amqp_config, is_amqp
+from shared.broker.names import FULFIL_TASK
+from shared.broker.redis import broker_transport
+from shared.broker.redis_queue import RedisTaskQueue
 from shared.correlation import CELERY_HEADER, request_id
-from shared.dispatch import FULFIL_TASK
 from shared.errors import BrokerError
-from shared.redis_broker import broker_transport
 from shared.settings import Settings
 from shared.tracing import publishing
-from web.metrics import web_metrics
-from web.redis_queue import RedisTaskQueue
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +37,17 @@ RETRY_POLICY: Final = {
 }
 
 
+def _nothing() -> None:
+    pass
+
+
 class CeleryDispatcher:
-    def __init__(self, settings: Settings) -> None:
+    """`on_queued` runs after each message is on the broker: the front end
+    passes its counter in at wiring, so this package imports no web code."""
+
+    def __init__(self, settings: Settings, *, on_queued: Callable[[], None] = _nothing) -> None:
         self.queue = settings.queue
+        self._on_queued = on_queued
         transport = broker_transport(settings.broker_url)
         self.app = Celery("toolnexus-web", broker=settings.broker_url, set_as_current=False)
         self.app.conf.update(
@@ -59,7 +67,7 @@ class CeleryDispatcher:
             options = self.app.conf.broker_transport_options
             self.app.conf.update(amqp_config((self.queue,), settings.amqp_queue_type, options))
         # On Redis a queue is a list that needs no declaring: the message and
-        # its task-sent event go straight to it (web.redis_queue). Other brokers
+        # its task-sent event go straight to it (shared.broker.redis_queue). Other brokers
         # (RabbitMQ drops a message for an undeclared queue) keep Celery's way.
         self._redis_queue = (
             RedisTaskQueue(self.app, settings.broker_url, self.queue, timeout=CONNECT_TIMEOUT)
@@ -79,7 +87,7 @@ class CeleryDispatcher:
                     self._send_task(task_id, headers)
         except Exception as error:  # kombu/redis raise many types; all mean "not queued"
             raise BrokerError(f"broker unavailable: {_reason(error)}") from error
-        web_metrics().tasks_queued.inc()
+        self._on_queued()
 
     def _send_task(self, task_id: str, headers: dict[str, Any]) -> None:
         self.app.send_task(

@@ -26,8 +26,8 @@ from celery.utils.time import utcoffset
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from shared.broker.names import FULFIL_TASK
 from shared.codec import encode_bytes
-from shared.dispatch import FULFIL_TASK
 
 # What Celery's task-sent events travel on (its event exchange and routing key).
 EVENT_EXCHANGE: Final = "celeryev"

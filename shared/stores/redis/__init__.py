@@ -1,0 +1,1 @@
+"""The Redis task store: the store, its Lua scripts, its listing indexes, its event listener."""
