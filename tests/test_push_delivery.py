@@ -18,7 +18,7 @@ from shared.dialects import stream_response
 from shared.push_store import Cursor, PushStore, push_store
 from shared.stores.redis.store import RedisStore, redis_store
 from tests.support.a2a import wait_ready
-from tests.support.compose import LocalStack, local_stack
+from tests.support.compose import Backends, LocalStack, local_stack
 from tests.support.polling import wait_for
 from tests.support.redis_server import free_port
 from tests.support.webhook_receiver import Hit, Receiver
@@ -39,10 +39,15 @@ SETTINGS = {
 }
 
 
+# Also on RabbitMQ in CI (tests/support/matrix.py): deliveries travel on the
+# push queue, its sweeps and retries through RabbitMQ.
+pytestmark = pytest.mark.matrix(ci=True)
+
+
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+def stack(tmp_path_factory: pytest.TempPathFactory, backends: Backends) -> Iterator[LocalStack]:
     folder: Path = tmp_path_factory.mktemp("push")
-    with local_stack(folder, SETTINGS) as (_, stack):
+    with local_stack(folder, SETTINGS, backends=backends) as (_, stack):
         stack.start("web", WEB_CONCURRENCY="1")
         stack.start("beat")
         stack.start("worker")
