@@ -39,9 +39,10 @@ SETTINGS = {
 }
 
 
-# Also on RabbitMQ in CI (tests/support/matrix.py): deliveries travel on the
-# push queue, its sweeps and retries through RabbitMQ.
-pytestmark = pytest.mark.matrix(ci=True)
+# On the deployment matrix (tests/support/matrix.py); in CI the two marked
+# matrix(ci=True) run on RabbitMQ too: deliveries, their retries and a
+# killed delivery worker's hand-over on the push queue there.
+pytestmark = pytest.mark.matrix
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +138,7 @@ def worker_logs(stack: LocalStack) -> str:
     return "".join(path.read_text() for path in stack.folder.glob("*.log"))
 
 
+@pytest.mark.matrix(ci=True)
 def test_every_event_arrives_in_order_with_its_headers(
     stack: LocalStack, receiver: Receiver, store: RedisStore
 ) -> None:
@@ -247,6 +249,7 @@ def test_a_redirect_is_not_followed(
     assert [hit.event_id for hit in receiver.on("/moved")] == list(range(1, last + 1))
 
 
+@pytest.mark.matrix(ci=True)
 def test_a_delivery_worker_killed_mid_post_is_taken_over(
     stack: LocalStack, receiver: Receiver, store: RedisStore
 ) -> None:
