@@ -120,7 +120,9 @@ def all_delivered(
 ) -> None:
     wait_for(
         lambda: any(hit.event_id == last for hit in receiver.delivered(path)),
-        timeout=30,
+        # Generous: once (RabbitMQ, four stacks at once, load ~22) the first
+        # deliveries after start-up took over 30 s.
+        timeout=90,
         what=f"event {last} of {task_id} at {path}",
     )
     assert in_order(receiver.delivered(path)) == expected(store, task_id)
