@@ -2,8 +2,11 @@
 
     python3 bench/throughput.py [--tasks 2000] [--rounds 3] [--latency-tasks 1000]
                                 [--scale-tasks 200] [--quick]
+                                [--broker amqp://...] [--store URL]
 
-Starts a private redis-server on a free port (store on db 1, broker on db 2)
+Starts a private redis-server on a free port (store on db 1, broker on db 2,
+bare Celery's counters on db 3; --broker and --store put either elsewhere,
+e.g. a RabbitMQ virtual host of its own, which bare Celery then shares)
 and measures, one after the other:
 
 1. Throughput: N SendMessage requests over HTTP to the front end (gunicorn
@@ -55,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.processes import CeleryWorker, gunicorn, percentile
 from bench.web import rpc_body
+from shared.startup import masked
 from tests.support.redis_server import RedisServer
 
 QUEUE = "bench"
@@ -77,7 +81,8 @@ def bare_names(reliable: bool) -> tuple[str, str, str]:
 
 def _bare_celery(reliable: bool) -> Any:
     """One task doing one Redis INCR (and, when given its send time, recording
-    its latency); broker from BENCH_BROKER_URL."""
+    its latency); broker from BENCH_BROKER_URL, counters in the Redis at
+    BENCH_COUNTER_URL."""
     import redis
     from celery import Celery
 
@@ -86,6 +91,7 @@ def _bare_celery(reliable: bool) -> Any:
 
     queue, counter, latencies = bare_names(reliable)
     broker = os.environ["BENCH_BROKER_URL"]
+    counters = os.environ["BENCH_COUNTER_URL"]
     app = Celery("bench-bare", broker=broker, set_as_current=False)
     app.conf.update(task_ignore_result=True, task_default_queue=queue)
     if reliable:
@@ -98,7 +104,7 @@ def _bare_celery(reliable: bool) -> Any:
     def incr(sent_at: float | None = None) -> None:
         client = clients.get(os.getpid())
         if client is None:  # one connection per forked process
-            client = clients[os.getpid()] = redis.Redis.from_url(broker)
+            client = clients[os.getpid()] = redis.Redis.from_url(counters)
         if sent_at is not None:
             client.rpush(latencies, time.time() - sent_at)
         client.incr(counter)
@@ -170,18 +176,42 @@ def send_all(port: int, texts: list[str], rate: float | None = None) -> Sent:
     return ids, sent_at
 
 
+class StoreReader:
+    """Any other store (--store): read through its own interface, task by task."""
+
+    def __init__(self, spec: str) -> None:
+        from shared.resolve import resolve_store
+
+        self.store = resolve_store(spec)
+
+    def states(self, ids: list[str]) -> list[bytes | None]:
+        tasks = [self.store.get(task_id) for task_id in ids]
+        return [t["status"]["state"].encode() if t else None for t in tasks]
+
+    def completed_at(self, task_id: str) -> float:
+        stamp = self.store.get(task_id)["status"]["timestamp"]
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def states_of(store: Any, ids: list[str]) -> list[bytes | None]:
+    if isinstance(store, StoreReader):
+        return store.states(ids)
+    pipe = store.pipeline(transaction=False)
+    for task_id in ids:
+        pipe.hget(f"toolnexus:task:{task_id}", "state")
+    return list(pipe.execute())
+
+
 def wait_completed(store: Any, ids: list[str], timeout: float) -> None:
     """Until every task is completed (the Redis store keeps each task's state
-    in its hash); checks the oldest pending ones first."""
+    in its hash; another store is asked task by task); checks the oldest
+    pending ones first."""
     pending = list(ids)
     deadline = time.monotonic() + timeout
     while pending:
         batch = pending[:200]
-        pipe = store.pipeline(transaction=False)
-        for task_id in batch:
-            pipe.hget(f"toolnexus:task:{task_id}", "state")
         done = set()
-        for task_id, state in zip(batch, pipe.execute(), strict=True):
+        for task_id, state in zip(batch, states_of(store, batch), strict=True):
             if state == b"completed":
                 done.add(task_id)
             elif state in (b"failed", b"canceled", b"rejected"):
@@ -195,6 +225,8 @@ def wait_completed(store: Any, ids: list[str], timeout: float) -> None:
 
 def completed_at(store: Any, task_id: str) -> float:
     """The wall time of the task's `completed` status, as the worker stamped it."""
+    if isinstance(store, StoreReader):
+        return store.completed_at(task_id)
     doc = store.hget(f"toolnexus:task:{task_id}", "doc")
     tail = store.get(f"toolnexus:tail:{task_id}") or b""
     stamps = [json.loads(doc)["status"]]
@@ -212,7 +244,9 @@ class Service:
     def __init__(self, env: dict[str, str], workers: int, concurrency: int) -> None:
         import redis
 
-        self.store = redis.Redis.from_url(env["TOOLNEXUS_STORE"])
+        spec = env["TOOLNEXUS_STORE"]
+        redis_store = spec.startswith(("redis://", "rediss://"))
+        self.store = redis.Redis.from_url(spec) if redis_store else StoreReader(spec)
         self.web = gunicorn("web:create_app()", env, "this service")
         self.fleet: list[CeleryWorker] = []
         try:
@@ -248,13 +282,14 @@ class Service:
 class Bare:
     """A bare Celery worker (`-c 2`, same flags) and its app in this process."""
 
-    def __init__(self, app_name: str, broker_url: str) -> None:
+    def __init__(self, app_name: str, broker_url: str, counter_url: str) -> None:
         import redis
 
         os.environ["BENCH_BROKER_URL"] = broker_url
+        os.environ["BENCH_COUNTER_URL"] = counter_url
         self.app = __getattr__(app_name)
         self.queue, self.counted, self.latency_list = bare_names(app_name == "bare_reliable")
-        self.counter = redis.Redis.from_url(broker_url)
+        self.counter = redis.Redis.from_url(counter_url)
         flags = ("-c", "2", *WORKER_FLAGS)
         self.worker = CeleryWorker(f"bench.throughput:{app_name}", {}, app_name, flags)
         self.run(50, None)  # warm up
@@ -288,7 +323,7 @@ class Bare:
 
 
 def interleaved_rates(
-    service: Service, broker_url: str, tasks: int, rounds: int
+    service: Service, broker_url: str, counter_url: str, tasks: int, rounds: int
 ) -> list[dict[str, float]]:
     """Tasks per second of this service and both bare Celery apps, all three
     running at once and measured in turn, round after round (each round in
@@ -297,7 +332,7 @@ def interleaved_rates(
     bares = {}
     try:
         for name in ("bare", "bare_reliable"):
-            bares[name] = Bare(name, broker_url)
+            bares[name] = Bare(name, broker_url, counter_url)
         runs: dict[str, Callable[[], float]] = {
             "ours": lambda: service.rate([f"task {n}" for n in range(tasks)]),
             "bare": lambda: bares["bare"].run(tasks, None),
@@ -321,8 +356,8 @@ def interleaved_rates(
             bare.stop()
 
 
-def bare_latencies(broker_url: str, tasks: int, rate: float) -> list[float]:
-    bare = Bare("bare_reliable", broker_url)
+def bare_latencies(broker_url: str, counter_url: str, tasks: int, rate: float) -> list[float]:
+    bare = Bare("bare_reliable", broker_url, counter_url)
     try:
         bare.run(tasks, rate)
         return bare.latencies()
@@ -358,6 +393,10 @@ def main() -> None:
         action="store_true",
         help="smoke run: 2 rounds of 300 tasks, 200 at half rate, 80 to scale",
     )
+    parser.add_argument(
+        "--broker", help="broker URL for this service and bare Celery (default: the private Redis)"
+    )
+    parser.add_argument("--store", help="this service's task store (default: the private Redis)")
     args = parser.parse_args()
     if args.quick:
         args.tasks, args.rounds, args.latency_tasks, args.scale_tasks = 300, 2, 200, 80
@@ -365,24 +404,26 @@ def main() -> None:
 
     server = RedisServer().start()
     try:
+        broker = args.broker or f"{server.url}/2"
+        counters = f"{server.url}/3"
         env = {
-            "TOOLNEXUS_STORE": f"{server.url}/1",
-            "TOOLNEXUS_BROKER_URL": f"{server.url}/2",
+            "TOOLNEXUS_STORE": args.store or f"{server.url}/1",
+            "TOOLNEXUS_BROKER_URL": broker,
             "TOOLNEXUS_QUEUE": QUEUE,
             "TOOLNEXUS_LOG_LEVEL": "WARNING",
             "TOOLNEXUS_RUN": "examples.agents:echo",
         }
-        broker = f"{server.url}/2"
+        print(f"broker {masked(broker)}, store {masked(env['TOOLNEXUS_STORE'])}", flush=True)
         print(f"\n1. throughput, {args.tasks} tasks a round, one worker -c 2", flush=True)
         service = Service(env, workers=1, concurrency=2)
         try:
-            rounds = interleaved_rates(service, broker, args.tasks, args.rounds)
+            rounds = interleaved_rates(service, broker, counters, args.tasks, args.rounds)
             ours = statistics.median(r["ours"] for r in rounds)
             half = ours / 2
             ours_latency = service.latencies(["latency"] * args.latency_tasks, half)
         finally:
             service.stop()
-        bare_latency = bare_latencies(broker, args.latency_tasks, half)
+        bare_latency = bare_latencies(broker, counters, args.latency_tasks, half)
 
         def median_ratio(base: str) -> float:
             return statistics.median(r["ours"] / r[base] for r in rounds)

@@ -20,6 +20,9 @@ from shared.loading import is_reference
 from shared.store_spec import FSYNC_POLICIES, check_store_spec, check_url_port
 
 LOG_FORMATS = ("text", "json")
+# RabbitMQ's queue types (shared.broker.amqp declares them; named here so
+# settings import no broker code)
+AMQP_QUEUE_TYPES = ("quorum", "classic")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -208,6 +211,12 @@ def _flag(value: str) -> bool:
     raise ValueError("use true or false")
 
 
+def _amqp_queue_type(value: str) -> str:
+    if value not in AMQP_QUEUE_TYPES:
+        raise ValueError(f"use {' or '.join(AMQP_QUEUE_TYPES)}")
+    return value
+
+
 def _store(value: str) -> str:
     check_store_spec(value)
     return value
@@ -253,6 +262,9 @@ class Settings:
     store: str = _env("STORE", _store, "memory")
     broker_url: str = _env("BROKER_URL", _url, "redis://localhost:6379/0")
     queue: str = _env("QUEUE", _text, "toolnexus")
+    # on an amqp:// broker (RabbitMQ): quorum (replicated, the default) or
+    # classic queues; an existing queue keeps the type it was made with
+    amqp_queue_type: str = _env("AMQP_QUEUE_TYPE", _amqp_queue_type, "quorum")
     # --- the event log and what it keeps (issue 20) ---
     # seconds a finished task is kept (then forgotten, with its log), on every
     # store; 0 keeps it forever

@@ -1,8 +1,11 @@
 """Fixtures every test module can use.
 
 Redis: a private `redis-server` started once per session on a free port
-(or `REDIS_URL` when set). Where no Redis can be had the Redis tests are
-skipped with the reason printed; under `CI=true` they fail instead.
+(or `REDIS_URL` when set). RabbitMQ: a virtual host of the session's own
+on the machine's server. Where either cannot be had its tests are skipped
+with the reason printed; under `CI=true` they fail instead. The deployment
+matrix (brokers x stores, tests/support/matrix.py) parametrizes the tests
+marked `matrix`.
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from tests.support import matrix
+from tests.support.compose import Backends
+from tests.support.rabbitmq import NoRabbitMQ, Vhost
 from tests.support.redis_server import RedisServer, ci
 
 
@@ -65,3 +71,49 @@ def postgres_url(postgres_database: str) -> Iterator[str]:
 
     with fresh_schema(postgres_database) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def amqp_broker_url() -> Iterator[str]:
+    """A virtual host of this pytest process's own on the machine's RabbitMQ
+    (deleted at the end); each stack on it takes queue names of its own.
+    No RabbitMQ here: skipped with the reason, under CI=true failed."""
+    vhost = Vhost()
+    try:
+        vhost.create()
+    except NoRabbitMQ as error:
+        message = f"NO RABBITMQ: {error}; RabbitMQ tests skipped"
+        if ci():
+            pytest.fail(message)
+        pytest.skip(message)
+    try:
+        yield vhost.url
+    finally:
+        vhost.delete()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests marked `matrix` that take `backends` run once per selected
+    combination (tests/support/matrix.py)."""
+    if "combination" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("matrix")
+    if marker is None:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: mark it @pytest.mark.matrix")
+    combinations = matrix.selected(ci=bool(marker.kwargs.get("ci")))
+    metafunc.parametrize("combination", combinations, ids=str, scope="module")
+
+
+@pytest.fixture(scope="module")
+def backends(combination: matrix.Combination, request: pytest.FixtureRequest) -> Backends:
+    """The broker and store URLs of this combination (None: the stack's Redis)."""
+
+    def url(fixture: str | None) -> str | None:
+        return None if fixture is None else str(request.getfixturevalue(fixture))
+
+    return Backends(
+        broker_kind=combination.broker,
+        broker_url=url(matrix.BROKER_FIXTURES[combination.broker]),
+        store_kind=combination.store,
+        store_url=url(matrix.STORE_FIXTURES[combination.store]),
+    )

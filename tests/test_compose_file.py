@@ -25,6 +25,7 @@ from packaging.utils import canonicalize_name
 
 from shared import Settings
 from tests.support.compose import (
+    OVERRIDE_FILES,
     ROOT,
     cli_config,
     compose,
@@ -77,7 +78,17 @@ def needs_cli() -> list[str]:
 def test_the_five_services(services: dict[str, Any]) -> None:
     # worker-io and grpc are opt-in (profiles "io" and "grpc"):
     # tests/test_worker_pools.py checks the first, the test below the second.
-    assert set(services) == {"redis", *APP_SERVICES, "worker-io", "grpc"}
+    # rabbitmq, postgres and db-upgrade too (profiles "rabbitmq", "postgres"),
+    # used once their override files are added: the tests at the end.
+    assert set(services) == {
+        "redis",
+        *APP_SERVICES,
+        "worker-io",
+        "grpc",
+        "rabbitmq",
+        "postgres",
+        "db-upgrade",
+    }
 
 
 def test_the_grpc_service_is_opt_in_and_runs_the_grpc_role(services: dict[str, Any]) -> None:
@@ -185,11 +196,13 @@ def test_ports_are_published_on_loopback_unless_configured(services: dict[str, A
         "web": ["127.0.0.1:8080:8080"],
         "grpc": ["127.0.0.1:50051:50051"],
         "flower": ["127.0.0.1:5555:5555"],
+        "rabbitmq": ["127.0.0.1:15672:15672"],  # the management UI, with the rabbitmq profile
     }
     opened = compose({**DOTENV, "TOOLNEXUS_BIND_ADDRESS": "0.0.0.0", "TOOLNEXUS_WEB_PORT": "80"})
     assert opened["services"]["web"]["ports"] == ["0.0.0.0:80:8080"]
     assert opened["services"]["grpc"]["ports"] == ["0.0.0.0:50051:50051"]
     assert opened["services"]["flower"]["ports"] == ["127.0.0.1:5555:5555"]  # its own choice
+    assert opened["services"]["rabbitmq"]["ports"] == ["127.0.0.1:15672:15672"]  # and its own
     flower = compose({**DOTENV, "FLOWER_BIND_ADDRESS": "10.0.0.5"})["services"]["flower"]
     assert flower["ports"] == ["10.0.0.5:5555:5555"]
 
@@ -280,15 +293,23 @@ def test_env_example_names_only_real_settings() -> None:
         "TOOLNEXUS_GRPC_HOST_PORT",
         "TOOLNEXUS_WEB_STOP_GRACE",
         "TOOLNEXUS_WORKER_STOP_GRACE",
+        "COMPOSE_FILE",
+        "COMPOSE_PROFILES",
+        "RABBITMQ_USER",
+        "RABBITMQ_PASSWORD",
+        "RABBITMQ_UI_BIND_ADDRESS",
+        "RABBITMQ_UI_PORT",
     }
     text = (ROOT / ".env.example").read_text()
     # Commented examples too: a typo there is copied into someone's .env.
     named = set(re.findall(r"^#? ?([A-Z][A-Z0-9_]*)=", text, re.MULTILINE))
     assert named - set(Settings.variables()) - compose_only == set()
     # `$${X}` is an escaped dollar, not a variable.
-    read_by_compose = set(re.findall(r"(?<!\$)\$\{([A-Z][A-Z0-9_]*)", COMPOSE_TEXT))
-    assert read_by_compose <= named, "every variable compose.yaml reads is shown in .env.example"
-    assert compose_only <= read_by_compose
+    files = COMPOSE_TEXT + "".join((ROOT / name).read_text() for name in OVERRIDE_FILES.values())
+    read_by_compose = set(re.findall(r"(?<!\$)\$\{([A-Z][A-Z0-9_]*)", files))
+    assert read_by_compose <= named, "every variable the compose files read is in .env.example"
+    # COMPOSE_FILE and COMPOSE_PROFILES are read by compose itself.
+    assert compose_only - {"COMPOSE_FILE", "COMPOSE_PROFILES"} <= read_by_compose
     example = dotenv_values(text)
     assert not any(value.startswith(("'", '"')) or " #" in value for value in example.values())
     settings_part = {k: v for k, v in example.items() if k in Settings.variables()}
@@ -420,3 +441,75 @@ def test_the_file_store_override(tmp_path: Path) -> None:
             for v in deployed[name]["volumes"]
         ]
         assert any(volume.startswith("tasks:/data/tasks") for volume in volumes), name
+
+
+# --- RabbitMQ and PostgreSQL: profiles in compose.yaml, wiring in override files ---
+AMQP_DOTENV = {**DOTENV, "RABBITMQ_PASSWORD": "s3cret-rabbit"}
+ALL_APP_SERVICES = (*APP_SERVICES, "grpc", "worker-io")
+POSTGRES_STORE = "postgresql://postgres@postgres:5432/toolnexus"
+
+
+def test_rabbitmq_and_postgres_are_opt_in_profiles(services: dict[str, Any]) -> None:
+    rabbitmq, postgres, upgrade = (services[n] for n in ("rabbitmq", "postgres", "db-upgrade"))
+    assert rabbitmq["profiles"] == ["rabbitmq"]
+    assert rabbitmq["image"] == "rabbitmq:3-management"
+    assert rabbitmq["hostname"] == "rabbitmq"  # the node's data is named after it
+    assert rabbitmq["ports"] == ["127.0.0.1:15672:15672"]  # the management UI, loopback only
+    assert "rabbitmq-data:/var/lib/rabbitmq" in rabbitmq["volumes"]
+    assert postgres["profiles"] == upgrade["profiles"] == ["postgres"]
+    assert "ports" not in postgres  # it trusts its clients: only compose's network reaches it
+    assert "postgres-data:/var/lib/postgresql/data" in postgres["volumes"]
+    assert upgrade["command"] == ["toolnexus-serve", "db", "upgrade"]
+    assert upgrade["restart"] == "no"  # a one-shot
+    assert upgrade["environment"]["TOOLNEXUS_STORE"] == POSTGRES_STORE
+    assert upgrade["depends_on"]["postgres"]["condition"] == "service_healthy"
+    for name in ("rabbitmq", "postgres"):
+        assert services[name]["healthcheck"]["test"][0] == "CMD"
+
+
+def test_the_rabbitmq_override_points_every_service_at_it() -> None:
+    deployed = compose(AMQP_DOTENV, "compose.rabbitmq.yaml")["services"]
+    assert deployed["rabbitmq"]["environment"]["RABBITMQ_DEFAULT_PASS"] == "s3cret-rabbit"
+    for name in ALL_APP_SERVICES:
+        environment = container_environment(deployed[name], AMQP_DOTENV)
+        broker = environment["TOOLNEXUS_BROKER_URL"]
+        assert broker == "amqp://toolnexus:s3cret-rabbit@rabbitmq:5672/", name
+        assert Settings.from_env({"TOOLNEXUS_BROKER_URL": broker}).broker_url == broker
+        # Redis stays the store, and every service waits for both.
+        assert urlsplit(environment["TOOLNEXUS_STORE"]).hostname == "redis", name
+        assert deployed[name]["depends_on"]["rabbitmq"]["condition"] == "service_healthy"
+        assert deployed[name]["depends_on"]["redis"]["condition"] == "service_healthy"
+        assert deployed[name]["command"] == compose(DOTENV)["services"][name]["command"]
+
+
+def test_the_rabbitmq_override_wants_its_password() -> None:
+    with pytest.raises(ValueError, match="RABBITMQ_PASSWORD"):
+        compose(DOTENV, "compose.rabbitmq.yaml")
+    compose(DOTENV)  # compose.yaml alone does not
+
+
+def test_the_postgres_override_waits_for_the_schema() -> None:
+    deployed = compose(AMQP_DOTENV, "compose.postgres.yaml", "compose.rabbitmq.yaml")["services"]
+    for name in ALL_APP_SERVICES:
+        environment = container_environment(deployed[name], AMQP_DOTENV)
+        assert environment["TOOLNEXUS_STORE"] == POSTGRES_STORE, name
+        assert environment["TOOLNEXUS_BROKER_URL"].startswith("amqp://"), name
+        upgrade = deployed[name]["depends_on"]["db-upgrade"]
+        assert upgrade["condition"] == "service_completed_successfully", name
+    postgres_only = compose(DOTENV, "compose.postgres.yaml")["services"]["worker"]
+    assert urlsplit(postgres_only["environment"]["TOOLNEXUS_BROKER_URL"]).hostname == "redis"
+
+
+def test_compose_config_with_both_profiles(tmp_path: Path) -> None:
+    cli = needs_cli()
+    files = ("compose.rabbitmq.yaml", "compose.postgres.yaml")
+    # The profiles as an operator names them in .env (compose reads it there).
+    dotenv = {**AMQP_DOTENV, "COMPOSE_PROFILES": "rabbitmq,postgres"}
+    result = cli_config(cli, tmp_path, dotenv, *files)
+    assert result.returncode == 0, result.stderr
+    deployed = yaml.safe_load(result.stdout)["services"]
+    assert {"rabbitmq", "postgres", "db-upgrade"} <= set(deployed)
+    for name in APP_SERVICES:
+        environment = deployed[name]["environment"]
+        assert environment["TOOLNEXUS_STORE"] == POSTGRES_STORE, name
+        assert urlsplit(environment["TOOLNEXUS_BROKER_URL"]).hostname == "rabbitmq", name

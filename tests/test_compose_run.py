@@ -25,7 +25,7 @@ import requests
 from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, FAILED, WORKING, new_task, text_message, with_status
 from tests.support.a2a import readyz, send_text, wait_ready, wait_state
-from tests.support.compose import ROOT, LocalStack, compose, dotenv_for, local_stack
+from tests.support.compose import ROOT, Backends, LocalStack, compose, dotenv_for, local_stack
 from tests.support.polling import wait_for
 from tests.support.redis_server import RedisServer
 
@@ -43,11 +43,17 @@ DOTENV = {
 SERVICES = ("web", "worker", "beat", "flower")
 
 
+# On every broker x store combination the matrix selects (tests/support/matrix.py):
+# with RabbitMQ, compose.rabbitmq.yaml's wiring is what the services get.
+pytestmark = pytest.mark.matrix(ci=True)
+
+
 @pytest.fixture(scope="module")
 def redis_and_stack(
-    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path_factory: pytest.TempPathFactory, backends: Backends
 ) -> Iterator[tuple[RedisServer, LocalStack]]:
-    with local_stack(tmp_path_factory.mktemp("compose"), DOTENV, appendonly=True) as started:
+    folder = tmp_path_factory.mktemp("compose")
+    with local_stack(folder, DOTENV, appendonly=True, backends=backends) as started:
         for name in SERVICES:
             started[1].start(name)
         yield started

@@ -26,13 +26,15 @@ import requests
 from shared.stores.redis.store import redis_store
 from shared.task import state_of
 from tests.support.a2a import call, wait_ready
-from tests.support.compose import LocalStack, local_stack
+from tests.support.compose import Backends, LocalStack, local_stack
 from tests.support.polling import wait_for
 from tests.support.redis_server import RedisServer
 from tests.support.settled import saved_without_reply, wait_all_finished
 
 # Generous deadlines inside (a loaded machine is slow, not wrong).
-pytestmark = pytest.mark.timeout(360)
+# On a RabbitMQ broker (TOOLNEXUS_TEST_MATRIX=full) only the store goes down:
+# the store-outage scenario; tests/test_reliability_broker_outage.py takes the broker away.
+pytestmark = [pytest.mark.timeout(360), pytest.mark.matrix]
 
 SETTINGS = {
     "TOOLNEXUS_RUN": "examples.agents:slow",
@@ -85,8 +87,8 @@ class Senders:
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[tuple[RedisServer, LocalStack]]:
-    with local_stack(tmp_path, SETTINGS, appendonly=True) as (redis, stack):
+def stack(tmp_path: Path, backends: Backends) -> Iterator[tuple[RedisServer, LocalStack]]:
+    with local_stack(tmp_path, SETTINGS, appendonly=True, backends=backends) as (redis, stack):
         stack.start("web", WEB_CONCURRENCY="1")
         stack.start("beat")
         for name in ("worker-a", "worker-b"):

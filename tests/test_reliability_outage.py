@@ -1,8 +1,10 @@
-"""Scenario: Redis (store and broker) goes down under load, then comes back.
+"""Scenario: Redis (store and broker) goes down under load, then comes back;
+and RabbitMQ, the broker alone, goes away under load, then comes back.
 
-While it is down the front end answers every request with a JSON-RPC error
-saying what is unavailable (none hangs), and /readyz says 503. Once Redis
-returns it serves again. Every task the store holds, whether or not its id
+While it is down the front end answers every request (with RabbitMQ down:
+every send; reads are still answered) with a JSON-RPC error saying what is
+unavailable (none hangs), and /readyz says 503. Once it returns the front
+end serves again. Every task the store holds, whether or not its id
 was handed out, ends completed, or failed with a reason; none is lost or
 left working. Redis stays down until the load has had errors back (an
 event, not a fixed time), and the deadlines here are generous outcomes, not
@@ -12,27 +14,28 @@ by bench/recovery.py.
 
 from __future__ import annotations
 
-import threading
 import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
-import requests
 
 from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, FAILED, state_of
-from tests.support.a2a import call, readyz, wait_ready
-from tests.support.compose import LocalStack, local_stack
+from tests.support.a2a import readyz, wait_ready
+from tests.support.compose import Backends, LocalStack, local_stack
+from tests.support.load import Load, error_kind, error_reply, succeeded
 from tests.support.polling import wait_for
 from tests.support.redis_server import RedisServer
 from tests.support.settled import saved_without_reply, wait_all_finished
+from tests.support.tcp_proxy import TcpProxy
 
 # Generous deadlines inside (a loaded machine is slow, not wrong).
-pytestmark = pytest.mark.timeout(360)
+# On a RabbitMQ broker (TOOLNEXUS_TEST_MATRIX=full) only the store goes down:
+# the store-outage scenario; tests/test_reliability_broker_outage.py takes the broker away.
+pytestmark = [pytest.mark.timeout(360), pytest.mark.matrix]
 
 SETTINGS = {
     "TOOLNEXUS_RUN": "examples.agents:slow",
@@ -42,70 +45,11 @@ SETTINGS = {
     "TOOLNEXUS_REAP_EVERY": "1",
 }
 ERRORS_DURING_OUTAGE = 5  # Redis comes back once the load has had this many
-CLIENT_TIMEOUT = 60.0  # a request still unanswered by then counts as hung
-
-
-def succeeded(reply: dict[str, Any] | str) -> bool:
-    return isinstance(reply, dict) and "result" in reply
-
-
-def error_reply(reply: dict[str, Any] | str) -> bool:
-    return isinstance(reply, dict) and "error" in reply
-
-
-def error_kind(reply: dict[str, Any] | str) -> str:
-    if isinstance(reply, dict) and "error" in reply:
-        return str(reply["error"]["message"]).split(":")[0]
-    return repr(reply)[:40]
-
-
-class Load:
-    """Sends tasks and polls them from a thread, recording every reply."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.ids: list[str] = []
-        self.replies: list[tuple[float, float, dict[str, Any] | str]] = []  # sent, took, reply
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Load:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(CLIENT_TIMEOUT * 2)
-
-    def _run(self) -> None:
-        n = 0
-        while not self._stop.is_set():
-            n += 1
-            message = {
-                "role": "user",
-                "messageId": str(uuid.uuid4()),
-                "parts": [{"kind": "text", "text": f"0.2 load {n}"}],
-            }
-            params = {"message": message, "configuration": {"blocking": False}}
-            for method, body in (("message/send", params), ("tasks/get", None)):
-                if method == "tasks/get":
-                    if not self.ids:
-                        continue
-                    body = {"id": self.ids[-1]}
-                started = time.monotonic()
-                try:
-                    reply: dict[str, Any] | str = call(self.url, method, body, CLIENT_TIMEOUT)
-                except requests.RequestException as error:
-                    reply = f"no reply: {error}"
-                self.replies.append((started, time.monotonic() - started, reply))
-                if method == "message/send" and succeeded(reply):
-                    self.ids.append(reply["result"]["id"])
-            time.sleep(0.02)
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[tuple[RedisServer, LocalStack]]:
-    with local_stack(tmp_path, SETTINGS, appendonly=True) as (redis, stack):
+def stack(tmp_path: Path, backends: Backends) -> Iterator[tuple[RedisServer, LocalStack]]:
+    with local_stack(tmp_path, SETTINGS, appendonly=True, backends=backends) as (redis, stack):
         stack.start("web", WEB_CONCURRENCY="1")
         stack.start("worker")
         stack.start("beat")
@@ -113,48 +57,79 @@ def stack(tmp_path: Path) -> Iterator[tuple[RedisServer, LocalStack]]:
 
 
 def test_a_redis_outage_gives_clear_errors_and_loses_nothing(
-    stack: tuple[RedisServer, LocalStack],
+    stack: tuple[RedisServer, LocalStack], backends: Backends
 ) -> None:
     redis, services = stack
+    # With RabbitMQ the broker stays up: Redis is then the store alone.
+    what = "Redis" if backends.broker_kind == "redis" else "the Redis store"
+    outage(services, redis.stop, redis.start, what, sends_only=False)
+
+
+def test_a_rabbitmq_outage_refuses_sends_clearly_and_loses_nothing(
+    tmp_path: Path, amqp_broker_url: str
+) -> None:
+    """The broker alone goes away (RabbitMQ, through a proxy that is cut:
+    the machine's server is shared); reads go on being answered."""
+    target = urlsplit(amqp_broker_url)
+    with TcpProxy(target.hostname or "127.0.0.1", target.port or 5672) as proxy:
+        proxied = target._replace(netloc=f"guest:guest@127.0.0.1:{proxy.port}").geturl()
+        backends = Backends(broker_kind="amqp", broker_url=proxied)
+        with local_stack(tmp_path, SETTINGS, backends=backends) as (_, services):
+            services.start("web", WEB_CONCURRENCY="1")
+            services.start("worker")
+            services.start("beat")
+            outage(services, proxy.cut, proxy.restore, "RabbitMQ", sends_only=True)
+
+
+def outage(
+    services: LocalStack,
+    stop: Callable[[], object],
+    start: Callable[[], object],
+    what: str,
+    *,
+    sends_only: bool,
+) -> None:
+    """Under load, take `what` away until the load has had errors, bring it
+    back, and judge: clear errors, none hung, nothing lost or left working.
+    `sends_only`: only sends need `what` (reads are still answered)."""
     url = services.web_url
     store = redis_store(services.store_url)
     wait_ready(url)
     with Load(url) as load:
         wait_for(lambda: len(load.ids) >= 20, timeout=60, what="tasks under load")
         unanswered = saved_without_reply(store, "0.2 saved, never answered")
-        redis.stop()
+        stop()
         down_from = time.monotonic()
         assert wait_for(lambda: readyz(url) == 503, timeout=60, what="/readyz to say 503")
+        judged = load.sends if sends_only else load.replies
 
         def errors_since_down() -> int:
-            return sum(1 for s, _, r in list(load.replies) if s > down_from and error_reply(r))
+            # Counted as `during` counts them below: begun after the first half second.
+            settled = down_from + 0.5
+            return sum(1 for s, _, r in list(judged) if s > settled and error_reply(r))
 
         # The outage itself: the load keeps running against it until it has
         # had errors back, however slowly this machine runs.
         wait_for(
             lambda: errors_since_down() >= ERRORS_DURING_OUTAGE,
             timeout=120,
-            what=f"{ERRORS_DURING_OUTAGE} error replies while Redis is down",
+            what=f"{ERRORS_DURING_OUTAGE} error replies while {what} is down",
         )
         down_until = time.monotonic()
-        redis.start()
+        start()
         back_at = time.monotonic()
-        wait_for(lambda: readyz(url) == 200, timeout=60, what="/readyz 200 after Redis returned")
+        wait_for(lambda: readyz(url) == 200, timeout=60, what=f"/readyz 200 after {what} returned")
         first_ok = wait_for(
-            lambda: next(
-                (s for s, _, r in list(load.replies) if s > back_at and succeeded(r)), None
-            ),
+            lambda: next((s for s, _, r in list(judged) if s > back_at and succeeded(r)), None),
             timeout=60,
-            what="a successful request after Redis returned",
+            what=f"a successful request after {what} returned",
         )
         sent_before_stop = len(load.ids)
         wait_for(lambda: len(load.ids) > sent_before_stop + 5, timeout=60, what="load to resume")
 
-    # Requests made wholly inside the outage (one still in flight when Redis
-    # came back may rightly succeed), and every request begun during it.
-    during = [
-        (took, r) for s, took, r in load.replies if down_from + 0.5 < s and s + took < down_until
-    ]
+    # Requests made wholly inside the outage (one still in flight when it
+    # ended may rightly succeed), and every request begun during it.
+    during = [(took, r) for s, took, r in judged if down_from + 0.5 < s and s + took < down_until]
     begun = [r for s, _, r in load.replies if down_from <= s <= back_at]
     errors = Counter(error_kind(r) for _, r in during)
     hung = [r for r in begun if isinstance(r, str)]
@@ -164,13 +139,13 @@ def test_a_redis_outage_gives_clear_errors_and_loses_nothing(
     lost = [i for i in [*load.ids, unanswered] if i not in final]
     slowest = max((took for took, _ in during), default=0.0)
     print(
-        f"\nredis outage: requests during it {len(during)} (errors {dict(errors)},"
-        f" hung {len(hung)}, answered {len(ok)}), slowest error {slowest:.2f} s,"
-        f" serving again {first_ok - back_at:.2f} s after Redis returned;"
+        f"\n{what} outage: {'sends' if sends_only else 'requests'} during it {len(during)}"
+        f" (errors {dict(errors)}, hung {len(hung)}, answered {len(ok)}), slowest error"
+        f" {slowest:.2f} s, serving again {first_ok - back_at:.2f} s after {what} returned;"
         f" tasks handed out {len(load.ids)}, stored {len(final)}, states {dict(states)},"
         f" lost {len(lost)} (figures from a shared machine; bench/recovery.py measures them)"
     )
-    assert during, "no request was answered while Redis was down"
+    assert during, f"no request was answered while {what} was down"
     assert hung == [], hung[:3]
     assert ok == []
     for _, reply in during:

@@ -24,10 +24,13 @@ import pytest
 from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, FAILED, TERMINAL_STATES, state_of
 from tests.support.a2a import send_text, wait_ready
-from tests.support.compose import LocalStack, ServiceProcess, local_stack
+from tests.support.compose import Backends, LocalStack, ServiceProcess, local_stack
 from tests.support.polling import wait_for
 
-pytestmark = pytest.mark.timeout(360)  # generous deadlines inside
+# Generous deadlines inside.
+# Also on RabbitMQ in CI (tests/support/matrix.py): there a dead worker's
+# unacknowledged messages come back at once, to the other worker.
+pytestmark = [pytest.mark.timeout(360), pytest.mark.matrix(ci=True)]
 
 TASKS = 200
 STALE_AFTER, REAP_EVERY = 3.0, 1.0
@@ -64,8 +67,8 @@ def killed_for_good(service: ServiceProcess) -> None:
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[LocalStack]:
-    with local_stack(tmp_path, SETTINGS) as (_, stack):
+def stack(tmp_path: Path, backends: Backends) -> Iterator[LocalStack]:
+    with local_stack(tmp_path, SETTINGS, backends=backends) as (_, stack):
         stack.start("web", WEB_CONCURRENCY="1")
         stack.start("beat")
         for name in ("worker-a", "worker-b"):

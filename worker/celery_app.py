@@ -8,6 +8,9 @@ Reliability settings, chosen together (docs/workers.md explains each):
   a dying worker strands nothing it had not started;
 - soft limit = TOOLNEXUS_TIME_LIMIT (fails the task "timed out"), hard limit
   30 s later (kills the process; the reaper then fails the task);
+- RabbitMQ (shared.broker.amqp) has no visibility timeout: it redelivers
+  an unacknowledged message when the consumer's channel closes, so its
+  consumer_timeout (30 min by default) must exceed the hard limit;
 - Redis visibility_timeout > hard limit: a message is redelivered only when
   its worker cannot possibly still be running it; the redelivered copy finds
   the task terminal or `working` and does nothing (see worker.fulfil);
@@ -28,6 +31,7 @@ from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.entity import Queue
 
+from shared.broker.amqp import amqp_config, is_amqp
 from shared.broker.names import FULFIL_TASK, PUSH_SWEEP_TASK, PUSH_TASK, REAP_TASK
 from shared.broker.redis import broker_transport
 from shared.errors import StoreError
@@ -113,6 +117,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             },
         },
     }
+    if is_amqp(settings.broker_url):
+        queues = (settings.queue, settings.push_queue)
+        config.update(amqp_config(queues, settings.amqp_queue_type, {}))
     config["worker_pool"] = celery_pool(settings)
     if (calls := concurrency(settings)) is not None:
         config["worker_concurrency"] = calls

@@ -1,1 +1,2 @@
-"""The broker side: task names, the Celery dispatcher, the Redis transport and queue."""
+"""The broker side: task names, the Celery dispatcher, the Redis transport and queue,
+RabbitMQ's queue declarations."""

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from celery import Celery
 
+from shared.broker.amqp import CONFIRM_TIMEOUT, amqp_config, is_amqp
 from shared.broker.names import FULFIL_TASK
 from shared.broker.redis import broker_transport
 from shared.broker.redis_queue import RedisTaskQueue
@@ -60,6 +61,11 @@ class CeleryDispatcher:
             # Published by the sender, so Flower sees a task from the moment it is queued.
             task_send_sent_event=True,
         )
+        if is_amqp(settings.broker_url):
+            # The worker's own queue declarations (RabbitMQ refuses a second
+            # declaration that differs), with publisher confirms.
+            options = self.app.conf.broker_transport_options
+            self.app.conf.update(amqp_config((self.queue,), settings.amqp_queue_type, options))
         # On Redis a queue is a list that needs no declaring: the message and
         # its task-sent event go straight to it (shared.broker.redis_queue). Other brokers
         # (RabbitMQ drops a message for an undeclared queue) keep Celery's way.
@@ -95,6 +101,9 @@ class CeleryDispatcher:
             retry_policy=RETRY_POLICY,
             headers=headers,
             queue=self.queue,
+            # AMQP with publisher confirms: wait this long for RabbitMQ's ack
+            # (Redis ignores it).
+            confirm_timeout=CONFIRM_TIMEOUT,
         )
 
     def revoke(self, task_id: str) -> None:

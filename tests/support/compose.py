@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -56,15 +57,33 @@ def _interpolated(node: Any, env: Mapping[str, str]) -> Any:
     return node
 
 
-def raw_compose() -> dict[str, Any]:
+def raw_compose(*extra_files: str) -> dict[str, Any]:
+    """compose.yaml, with each of `extra_files` (compose.rabbitmq.yaml, say)
+    laid over it as `docker compose -f ... -f ...` does: mappings merged key
+    by key, anything else replaced."""
     loaded = yaml.safe_load(COMPOSE_FILE.read_text())
     assert isinstance(loaded, dict)
+    for name in extra_files:
+        override = yaml.safe_load((ROOT / name).read_text())
+        assert isinstance(override, dict), name
+        loaded = _merged(loaded, override)
     return loaded
 
 
-def compose(env: Mapping[str, str]) -> dict[str, Any]:
-    """compose.yaml with every variable substituted from `env`."""
-    return dict(_interpolated(raw_compose(), env))
+def _merged(base: Any, override: Any) -> Any:
+    if isinstance(base, dict) and isinstance(override, dict):
+        keys = [*base, *(key for key in override if key not in base)]
+        return {
+            key: _merged(base[key], override[key]) if key in base and key in override
+            else override.get(key, base.get(key))
+            for key in keys
+        }  # fmt: skip
+    return override
+
+
+def compose(env: Mapping[str, str], *extra_files: str) -> dict[str, Any]:
+    """compose.yaml (and `extra_files` over it) with every variable substituted from `env`."""
+    return dict(_interpolated(raw_compose(*extra_files), env))
 
 
 def service_environment(service: Mapping[str, Any]) -> dict[str, str]:
@@ -86,6 +105,11 @@ def container_environment(service: Mapping[str, Any], dotenv: Mapping[str, str])
 
 # compose's Redis URLs, `redis://:<password>@redis:6379/<db>`.
 _COMPOSE_REDIS = re.compile(r"redis://(?P<login>[^@/]*@)?redis:6379")
+# compose.rabbitmq.yaml's broker URL and compose.postgres.yaml's store URL.
+_COMPOSE_AMQP = re.compile(r"amqp://[^@/]*@rabbitmq:5672/\S*")
+_COMPOSE_POSTGRES = re.compile(r"postgresql://[^@/]*@postgres:5432/\S*")
+# Which override file brings each broker or store other than compose's Redis.
+OVERRIDE_FILES = {"amqp": "compose.rabbitmq.yaml", "postgresql": "compose.postgres.yaml"}
 
 
 def localised(environment: Mapping[str, str], redis_url: str) -> dict[str, str]:
@@ -147,15 +171,44 @@ class ServiceProcess:
 
 
 def dotenv_for(overrides: Mapping[str, str] | None, redis_password: str | None) -> dict[str, str]:
-    """A `.env` as an operator would write it: the two passwords compose
+    """A `.env` as an operator would write it: the passwords compose
     demands, then `overrides`."""
     return {
         "FLOWER_BASIC_AUTH": "admin:secret",
         # Compose refuses an empty one; a local server without a password
         # never sees it (see `localised`).
         "REDIS_PASSWORD": redis_password or "unused-locally",
+        # compose.rabbitmq.yaml's; the test's broker URL replaces its URL whole.
+        "RABBITMQ_PASSWORD": "unused-locally",
         **(overrides or {}),
     }
+
+
+@dataclass(frozen=True)
+class Backends:
+    """Where a stack's broker and store are, when not compose's Redis: the
+    URLs a test matrix gave (tests/support/matrix.py). Each replaces what
+    its override file (compose.rabbitmq.yaml, compose.postgres.yaml) points
+    the services at, so the stack runs those files too."""
+
+    broker_kind: str = "redis"
+    broker_url: str | None = None
+    store_kind: str = "redis"
+    store_url: str | None = None
+
+    def files(self) -> tuple[str, ...]:
+        kinds = (self.broker_kind, self.store_kind)
+        return tuple(OVERRIDE_FILES[kind] for kind in kinds if kind in OVERRIDE_FILES)
+
+    def localise(self, environment: dict[str, str]) -> dict[str, str]:
+        """compose's rabbitmq and postgres hosts swapped for the given URLs."""
+        swaps = ((_COMPOSE_AMQP, self.broker_url), (_COMPOSE_POSTGRES, self.store_url))
+        for key, value in environment.items():
+            for pattern, url in swaps:
+                if url is not None:
+                    value = pattern.sub(url, value)
+            environment[key] = value
+        return environment
 
 
 class LocalStack:
@@ -164,17 +217,29 @@ class LocalStack:
     `overrides` are the `.env` file: they feed compose's interpolation and
     reach the services through `env_file`, as in a container; web and flower
     get free ports. Services can be started, stopped and restarted one by
-    one, which is what the reliability scenarios need.
+    one, which is what the reliability scenarios need. `backends` puts the
+    broker or store elsewhere (RabbitMQ, PostgreSQL) through compose's own
+    override files; the stack then takes queue names of its own, since the
+    broker may be shared with other stacks of this test run.
     """
 
     def __init__(
-        self, redis_url: str, folder: Path, overrides: Mapping[str, str] | None = None
+        self,
+        redis_url: str,
+        folder: Path,
+        overrides: Mapping[str, str] | None = None,
+        backends: Backends | None = None,
     ) -> None:
         from tests.support.redis_server import free_port
 
         self.folder = folder
+        self.backends = backends or Backends()
         self.dotenv = dotenv_for(overrides, urlsplit(redis_url).password)
-        self.services: dict[str, Any] = compose(self.dotenv)["services"]
+        if self.backends.broker_kind != "redis":
+            suffix = secrets.token_hex(4)
+            self.dotenv.setdefault("TOOLNEXUS_QUEUE", f"toolnexus-{suffix}")
+            self.dotenv.setdefault("TOOLNEXUS_PUSH_QUEUE", f"push-{suffix}")
+        self.services: dict[str, Any] = compose(self.dotenv, *self.backends.files())["services"]
         self.web_port, self.flower_port = free_port(), free_port()
         extra = {
             "web": {"GUNICORN_CMD_ARGS": f"--bind=127.0.0.1:{self.web_port}"},
@@ -184,12 +249,22 @@ class LocalStack:
         path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
         self.environments = {
             name: {
-                **localised(container_environment(self.services[name], self.dotenv), redis_url),
+                **self.backends.localise(
+                    localised(container_environment(self.services[name], self.dotenv), redis_url)
+                ),
                 **extra.get(name, {}),
                 "PATH": path,
             }
             for name in ("web", "worker", "beat", "flower")
         }
+        for name, environment in self.environments.items():
+            # The override file must have pointed every service at the broker
+            # and store given (what compose.rabbitmq.yaml / compose.postgres.yaml promise).
+            for url, variable in (
+                (self.backends.broker_url, "TOOLNEXUS_BROKER_URL"),
+                (self.backends.store_url, "TOOLNEXUS_STORE"),
+            ):
+                assert url is None or environment[variable] == url, (name, variable)
         # The image's WORKDIR is the project; beat's state directory (the
         # image's /var/lib/toolnexus) is a folder of this run's own.
         self.beat_dir = folder / "beat"
@@ -239,7 +314,11 @@ class LocalStack:
 
 @contextmanager
 def local_stack(
-    folder: Path, overrides: Mapping[str, str] | None = None, *, appendonly: bool = False
+    folder: Path,
+    overrides: Mapping[str, str] | None = None,
+    *,
+    appendonly: bool = False,
+    backends: Backends | None = None,
 ) -> Iterator[tuple[RedisServer, LocalStack]]:
     """A private Redis run with compose.yaml's own redis arguments (its
     password and memory policy), and a LocalStack on it, both torn down
@@ -248,7 +327,7 @@ def local_stack(
     password = dotenv["REDIS_PASSWORD"]
     arguments = compose(dotenv)["services"]["redis"]["command"][1:]
     redis = RedisServer(appendonly=appendonly, password=password, args=arguments).start()
-    stack = LocalStack(redis.url, folder, dotenv)
+    stack = LocalStack(redis.url, folder, dotenv, backends)
     try:
         yield redis, stack
     finally:
