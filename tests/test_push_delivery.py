@@ -57,7 +57,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, backends: Backends) -> Itera
 
 
 @pytest.fixture(scope="module")
-def receiver() -> Iterator[Receiver]:
+def receiver(stack: LocalStack) -> Iterator[Receiver]:
+    # One per stack: the matrix runs this module once per combination, and a
+    # receiver shared between them holds the earlier stack's deliveries too.
     receiver = Receiver().start()
     yield receiver
     receiver.stop()
