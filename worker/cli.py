@@ -6,6 +6,7 @@
     toolnexus-serve beat                         the one beat: the reaper and the resender
     toolnexus-serve flower [--port P]            Flower, every page behind its login
     toolnexus-serve db upgrade|status            the PostgreSQL store's schema
+    toolnexus-serve db copy TARGET               every task into another store
 
 Each role works from any directory: the current one is importable for the
 agent (`--run myagent:fn` finds ./myagent.py, as gunicorn and Celery find
@@ -351,7 +352,8 @@ ROLES: dict[str, Role] = {
         Role(
             "db",
             "The PostgreSQL store's schema: `upgrade` applies the migrations it lacks,"
-            " `status` says where it stands (exit 1: behind).",
+            " `status` says where it stands (exit 1: behind); `copy TARGET` saves every task"
+            " into another store.",
             (STORE,),
             _db,
             "nothing (upgrade or status)",

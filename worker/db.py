@@ -1,4 +1,5 @@
-"""`toolnexus-serve db upgrade|status`: the PostgreSQL store's schema.
+"""`toolnexus-serve db upgrade|status`: the PostgreSQL store's schema
+(and `db copy TARGET`, every task into another store: `worker.store_copy`).
 
 `upgrade` applies the migrations the configured database lacks (each in
 its own transaction, under a lock, so two at once do no harm) and says
@@ -21,8 +22,12 @@ ACTIONS = ("upgrade", "status")
 
 
 def run(argv: list[str], program: str) -> int:
+    if argv[:1] == ["copy"]:
+        from worker.store_copy import run as copy
+
+        return copy(argv[1:], program)
     if len(argv) != 1 or argv[0] not in ACTIONS:
-        print(f"{program}: say upgrade or status (see {program} --help)", file=sys.stderr)
+        print(f"{program}: say upgrade, status or copy (see {program} --help)", file=sys.stderr)
         return 2
     try:
         spec = Settings.from_env().store
