@@ -28,7 +28,7 @@ from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.entity import Queue
 
-from shared.broker.names import FULFIL_TASK, PUSH_SWEEP_TASK, PUSH_TASK, REAP_TASK
+from shared.broker.names import FULFIL_TASK, PUSH_SWEEP_TASK, PUSH_TASK, REAP_TASK, resend_id
 from shared.broker.redis import broker_transport
 from shared.errors import StoreError
 from shared.push_store import PushStore
@@ -37,6 +37,7 @@ from shared.store import Store
 from shared.tracing import continuing, enable
 from shared.wiring import open_store
 from worker.agent import Agent, agent_or_problem
+from worker.cancel import register_cancel
 from worker.observe import bind_deliveries, observed_fulfil
 from worker.outcome import TaskFailed, celery_result
 from worker.pools import celery_pool, concurrency, holds_many, store_connections
@@ -161,6 +162,7 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
     runtime = ProcessRuntime(settings, store)
     held = holds_many(settings)
     bind_deliveries()
+    register_cancel()
     enable("toolnexus-worker")
 
     # shared=False: each app keeps its own tasks (closures over its own
@@ -195,7 +197,9 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
             )
 
     def send(task_id: str) -> None:
-        app.send_task(FULFIL_TASK, args=[task_id], task_id=task_id, queue=settings.queue)
+        # The reaper's resend: a Celery id of its own, so that a copy never
+        # shares the running message's entry in a worker (shared.broker.names).
+        app.send_task(FULFIL_TASK, args=[task_id], task_id=resend_id(task_id), queue=settings.queue)
 
     @app.task(name=REAP_TASK, shared=False)  # type: ignore[untyped-decorator]
     def reap_task() -> list[str]:
