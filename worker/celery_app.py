@@ -28,7 +28,14 @@ from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.entity import Queue
 
-from shared.broker.names import FULFIL_TASK, PUSH_SWEEP_TASK, PUSH_TASK, REAP_TASK, resend_id
+from shared.broker.names import (
+    FULFIL_TASK,
+    PUSH_SWEEP_TASK,
+    PUSH_TASK,
+    REAP_TASK,
+    is_resend,
+    resend_id,
+)
 from shared.broker.redis import broker_transport
 from shared.errors import StoreError
 from shared.push_store import PushStore
@@ -193,6 +200,7 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
                     "task-revoked", terminated=False, signum=None, expired=False
                 ),
                 redelivered=bool((self.request.delivery_info or {}).get("redelivered")),
+                resent=is_resend(self.request.id, task_id),
                 recheck=lambda: self.retry(countdown=recheck_after(settings)),
             )
 

@@ -40,3 +40,8 @@ class Dispatcher(Protocol):
 
     def check(self) -> None:
         """Raise BrokerError when work could not be enqueued right now."""
+
+
+def is_resend(celery_id: str, task_id: str) -> bool:
+    """Whether the message with `celery_id` for `task_id` is one of the reaper's resends."""
+    return celery_id.startswith(task_id + RESEND_MARK)
