@@ -19,6 +19,7 @@ import requests
 from celery.exceptions import Ignore
 from prometheus_client.parser import text_string_to_metric_families
 
+from shared.broker.names import is_resend, resend_id
 from shared.correlation import accepted_request_id, correlated
 from shared.errors import StoreError
 from shared.logs import CorrelationFilter, JsonFormatter, TextFormatter, fields
@@ -185,6 +186,32 @@ def test_a_task_missing_from_the_store_is_a_failure_saying_why() -> None:
 def test_a_delivery_that_found_the_task_taken_reports_nothing(state: str) -> None:
     with pytest.raises(Ignore):
         celery_result("t1", state, pytest.fail, pytest.fail)
+
+
+@pytest.mark.parametrize("state", [WORKING, SUBMITTED])
+def test_a_resend_that_found_the_task_taken_ends_saying_so(state: str) -> None:
+    # Under an id of its own it is its own entry in Flower: not STARTED for good.
+    result = celery_result("t1", state, pytest.fail, pytest.fail, resent=True)
+    assert result == f"{state}: another message of the task runs it"
+
+
+def test_a_resend_redelivered_to_a_task_left_working_looks_again() -> None:
+    class Recheck(Exception):
+        pass
+
+    def recheck() -> None:
+        raise Recheck
+
+    with pytest.raises(Recheck):
+        celery_result(
+            "t1", WORKING, pytest.fail, pytest.fail, redelivered=True, resent=True, recheck=recheck
+        )
+
+
+def test_only_the_reapers_resend_ids_are_resends() -> None:
+    assert is_resend(resend_id("t1"), "t1")
+    assert not is_resend("t1", "t1")
+    assert not is_resend(resend_id("t2"), "t1")
 
 
 # --- /metrics behind the bearer tokens ---------------------------------------------------

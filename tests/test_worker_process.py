@@ -164,7 +164,7 @@ def test_cancel_terminates_a_running_task_and_nothing_overwrites_it(fleet: Fleet
     # what the front end's CancelTask does: the stored state first, then revoke
     canceled = transition(fleet.store, task_id, to_state("canceled"))
     assert canceled.applied
-    fleet.dispatcher.revoke(task_id)  # terminate=True: the pool process running it is killed
+    fleet.dispatcher.revoke(task_id)  # the pool process running it is killed (worker.cancel)
 
     # the worker goes on serving, and the canceled task never changes again
     after = fleet.submit("0.01 next")
@@ -174,7 +174,7 @@ def test_cancel_terminates_a_running_task_and_nothing_overwrites_it(fleet: Fleet
     assert state_of(task) == "canceled"
     assert "artifacts" not in task
     assert fleet.store.stale(float("inf")) == []
-    assert f"Terminating {task_id}" in fleet.logs()  # Celery stopped the run itself
+    assert f"canceled: terminated {task_id}" in fleet.logs()  # the worker stopped the run itself
 
 
 def inspected_conf(fleet: Fleet, name: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,13 @@ import redis
 from celery.contrib.testing.worker import start_worker
 
 from shared.broker.dispatch import CeleryDispatcher
+from shared.broker.names import REAP_TASK
 from shared.events import to_state
 from shared.settings import Settings
 from shared.stores.file import file_store
 from shared.stores.memory import memory_store
 from shared.stores.redis.store import redis_store
-from shared.task import COMPLETED, WORKING, new_task, state_of, text_message
+from shared.task import CANCELED, COMPLETED, WORKING, new_task, state_of, text_message
 from shared.transitions import transition
 from tests.support.compose import ROOT, LocalStack
 from tests.support.polling import wait_for
@@ -201,3 +203,77 @@ def test_a_message_never_acknowledged_is_redelivered_after_the_visibility_timeou
         )
     assert broker.hlen("unacked") == 0
     assert store.waiting(float("inf")) == []  # nothing left for the reaper to send
+
+
+def ticks_stopped(ticks: Path) -> bool:
+    """True once the agent's tick file has not grown for a second."""
+    before = ticks.stat().st_size if ticks.exists() else -1
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:
+        time.sleep(0.1)
+        if (ticks.stat().st_size if ticks.exists() else -1) != before:
+            return False
+    return before > 0
+
+
+@pytest.mark.parametrize("first_sent", [True, False], ids=["with-its-copy", "resent-only"])
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
+def test_a_cancel_stops_a_call_whose_task_was_sent_again(
+    redis_url: str, tmp_path: Path, pool: str, first_sent: bool
+) -> None:
+    # The task waits in the queue past the resend threshold, so the reaper
+    # sends it again. With its first message queued too, one worker takes
+    # both: one runs the agent (either may), the other finds the task
+    # claimed and does nothing. A cancel after that copy finished must still
+    # stop the running call: Celery's worker keeps its messages by Celery id,
+    # and a copy under the same id took the running one's entry with it when
+    # it finished. With the first message lost, the resend alone runs the
+    # call, under an id of its own, and the cancel must find it all the same.
+    stack = LocalStack(redis_url.rsplit("/", 1)[0], tmp_path, FAST)
+    broker_url = stack.environments["worker"]["TOOLNEXUS_BROKER_URL"]
+    settings = Settings(
+        broker_url=broker_url,
+        store=stack.store_url,
+        run="tests.support.agents:ticking",
+        heartbeat=0.2,
+        stale_after=1,
+    )
+    store = redis_store(stack.store_url)
+    ticks = tmp_path / "ticks"
+    task_id = str(store.save(new_task(text_message("user", f"{ticks} 120")))["id"])
+    dispatcher = CeleryDispatcher(settings)
+    broker = redis.Redis.from_url(broker_url)
+    try:
+        if first_sent:
+            dispatcher.enqueue(task_id)
+        wait_for(
+            lambda: task_id in store.waiting(time.time() - settings.stale_after),
+            what="the task to wait past the resend threshold",
+        )
+        # What beat runs: the reaper sends the waiting task again.
+        create_celery(settings).tasks[REAP_TASK]()
+        assert broker.llen(settings.queue) == (2 if first_sent else 1)
+        stack.start(
+            "worker",
+            PYTHONPATH=str(ROOT),
+            TOOLNEXUS_RUN=settings.run or "",
+            TOOLNEXUS_POOL=pool,
+            TOOLNEXUS_CONCURRENCY="2",
+        )
+        wait_for(lambda: ticks.exists(), timeout=30, what="the agent to run")
+        # A copy that found the task claimed is acknowledged; only the
+        # running message is left unacknowledged.
+        wait_for(
+            lambda: broker.llen(settings.queue) == 0 and broker.hlen("unacked") == 1,
+            timeout=30,
+            what="every message but the running one to be done",
+        )
+        assert state_of(store.get(task_id)) == WORKING
+        assert transition(store, task_id, to_state(CANCELED)).applied  # what CancelTask does
+        dispatcher.revoke(task_id)
+        wait_for(lambda: ticks_stopped(ticks), timeout=20, what="the canceled call to stop")
+        assert state_of(store.get(task_id)) == CANCELED
+        assert stack.processes["worker"].alive()
+    finally:
+        dispatcher.close()
+        stack.close()

@@ -32,7 +32,14 @@ from celery.exceptions import SoftTimeLimitExceeded
 from kombu.entity import Queue
 
 from shared.broker.amqp import amqp_config, is_amqp
-from shared.broker.names import FULFIL_TASK, PUSH_SWEEP_TASK, PUSH_TASK, REAP_TASK
+from shared.broker.names import (
+    FULFIL_TASK,
+    PUSH_SWEEP_TASK,
+    PUSH_TASK,
+    REAP_TASK,
+    is_resend,
+    resend_id,
+)
 from shared.broker.redis import broker_transport
 from shared.errors import StoreError
 from shared.push_store import PushStore
@@ -41,6 +48,7 @@ from shared.store import Store
 from shared.tracing import continuing, enable
 from shared.wiring import open_store
 from worker.agent import Agent, agent_or_problem
+from worker.cancel import register_cancel
 from worker.observe import bind_deliveries, observed_fulfil
 from worker.outcome import TaskFailed, celery_result
 from worker.pools import celery_pool, concurrency, holds_many, store_connections
@@ -168,6 +176,7 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
     runtime = ProcessRuntime(settings, store)
     held = holds_many(settings)
     bind_deliveries()
+    register_cancel()
     enable("toolnexus-worker")
 
     # shared=False: each app keeps its own tasks (closures over its own
@@ -198,11 +207,14 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
                     "task-revoked", terminated=False, signum=None, expired=False
                 ),
                 redelivered=bool((self.request.delivery_info or {}).get("redelivered")),
+                resent=is_resend(self.request.id, task_id),
                 recheck=lambda: self.retry(countdown=recheck_after(settings)),
             )
 
     def send(task_id: str) -> None:
-        app.send_task(FULFIL_TASK, args=[task_id], task_id=task_id, queue=settings.queue)
+        # The reaper's resend: a Celery id of its own, so that a copy never
+        # shares the running message's entry in a worker (shared.broker.names).
+        app.send_task(FULFIL_TASK, args=[task_id], task_id=resend_id(task_id), queue=settings.queue)
 
     @app.task(name=REAP_TASK, shared=False)  # type: ignore[untyped-decorator]
     def reap_task() -> list[str]:

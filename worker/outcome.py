@@ -10,6 +10,7 @@ Celery, so nothing here can lose or change a result:
 | canceled                          | REVOKED                                           |
 | not in the store                  | FAILURE, `TaskFailed(not in the task store …)`    |
 | working, message redelivered      | RETRY, then what the task is once reaped          |
+| working, a resend (another delivery runs it) | SUCCESS, the result says another message runs it |
 | working (another delivery runs it) | nothing more: that delivery reports            |
 
 A FAILURE is an ordinary exception, so with late acks the message is
@@ -19,6 +20,12 @@ when a revoke reaches the worker before or while the task runs; a delivery
 that finds the task canceled anyway (the revoke reached no live worker)
 announces `task-revoked` itself and ends with Ignore, which acknowledges
 the message and sends no other event.
+
+A resend (the reaper's copy, under a Celery id of its own,
+`shared.broker.names.resend_id`) that finds its task taken is its own entry
+in Flower, which would otherwise show it STARTED for good: it ends as a
+success saying who runs the task. A copy under the task's own id reports
+nothing, so as not to end the entry of the delivery that runs it.
 
 A redelivered message that finds its task `working` came back because the
 delivery running it died (a killed pool process: reject on worker lost).
@@ -79,13 +86,15 @@ def celery_result(
     announce_revoked: Callable[[], None],
     *,
     redelivered: bool = False,
+    resent: bool = False,
     recheck: Callable[[], None] = lambda: None,
 ) -> str:
     """The Celery task's return value for a delivery that left `task_id` in
     `state`; raises TaskFailed or Ignore for the outcomes that are no success.
     `read` loads the task (for a failure's reason), `announce_revoked` sends
     the task-revoked event, `recheck` raises Celery's Retry to look again
-    later (for a `redelivered` message that finds its task `working`)."""
+    later (for a `redelivered` message that finds its task `working`);
+    `resent`: the delivery is one of the reaper's resends."""
     if state in SUCCEEDED:
         return state
     if state in FAILED_STATES:
@@ -101,5 +110,7 @@ def celery_result(
         raise TaskFailed(not_in_store(task_id))
     if state == WORKING and redelivered:
         recheck()
+    if resent:
+        return f"{state}: another message of the task runs it"
     # `working` or `submitted`: another delivery holds it and will report.
     raise Ignore()

@@ -1,8 +1,9 @@
 """The front end's Celery dispatcher: publishes by task name, imports no worker code.
 
 A client-only Celery app (no result backend, no task modules) sends
-`toolnexus.fulfil` with the A2A task id as the Celery task id, so
-`revoke(task_id)` needs no lookup. Every broker call is bounded: with the
+`toolnexus.fulfil` with the A2A task id as the Celery task id (the reaper's
+resends get ids of their own, `shared.broker.names.resend_id`); a cancel
+needs no lookup either way (`revoke`). Every broker call is bounded: with the
 broker down, a peer hears "broker unavailable" within about two seconds
 instead of a request hanging on Celery's default retry forever.
 """
@@ -16,7 +17,7 @@ from typing import Any, Final
 from celery import Celery
 
 from shared.broker.amqp import CONFIRM_TIMEOUT, amqp_config, is_amqp
-from shared.broker.names import FULFIL_TASK
+from shared.broker.names import CANCEL_COMMAND, FULFIL_TASK
 from shared.broker.redis import broker_transport
 from shared.broker.redis_queue import RedisTaskQueue
 from shared.correlation import CELERY_HEADER, request_id
@@ -108,7 +109,12 @@ class CeleryDispatcher:
 
     def revoke(self, task_id: str) -> None:
         try:
-            self.app.control.revoke(task_id, terminate=True)
+            # A message still queued under the task's own id is dropped when it arrives.
+            self.app.control.revoke(task_id)
+            # Every delivery a worker holds is stopped, whatever Celery id it
+            # came under: a resend's, or one a finished copy left unfindable
+            # by id (worker.cancel).
+            self.app.control.broadcast(CANCEL_COMMAND, arguments={"task_id": task_id})
         except Exception as error:
             raise BrokerError(f"broker unavailable: {_reason(error)}") from error
 

@@ -19,6 +19,7 @@ test synchronises on events instead of on how fast threads run.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -84,3 +85,17 @@ def gated(text: str) -> Iterator[Any]:
     for n in range(count):
         yield Progress(f"step {n + 1} of {count}")
     return f"through the gate {name}"
+
+
+async def ticking(text: str) -> str:
+    """`<path> <seconds>`: append a line to the file at `path` ten times a
+    second for `seconds`, so a test sees whether the call still runs (a
+    stopped call stops growing the file), in any pool: a killed process, or
+    a held coroutine cancelled at its next await."""
+    path, _, seconds = text.partition(" ")
+    deadline = time.monotonic() + float(seconds or 60)
+    while time.monotonic() < deadline:
+        with open(path, "a", encoding="utf-8") as ticks:
+            ticks.write(f"{os.getpid()}\n")
+        await asyncio.sleep(0.1)
+    return "ticked to the end"
