@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import Any
 
 import pytest
 import redis
-from kombu import Connection, pools
+from kombu import Connection, Consumer, Exchange, Queue, pools
 from kombu.transport import redis as kombu_redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from shared import Settings
 from shared.broker.names import FULFIL_TASK
 from shared.broker.redis import Channel, Transport, broker_transport
 from shared.stores.memory import MemoryStore
+from tests.support.redis_server import RedisServer
 from worker.celery_app import celery_config, create_celery
 
 QUEUE = "toolnexus-broker-test"
@@ -22,8 +25,13 @@ QUEUE = "toolnexus-broker-test"
 def test_kombu_still_has_what_the_transport_builds_on() -> None:
     # If a kombu upgrade moves these, the shared client would silently stop
     # being used (or break): fail here first, by name.
-    for name in ("conn_or_acquire", "_create_client", "pool", "_disconnect_pools"):
+    for name in ("conn_or_acquire", "_create_client", "pool", "_disconnect_pools", "_get_pool"):
         assert hasattr(kombu_redis.Channel, name), f"kombu's Redis Channel lost {name}"
+    # _get_pool's guard reads the channel's transport and its kombu Connection
+    # (where kombu's _connparams reads the host), and must raise an error that
+    # kombu and Celery count as a lost connection.
+    assert "self.connection.client" in inspect.getsource(kombu_redis.Channel._connparams)
+    assert RedisConnectionError in Transport.connection_errors
     assert issubclass(Transport, kombu_redis.Transport)
     assert Transport.Channel is Channel
 
@@ -51,6 +59,30 @@ def test_a_channel_reuses_its_client_until_its_pool_is_made_again(redis_url: str
             assert fresh.connection_pool is channel.pool
             assert fresh.ping()
         channel.close()
+
+
+def test_a_channel_left_open_by_a_collected_connection_raises_a_connection_error() -> None:
+    # What Celery's consumer does when Redis dies: collect() closes the
+    # channels last first, and the pidbox channel's close fails deleting its
+    # auto-delete fanout queue on the dead server, so channels made before it
+    # stay open on a transport whose kombu Connection is gone. kombu (stock
+    # too) then fails making their pool with AttributeError ('NoneType' has
+    # no attribute 'hostname'), and Celery's worker dies of it.
+    server = RedisServer().start()
+    try:
+        connection = Connection(server.url, transport=Transport)
+        connection.connect()
+        left_open = connection.channel()
+        pidbox = connection.channel()
+        fanout = Queue("worker.pidbox", Exchange("pidbox", type="fanout"), auto_delete=True)  # type: ignore[no-untyped-call]
+        Consumer(pidbox, [fanout], callbacks=[lambda body, message: None]).consume()  # type: ignore[no-untyped-call]
+        server.kill()
+        connection.collect(socket_timeout=0.1)
+        assert not left_open.closed  # the state the worker met
+        with pytest.raises(connection.connection_errors), left_open.conn_or_acquire():
+            pass
+    finally:
+        server.close()
 
 
 def test_sends_create_no_client_per_message(

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from kombu.transport import redis as kombu_redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 _REDIS_SCHEMES = frozenset({"redis", "rediss"})
 
@@ -35,6 +36,18 @@ class Channel(kombu_redis.Channel):
         if shared is None or shared.connection_pool is not pool:
             shared = self._shared_client = self._create_client()  # type: ignore[no-untyped-call]
         yield shared
+
+    def _get_pool(self, asynchronous: bool = False) -> Any:
+        # kombu makes a pool from the channel's kombu Connection; once that
+        # connection is closed (Celery's consumer collects it when Redis goes
+        # away) a late publish or ack on a channel whose pool was dropped
+        # would die in kombu with AttributeError, which Celery's worker treats
+        # as unrecoverable. A connection error is what its recovery expects:
+        # the worker reconnects (broker_connection_retry) instead of exiting.
+        transport = self.connection
+        if transport is None or transport.client is None:
+            raise RedisConnectionError("the broker channel's connection is closed")
+        return super()._get_pool(asynchronous)  # type: ignore[no-untyped-call]
 
 
 class Transport(kombu_redis.Transport):
