@@ -59,7 +59,7 @@ def test_a_cancel_stops_the_agent_on_its_worker(stack: LocalStack) -> None:
     # The revoke reached the worker, which ended the agent's process.
     worker = stack.processes["worker"]
     wait_for(
-        lambda: f"Terminating {task_id}" in worker.output(),
+        lambda: f"task {task_id} canceled: terminated" in worker.output(),
         timeout=30,
         what="the worker to terminate the canceled task",
     )
