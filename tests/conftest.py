@@ -73,6 +73,17 @@ def postgres_url(postgres_database: str) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="module")
+def postgres_store_url(postgres_database: str) -> Iterator[str]:
+    """The deployment matrix's PostgreSQL store (tests/support/matrix.py): a
+    fresh, migrated schema for one module's stacks, dropped after it (the
+    matrix's `backends` is module-scoped: a stack may outlive one test)."""
+    from tests.support.postgres import fresh_schema
+
+    with fresh_schema(postgres_database) as url:
+        yield url
+
+
 @pytest.fixture(scope="session")
 def amqp_broker_url() -> Iterator[str]:
     """A virtual host of this pytest process's own on the machine's RabbitMQ

@@ -22,7 +22,6 @@ import pytest
 import redis
 import requests
 
-from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, FAILED, WORKING, new_task, text_message, with_status
 from tests.support.a2a import readyz, send_text, wait_ready, wait_state
 from tests.support.compose import ROOT, Backends, LocalStack, compose, dotenv_for, local_stack
@@ -81,6 +80,13 @@ def health_check(
     return subprocess.run(command, env=environment, cwd=ROOT, capture_output=True, text=True)
 
 
+def on_the_redis_store(stack: LocalStack) -> None:
+    """For a test about compose's Redis as the store: elsewhere (the matrix's
+    PostgreSQL store) there is nothing of it to look at."""
+    if stack.backends.store_kind != "redis":
+        pytest.skip(f"about the Redis store; this stack's is {stack.backends.store_kind}")
+
+
 def alive(stack: LocalStack) -> None:
     for process in stack.processes.values():
         assert process.alive(), f"{process.name} exited:\n{process.output()[-3000:]}"
@@ -106,6 +112,7 @@ def test_redis_wants_the_password_and_never_evicts(
     redis_and_stack: tuple[RedisServer, LocalStack],
 ) -> None:
     server, stack = redis_and_stack
+    on_the_redis_store(stack)
     with pytest.raises(redis.AuthenticationError):
         redis.Redis(port=server.port).ping()
     client = redis.Redis.from_url(stack.store_url)  # the URL the services were given
@@ -154,6 +161,7 @@ def test_a_task_sent_through_web_completes(completed_task: dict[str, Any]) -> No
 def test_a_finished_task_expires_after_the_default_ttl(
     stack: LocalStack, completed_task: dict[str, Any]
 ) -> None:
+    on_the_redis_store(stack)
     client = redis.Redis.from_url(stack.store_url)
     keys = list(client.scan_iter(match=f"*{completed_task['id']}*"))
     assert keys
@@ -209,9 +217,9 @@ def test_the_flower_health_check_logs_in(stack: LocalStack) -> None:
 
 
 def test_beat_reaps_a_task_left_stale(stack: LocalStack) -> None:
-    # A task a dead worker left in `working`: its last heartbeat is at time 0.
-    store = redis_store(stack.store_url, clock=lambda: 0.0)
-    orphan = store.save(with_status(new_task(text_message("user", "orphan")), WORKING))
+    # A task a dead worker left in `working`: no heartbeat comes after this
+    # save, so it is stale once TOOLNEXUS_STALE_AFTER (2 s) has passed.
+    orphan = stack.open_store().save(with_status(new_task(text_message("user", "orphan")), WORKING))
     failed = wait_state(stack.web_url, orphan["id"], frozenset({FAILED}))
     assert "worker lost" in failed["status"]["message"]["parts"][0]["text"]
     alive(stack)

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from shared.stores.redis.store import redis_store
 from shared.task import CANCELED, COMPLETED, WORKING
 from tests.support.a2a import get_task, result, send_text, wait_ready, wait_state
 from tests.support.compose import Backends, LocalStack, local_stack
@@ -71,7 +70,7 @@ def test_a_cancel_stops_the_agent_on_its_worker(stack: LocalStack) -> None:
 
 
 def test_a_task_saved_but_never_queued_is_sent_again_by_beat(stack: LocalStack) -> None:
-    store = redis_store(stack.store_url)
+    store = stack.open_store()
     task_id = saved_without_reply(store, "0.1 saved, never queued")
     done = wait_state(stack.web_url, task_id, timeout=60)
     assert done["status"]["state"] == COMPLETED

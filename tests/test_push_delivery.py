@@ -16,7 +16,7 @@ import requests
 
 from shared.dialects import stream_response
 from shared.push_store import Cursor, PushStore, push_store
-from shared.stores.redis.store import RedisStore, redis_store
+from shared.store import Store
 from tests.support.a2a import wait_ready
 from tests.support.compose import Backends, LocalStack, local_stack
 from tests.support.polling import wait_for
@@ -66,8 +66,8 @@ def receiver(stack: LocalStack) -> Iterator[Receiver]:
 
 
 @pytest.fixture(scope="module")
-def store(stack: LocalStack) -> RedisStore:
-    return redis_store(stack.store_url)
+def store(stack: LocalStack) -> Store:
+    return stack.open_store()
 
 
 def rpc(stack: LocalStack, method: str, params: dict[str, Any]) -> Any:
@@ -93,7 +93,7 @@ def send(stack: LocalStack, text: str, task_id: str | None = None, **hook: Any) 
     return str(task["id"])
 
 
-def settled(store: RedisStore, task_id: str, state: str) -> int:
+def settled(store: Store, task_id: str, state: str) -> int:
     """Waits for the task to reach `state`; its last event's number."""
 
     def reached() -> int | None:
@@ -103,7 +103,7 @@ def settled(store: RedisStore, task_id: str, state: str) -> int:
     return wait_for(reached, timeout=30, what=f"task {task_id} {state}")
 
 
-def expected(store: RedisStore, task_id: str) -> list[tuple[int, Any]]:
+def expected(store: Store, task_id: str) -> list[tuple[int, Any]]:
     return [(seq, stream_response("1.0", event)) for seq, event in store.events(task_id, 0)]
 
 
@@ -117,9 +117,7 @@ def in_order(hits: list[Hit]) -> list[tuple[int, Any]]:
     return list(seen.items())
 
 
-def all_delivered(
-    receiver: Receiver, path: str, store: RedisStore, task_id: str, last: int
-) -> None:
+def all_delivered(receiver: Receiver, path: str, store: Store, task_id: str, last: int) -> None:
     wait_for(
         lambda: any(hit.event_id == last for hit in receiver.delivered(path)),
         # Generous: once (RabbitMQ, four stacks at once, load ~22) the first
@@ -144,7 +142,7 @@ def worker_logs(stack: LocalStack) -> str:
 
 @pytest.mark.matrix(ci=True)
 def test_every_event_arrives_in_order_with_its_headers(
-    stack: LocalStack, receiver: Receiver, store: RedisStore
+    stack: LocalStack, receiver: Receiver, store: Store
 ) -> None:
     hook = {
         "url": receiver.url("/ordered"),
@@ -169,7 +167,7 @@ def test_every_event_arrives_in_order_with_its_headers(
 
 
 def test_a_receiver_down_then_up_still_gets_every_event_in_order(
-    stack: LocalStack, store: RedisStore
+    stack: LocalStack, store: Store
 ) -> None:
     later = Receiver(port=free_port())
     failed_before = worker_logs(stack).count("retrying in")
@@ -188,7 +186,7 @@ def test_a_receiver_down_then_up_still_gets_every_event_in_order(
 
 
 def test_500_three_times_then_200_is_delivered(
-    stack: LocalStack, receiver: Receiver, store: RedisStore
+    stack: LocalStack, receiver: Receiver, store: Store
 ) -> None:
     receiver.script("/flaky", (500, {}), (500, {}), (500, {}))
     task_id = send(stack, "hello", url=receiver.url("/flaky"))
@@ -198,7 +196,7 @@ def test_500_three_times_then_200_is_delivered(
     assert first == [500, 500, 500, 200]
 
 
-def test_a_404_is_not_retried(stack: LocalStack, receiver: Receiver, store: RedisStore) -> None:
+def test_a_404_is_not_retried(stack: LocalStack, receiver: Receiver, store: Store) -> None:
     receiver.script("/gone", *[(404, {})] * 50)
     task_id = send(stack, "hello", url=receiver.url("/gone"), id="gone")
     last = settled(store, task_id, "input-required")
@@ -211,7 +209,7 @@ def test_a_404_is_not_retried(stack: LocalStack, receiver: Receiver, store: Redi
 
 
 def test_a_429_waits_out_its_retry_after(
-    stack: LocalStack, receiver: Receiver, store: RedisStore
+    stack: LocalStack, receiver: Receiver, store: Store
 ) -> None:
     receiver.script("/busy", (429, {"Retry-After": "1"}))
     task_id = send(stack, "hello", url=receiver.url("/busy"))
@@ -224,7 +222,7 @@ def test_a_429_waits_out_its_retry_after(
 
 
 def test_a_loopback_webhook_not_allowed_is_refused_and_logged(
-    stack: LocalStack, store: RedisStore
+    stack: LocalStack, store: Store
 ) -> None:
     # Listening, so a request that got through would be seen.
     elsewhere = Receiver(host="127.0.0.2").start()
@@ -240,9 +238,7 @@ def test_a_loopback_webhook_not_allowed_is_refused_and_logged(
         elsewhere.stop()
 
 
-def test_a_redirect_is_not_followed(
-    stack: LocalStack, receiver: Receiver, store: RedisStore
-) -> None:
+def test_a_redirect_is_not_followed(stack: LocalStack, receiver: Receiver, store: Store) -> None:
     receiver.script("/moved", *[(302, {"Location": receiver.url("/target")})] * 50)
     task_id = send(stack, "hello", url=receiver.url("/moved"), id="moved")
     last = settled(store, task_id, "input-required")
@@ -255,7 +251,7 @@ def test_a_redirect_is_not_followed(
 
 @pytest.mark.matrix(ci=True)
 def test_a_delivery_worker_killed_mid_post_is_taken_over(
-    stack: LocalStack, receiver: Receiver, store: RedisStore
+    stack: LocalStack, receiver: Receiver, store: Store
 ) -> None:
     # The task settles first, so the worker killed is busy delivering only.
     task_id = send(stack, "hello")

@@ -1,5 +1,7 @@
-"""Scenario: Redis (store and broker, append-only) is SIGKILLed and restarted
-under send load, cycle after cycle.
+"""Scenario: the store crashes and comes back under send load, cycle after
+cycle: Redis (store and broker, append-only) SIGKILLed and restarted, or,
+on the matrix's PostgreSQL store, every connection to it reset and refused
+(a proxy cut: the machine's server is shared).
 
 Before the waiting index, a fulfil message could be dropped for good when
 the claim met the outage and its retry could not be published, leaving a
@@ -23,13 +25,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from shared.stores.redis.store import redis_store
 from shared.task import state_of
 from tests.support.a2a import call, wait_ready
-from tests.support.compose import Backends, LocalStack, local_stack
+from tests.support.compose import Backends
 from tests.support.polling import wait_for
-from tests.support.redis_server import RedisServer
 from tests.support.settled import saved_without_reply, wait_all_finished
+from tests.support.store_outage import StoreOutage, store_outage_stack
 
 # Generous deadlines inside (a loaded machine is slow, not wrong).
 # On a RabbitMQ broker (TOOLNEXUS_TEST_MATRIX=full) only the store goes down:
@@ -87,36 +88,33 @@ class Senders:
 
 
 @pytest.fixture
-def stack(tmp_path: Path, backends: Backends) -> Iterator[tuple[RedisServer, LocalStack]]:
-    with local_stack(tmp_path, SETTINGS, appendonly=True, backends=backends) as (redis, stack):
-        stack.start("web", WEB_CONCURRENCY="1")
-        stack.start("beat")
+def stack(tmp_path: Path, backends: Backends) -> Iterator[StoreOutage]:
+    with store_outage_stack(tmp_path, SETTINGS, backends, crash=True) as prepared:
+        prepared.stack.start("web", WEB_CONCURRENCY="1")
+        prepared.stack.start("beat")
         for name in ("worker-a", "worker-b"):
-            stack.start("worker", as_name=name, args=[f"--hostname={name}@%h"])
-        yield redis, stack
+            prepared.stack.start("worker", as_name=name, args=[f"--hostname={name}@%h"])
+        yield prepared
 
 
-def test_no_handed_out_task_stays_submitted_after_redis_crashes(
-    stack: tuple[RedisServer, LocalStack],
-) -> None:
-    redis, services = stack
+def test_no_handed_out_task_stays_submitted_after_the_store_crashes(stack: StoreOutage) -> None:
+    services, store = stack.stack, stack.store
     wait_ready(services.web_url)
-    store = redis_store(services.store_url)
     unanswered: list[str] = []
     with Senders(services.web_url) as senders:
         for _ in range(CYCLES):
             before = len(senders.ids)
             wait_for(lambda b=before: len(senders.ids) >= b + 30, timeout=30, what="sends")
             unanswered.append(saved_without_reply(store, "0.05 lost reply"))
-            redis.kill()
+            stack.take_away()
             time.sleep(1.5)  # the crash itself, with the load still running
-            redis.start()
+            stack.bring_back()
             wait_ready(services.web_url, timeout=60)
     ids = list(senders.ids)
     final = wait_all_finished(store)
     states = Counter(state_of(task) for task in final.values())
     print(
-        f"\ncrash: {CYCLES} Redis SIGKILL cycles, {len(ids)} tasks handed out,"
+        f"\ncrash: {CYCLES} cycles of {stack.what} crashing, {len(ids)} tasks handed out,"
         f" {len(final)} stored, final states {dict(states)}, refused sends {dict(senders.errors)}"
     )
     # Nothing handed out (or saved unanswered) was lost with the crash.

@@ -1,5 +1,6 @@
-"""Scenario: Redis (store and broker) goes down under load, then comes back;
-and RabbitMQ, the broker alone, goes away under load, then comes back.
+"""Scenario: the store (Redis, store and broker; or PostgreSQL, cut off
+behind a proxy) goes down under load, then comes back; and RabbitMQ, the
+broker alone, goes away under load, then comes back (on each store).
 
 While it is down the front end answers every request (with RabbitMQ down:
 every send; reads are still answered) with a JSON-RPC error saying what is
@@ -22,19 +23,20 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from shared.stores.redis.store import redis_store
+from shared.store import Store
 from shared.task import COMPLETED, FAILED, state_of
 from tests.support.a2a import readyz, wait_ready
 from tests.support.compose import Backends, LocalStack, local_stack
 from tests.support.load import Load, error_kind, error_reply, succeeded
+from tests.support.matrix import STORE_FIXTURES, selected
 from tests.support.polling import wait_for
-from tests.support.redis_server import RedisServer
 from tests.support.settled import saved_without_reply, wait_all_finished
+from tests.support.store_outage import StoreOutage, store_outage_stack
 from tests.support.tcp_proxy import TcpProxy
 
 # Generous deadlines inside (a loaded machine is slow, not wrong).
 # On a RabbitMQ broker (TOOLNEXUS_TEST_MATRIX=full) only the store goes down:
-# the store-outage scenario; tests/test_reliability_broker_outage.py takes the broker away.
+# the store-outage scenario; the RabbitMQ test below takes the broker away.
 pytestmark = [pytest.mark.timeout(360), pytest.mark.matrix]
 
 SETTINGS = {
@@ -47,42 +49,50 @@ SETTINGS = {
 ERRORS_DURING_OUTAGE = 5  # Redis comes back once the load has had this many
 
 
+def start_services(stack: LocalStack) -> None:
+    stack.start("web", WEB_CONCURRENCY="1")
+    stack.start("worker")
+    stack.start("beat")
+
+
 @pytest.fixture
-def stack(tmp_path: Path, backends: Backends) -> Iterator[tuple[RedisServer, LocalStack]]:
-    with local_stack(tmp_path, SETTINGS, appendonly=True, backends=backends) as (redis, stack):
-        stack.start("web", WEB_CONCURRENCY="1")
-        stack.start("worker")
-        stack.start("beat")
-        yield redis, stack
+def stack(tmp_path: Path, backends: Backends) -> Iterator[StoreOutage]:
+    with store_outage_stack(tmp_path, SETTINGS, backends) as prepared:
+        start_services(prepared.stack)
+        yield prepared
 
 
-def test_a_redis_outage_gives_clear_errors_and_loses_nothing(
-    stack: tuple[RedisServer, LocalStack], backends: Backends
-) -> None:
-    redis, services = stack
-    # With RabbitMQ the broker stays up: Redis is then the store alone.
-    what = "Redis" if backends.broker_kind == "redis" else "the Redis store"
-    outage(services, redis.stop, redis.start, what, sends_only=False)
+def test_a_store_outage_gives_clear_errors_and_loses_nothing(stack: StoreOutage) -> None:
+    outage(
+        stack.stack, stack.store, stack.take_away, stack.bring_back, stack.what, sends_only=False
+    )
 
 
+# Redis, and each other store the matrix selects (all with TOOLNEXUS_TEST_MATRIX=full).
+BROKER_OUTAGE_STORES = sorted({"redis", *(c.store for c in selected(ci=False))})
+
+
+@pytest.mark.parametrize("store_kind", BROKER_OUTAGE_STORES)
 def test_a_rabbitmq_outage_refuses_sends_clearly_and_loses_nothing(
-    tmp_path: Path, amqp_broker_url: str
+    tmp_path: Path, amqp_broker_url: str, store_kind: str, request: pytest.FixtureRequest
 ) -> None:
     """The broker alone goes away (RabbitMQ, through a proxy that is cut:
     the machine's server is shared); reads go on being answered."""
+    fixture = STORE_FIXTURES[store_kind]
+    store_url = None if fixture is None else str(request.getfixturevalue(fixture))
     target = urlsplit(amqp_broker_url)
     with TcpProxy(target.hostname or "127.0.0.1", target.port or 5672) as proxy:
         proxied = target._replace(netloc=f"guest:guest@127.0.0.1:{proxy.port}").geturl()
-        backends = Backends(broker_kind="amqp", broker_url=proxied)
+        backends = Backends("amqp", proxied, store_kind, store_url)
         with local_stack(tmp_path, SETTINGS, backends=backends) as (_, services):
-            services.start("web", WEB_CONCURRENCY="1")
-            services.start("worker")
-            services.start("beat")
-            outage(services, proxy.cut, proxy.restore, "RabbitMQ", sends_only=True)
+            start_services(services)
+            store = services.open_store()
+            outage(services, store, proxy.cut, proxy.restore, "RabbitMQ", sends_only=True)
 
 
 def outage(
     services: LocalStack,
+    store: Store,
     stop: Callable[[], object],
     start: Callable[[], object],
     what: str,
@@ -93,7 +103,6 @@ def outage(
     back, and judge: clear errors, none hung, nothing lost or left working.
     `sends_only`: only sends need `what` (reads are still answered)."""
     url = services.web_url
-    store = redis_store(services.store_url)
     wait_ready(url)
     with Load(url) as load:
         wait_for(lambda: len(load.ids) >= 20, timeout=60, what="tasks under load")

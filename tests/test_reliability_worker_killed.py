@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 
-from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, FAILED, TERMINAL_STATES, state_of
 from tests.support.a2a import send_text, wait_ready
 from tests.support.compose import Backends, LocalStack, ServiceProcess, local_stack
@@ -79,7 +78,7 @@ def stack(tmp_path: Path, backends: Backends) -> Iterator[LocalStack]:
 def test_no_task_is_lost_when_a_worker_is_killed(stack: LocalStack) -> None:
     wait_ready(stack.web_url)
     ids = [send_text(stack.web_url, f"0.3 task {n}")["id"] for n in range(TASKS)]
-    store = redis_store(stack.store_url)
+    store = stack.open_store()
 
     def finished() -> list[str]:
         return [i for i in ids if (t := store.get(i)) and state_of(t) in TERMINAL_STATES]

@@ -12,14 +12,17 @@ import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
 
+from shared.resolve import resolve_store
+from shared.store import Store
 from tests.support.redis_server import RedisServer
+from tests.support.tcp_proxy import TcpProxy
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 COMPOSE_FILE = ROOT / "compose.yaml"
@@ -272,6 +275,7 @@ class LocalStack:
         self.environments["beat"]["TOOLNEXUS_STATE_DIR"] = str(self.beat_dir)
         self.processes: dict[str, ServiceProcess] = {}
         self._starts: dict[str, int] = {}
+        self._stores: list[Store] = []
 
     @property
     def web_url(self) -> str:
@@ -284,6 +288,14 @@ class LocalStack:
     @property
     def store_url(self) -> str:
         return self.environments["web"]["TOOLNEXUS_STORE"]
+
+    def open_store(self, url: str | None = None) -> Store:
+        """The stack's store (or the one at `url`: the same store, reached
+        past a proxy the test cuts) through the store contract, whatever its
+        kind, as the services open it; closed with the stack."""
+        store: Store = resolve_store(url or self.store_url)
+        self._stores.append(store)
+        return store
 
     def start(
         self, name: str, *, as_name: str | None = None, args: Sequence[str] = (), **env: str
@@ -310,6 +322,8 @@ class LocalStack:
     def close(self) -> None:
         for name in list(self.processes):
             self.stop(name)
+        for store in self._stores:
+            store.close()
 
 
 @contextmanager
@@ -333,6 +347,19 @@ def local_stack(
     finally:
         stack.close()
         redis.close()
+
+
+@contextmanager
+def store_behind_proxy(backends: Backends) -> Iterator[tuple[Backends, TcpProxy]]:
+    """`backends` with its store (a server of the machine's, PostgreSQL,
+    which others use and a test must not stop) reached through a TcpProxy
+    the test can cut: to the stack the store is then gone."""
+    assert backends.store_url is not None, "compose's Redis is stopped, not proxied"
+    target = urlsplit(backends.store_url)
+    with TcpProxy(target.hostname or "127.0.0.1", target.port or 5432) as proxy:
+        login = target.netloc.rpartition("@")[0]
+        netloc = f"{login}@127.0.0.1:{proxy.port}" if login else f"127.0.0.1:{proxy.port}"
+        yield replace(backends, store_url=target._replace(netloc=netloc).geturl()), proxy
 
 
 def dotenv_values(text: str) -> dict[str, str]:
