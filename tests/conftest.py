@@ -103,6 +103,21 @@ def amqp_broker_url() -> Iterator[str]:
         vhost.delete()
 
 
+SLOW_OPT_IN = (
+    "OPT-IN, NOT RUN: marked slow (minutes of the suite's 10-minute budget, behaviour the rest"
+    " of the suite covers more cheaply); run with -m slow; see docs/test-suite.md"
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `slow` run only when asked for (`-m slow`), as the docker ones."""
+    if "slow" in (config.getoption("markexpr") or ""):
+        return
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.skip(reason=SLOW_OPT_IN))
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Tests marked `matrix` that take `backends` run once per selected
     combination (tests/support/matrix.py)."""

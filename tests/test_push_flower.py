@@ -82,12 +82,18 @@ def flower_tasks(stack: LocalStack, **query: str) -> dict[str, dict[str, Any]]:
     return found
 
 
-def deliveries_of(stack: LocalStack, task_id: str, state: str) -> list[dict[str, Any]]:
-    """Flower's push deliveries for `task_id` in `state`, once there is one."""
+def deliveries_of(
+    stack: LocalStack, task_id: str, state: str, result: str | None = None
+) -> list[dict[str, Any]]:
+    """Flower's push deliveries for `task_id` in `state`, once there is one
+    (one answering `result`, when given: another delivery of the same pair,
+    which found it taken, may reach Flower first)."""
 
     def seen() -> list[dict[str, Any]] | None:
         records = flower_tasks(stack, taskname=PUSH_TASK, state=state).values()
         mine = [r for r in records if task_id in str(r.get("args"))]
+        if result is not None and all(r.get("result") != result for r in mine):
+            return None
         return mine or None
 
     return wait_for(seen, timeout=60, what=f"Flower to show a {state} delivery of {task_id}")
@@ -107,7 +113,7 @@ def test_a_delivery_is_a_push_queue_task_in_flower_without_its_secrets(
         timeout=60,
         what=f"every event of {task_id} delivered",
     )
-    delivered = deliveries_of(stack, task_id, "SUCCESS")
+    delivered = deliveries_of(stack, task_id, "SUCCESS", result="'delivered'")
     assert all(record["name"] == PUSH_TASK for record in delivered)
     # Sent by beat's sweep to the push queue, run by the worker, answered "delivered".
     assert {record["routing_key"] for record in delivered} == {"push"}, delivered

@@ -51,10 +51,14 @@ class Inert:
 
 
 # PostgreSQL's round trips (about 1 ms each here, several per trial) make
-# its 1,000 trials the slowest: under a loaded machine they passed the
-# suite's 120 s per-test limit, a time no test here claims to check.
+# its 1,000 trials the slowest (45 s each in CI, past 120 s under load): opt-in
+# (-m slow), since tests/test_stores.py races PostgreSQL writers in CI.
 @pytest.fixture(
-    params=["redis", "memory", pytest.param("postgres", marks=pytest.mark.timeout(360))]
+    params=[
+        "redis",
+        "memory",
+        pytest.param("postgres", marks=[pytest.mark.timeout(360), pytest.mark.slow]),
+    ]
 )
 def store_factory(request: pytest.FixtureRequest) -> Callable[..., Any]:
     if request.param == "memory":

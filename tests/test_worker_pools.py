@@ -261,6 +261,9 @@ def test_a_killed_worker_s_calls_are_all_failed_and_none_runs_twice(
     assert set(io.marked("done")) == set(later)
 
 
+# Opt-in (-m slow): minutes of the suite; the SIGKILL test above checks the
+# same "worker lost" outcome in both modes in CI.
+@pytest.mark.slow
 @pytest.mark.parametrize(("pool", "kind"), MODES, ids=MODE_IDS)
 def test_a_killed_worker_s_messages_are_redelivered_and_each_task_ends_as_promised(
     fleet: Any, pool: str, kind: str
