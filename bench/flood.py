@@ -45,7 +45,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-from bench.processes import percentile, post_alone
+from bench.processes import exit_on_sigterm, percentile, post_alone
 from tests.support.compose import LocalStack, local_stack
 
 A2A_10 = {"A2A-Version": "1.0", "Content-Type": "application/json"}
@@ -309,6 +309,7 @@ def main() -> None:
         "--quick", action="store_true", help="smoke run: 200 sends, 100 idle, 30 trickling, 10 s"
     )
     args = parser.parse_args()
+    exit_on_sigterm()
     if args.quick:
         args.sends, args.idle, args.trickle, args.seconds = 200, 100, 30, 10.0
     overrides = {"TOOLNEXUS_RUN": "examples.agents:slow"}

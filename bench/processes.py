@@ -101,6 +101,13 @@ def uvicorn(factory: str, env: Mapping[str, str], workers: int, what: str) -> Se
     return Server(what, command, env)
 
 
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (from timeout(1) or a watchdog) exit through `finally`
+    blocks: the servers started here run in sessions of their own, outside
+    the caller's process group, and would otherwise outlive the benchmark."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 class CeleryWorker:
     """A `celery -A <app> worker` subprocess, ready once it logged `ready`.
 

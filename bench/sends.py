@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.processes import percentile
+from bench.processes import exit_on_sigterm, percentile
 from shared.broker.amqp import is_amqp
 from shared.broker.dispatch import CeleryDispatcher
 from shared.settings import AMQP_QUEUE_TYPES, Settings
@@ -55,6 +55,7 @@ def main() -> None:
     parser.add_argument("--sends", type=int, default=2000, help="timed sends per broker")
     parser.add_argument("--broker", action="append", default=[], help="another broker URL")
     args = parser.parse_args()
+    exit_on_sigterm()
     server = RedisServer().start()
     try:
         runs = [(f"{server.url}/2", "")]

@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
 
-from bench.processes import percentile
+from bench.processes import exit_on_sigterm, percentile
 from shared.events import artifact_update, fold, status_update, to_state
 from shared.store import TaskStore
 from shared.stores.file import file_store
@@ -437,6 +437,7 @@ def main() -> None:
         "--quick", action="store_true", help="smoke run: fewer of everything, ListTasks to 10,000"
     )
     args = parser.parse_args()
+    exit_on_sigterm()
     if args.quick:
         args.ops, args.commits, args.chunks, args.list_max, args.list_budget = (
             500,

@@ -7,8 +7,8 @@ same events:
 
 * this service: a private redis-server, gunicorn with the repo's
   gunicorn.conf.py and ONE worker process (WEB_CONCURRENCY=1), and Celery
-  workers (--celery-workers processes, thread pool, enough threads for
-  every task to run at once) running `bench.agents:streamer`;
+  workers (--celery-workers processes, the asyncio pool, every task
+  running at once) running `bench.agents:streamer`;
 * the official a2a-sdk server (bench/sdk_peer.py): one uvicorn process,
   InMemoryTaskStore, the same plan as an SDK executor.
 
@@ -66,7 +66,15 @@ import httpx
 import redis
 
 from bench.agents import READY, Plan, stamped
-from bench.processes import CeleryWorker, Server, gunicorn, percentile, rss_kib, uvicorn
+from bench.processes import (
+    CeleryWorker,
+    Server,
+    exit_on_sigterm,
+    gunicorn,
+    percentile,
+    rss_kib,
+    uvicorn,
+)
 from tests.support.redis_server import RedisServer
 
 A2A_10 = {"A2A-Version": "1.0", "Content-Type": "application/json"}
@@ -386,8 +394,10 @@ def run_ours(args: argparse.Namespace, folder: Path) -> Outcome:
             "TOOLNEXUS_TIME_LIMIT": "3600",
             "WEB_CONCURRENCY": "1",
         }
-        threads = math.ceil(args.streams / args.celery_workers) + 10
-        flags = ("-P", "threads", "-c", str(threads), "--without-gossip", "--without-mingle")
+        # Every task runs at once: the asyncio pool (one loop per worker process).
+        env["TOOLNEXUS_POOL"] = "asyncio"
+        env["TOOLNEXUS_CONCURRENCY"] = str(math.ceil(args.streams / args.celery_workers) + 10)
+        flags = ("--without-gossip", "--without-mingle")
         for n in range(args.celery_workers):
             workers.append(CeleryWorker("worker", env, f"streams{n}", flags))
         # gunicorn.conf.py allows 4,096 connections per process; one process
@@ -517,6 +527,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.streams, args.rate, args.seconds = 100, 20.0, 10.0
+    exit_on_sigterm()
     interval = args.streams / args.rate
     print(
         f"{args.streams} streams, {args.rate:g} events/s in total (one every {interval:g} s"

@@ -56,7 +56,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.processes import CeleryWorker, gunicorn, percentile
+from bench.processes import CeleryWorker, exit_on_sigterm, gunicorn, percentile
 from bench.web import rpc_body
 from shared.startup import masked
 from tests.support.redis_server import RedisServer
@@ -398,6 +398,7 @@ def main() -> None:
     )
     parser.add_argument("--store", help="this service's task store (default: the private Redis)")
     args = parser.parse_args()
+    exit_on_sigterm()
     if args.quick:
         args.tasks, args.rounds, args.latency_tasks, args.scale_tasks = 300, 2, 200, 80
     print(f"{os.cpu_count()} CPUs; worker flags: -c N {' '.join(WORKER_FLAGS)}", flush=True)

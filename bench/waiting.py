@@ -48,7 +48,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.processes import CeleryWorker, Server, children, gunicorn, post_alone, uvicorn
+from bench.processes import (
+    CeleryWorker,
+    Server,
+    children,
+    exit_on_sigterm,
+    gunicorn,
+    post_alone,
+    uvicorn,
+)
 from shared.broker.dispatch import CeleryDispatcher
 from shared.settings import Settings
 from shared.task import COMPLETED, Task, epoch, new_task, state_of, text_message
@@ -255,6 +263,7 @@ def main() -> None:
     parts = ("asyncio", "asyncio-http", "asyncio-64", "threads", "prefork", "peer")
     parser.add_argument("--skip", nargs="*", default=[], choices=parts, help="runs to leave out")
     args = parser.parse_args()
+    exit_on_sigterm()
     slow = Server("slow server", [sys.executable, "-m", "bench.slow_http", "{port}"], {})
     results: list[Result] = []
     io = {"TOOLNEXUS_CONCURRENCY": str(args.tasks)}

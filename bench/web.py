@@ -60,7 +60,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.processes import Server, gunicorn, uvicorn
+from bench.processes import Server, exit_on_sigterm, gunicorn, uvicorn
 from tests.support.redis_server import RedisServer
 
 BASELINE_KEY = "bench:task"
@@ -547,6 +547,7 @@ def main() -> None:
         help="also drive each ratio's two loads at the same time, sharing the connections",
     )
     args = parser.parse_args()
+    exit_on_sigterm()
     if args.quick:
         args.rounds, args.seconds = 2, 2.0
     generator: Generator = load_wrk if shutil.which("wrk") else load_python
