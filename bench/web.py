@@ -1,7 +1,7 @@
 """Front-end requests per second, beside baselines and the official a2a-sdk server.
 
     python3 bench/web.py [--rounds 5] [--seconds 5] [--connections 32] [--quick] [--rest-only]
-                         [--paired]
+                         [--postgres-only] [--paired]
 
 Starts, all at once and each on a free port:
   * this service: gunicorn with the repo's gunicorn.conf.py (its worker class
@@ -28,6 +28,8 @@ would measure the idempotent duplicate path); both over JSON-RPC and over
 HTTP+JSON (`GET /tasks/{id}`, `POST /message:send`), this service's and the
 in-memory a2a-sdk server's REST app. `--rest-only` measures just those
 (this service's two bindings and the in-memory SDK's), for a short run;
+`--postgres-only` just the four on PostgreSQL (this service's and the
+DatabaseTaskStore's GetTask and SendMessage), to iterate on that store;
 `--paired` also drives the two loads of each ratio at the same time (Python
 threads, the connections shared), which on a machine others are loading
 compares them under the same conditions. Every response is checked:
@@ -286,6 +288,7 @@ def start_all(
     callbacks: list[Any],
     *,
     rest_only: bool = False,
+    postgres_only: bool = False,
 ) -> Fleet:
     env = {
         "TOOLNEXUS_STORE": f"{redis_url}/1",
@@ -293,6 +296,11 @@ def start_all(
         "TOOLNEXUS_QUEUE": "bench",
         "TOOLNEXUS_LOG_LEVEL": "WARNING",
     }
+    if postgres_only:
+        ours_on_postgres = _toolnexus_on_postgres(postgres, env, servers, callbacks)
+        workers = len(ours_on_postgres.workers())
+        on_postgres = _on_postgres(ours_on_postgres, postgres, table, workers, servers, callbacks)
+        return _checked(on_postgres, workers)
     web = gunicorn("web:create_app()", env, "this service")
     servers.append(web)
     workers = len(web.workers())
@@ -306,16 +314,10 @@ def start_all(
     memory = uvicorn("bench.sdk_peer:create_app", {}, 1, "a2a-sdk in-memory")
     servers.append(memory)
 
-    def peer_get(server: Server) -> bytes:
-        sdk_task = post(server.port, fresh(send_v10()), A2A_10)["result"]["task"]
-        body = rpc_body("GetTask", {"id": sdk_task["id"]})
-        assert post(server.port, body, A2A_10)["result"]["id"] == sdk_task["id"]
-        return body
-
     def rest_get(port: int, task_id: str) -> Load:
         return Load("", port, b"", A2A_10, "GET", f"/tasks/{task_id}")
 
-    memory_get = peer_get(memory)
+    memory_get = _peer_get(memory)
     sdk_task_id = json.loads(memory_get)["params"]["id"]
     both = [
         Load("toolnexus GetTask", web.port, get_v10, A2A_10),
@@ -334,6 +336,37 @@ def start_all(
     trivial = gunicorn(f"bench.web:baseline_app('{redis_url}/0')", env, "trivial Flask")
     servers.append(trivial)
     assert post(trivial.port, get_v10)["result"]["id"] == task["id"]
+    ours_on_postgres = _toolnexus_on_postgres(postgres, env, servers, callbacks)
+    on_postgres = _on_postgres(ours_on_postgres, postgres, table, workers, servers, callbacks)
+    get_toolnexus = rpc_body("GetTask", {"id": task["id"]})
+    loads = [
+        *both,
+        Load("toolnexus GetTask, toolnexus dialect", web.port, get_toolnexus, {}),
+        Load("toolnexus SendMessage, toolnexus dialect", web.port, send_toolnexus(), {}),
+        Load("trivial GetTask", trivial.port, get_v10, A2A_10),
+        *on_postgres,
+    ]
+    return _checked(loads, workers)
+
+
+def _peer_get(server: Server) -> bytes:
+    """GetTask of a task sent to `server` just now."""
+    sdk_task = post(server.port, fresh(send_v10()), A2A_10)["result"]["task"]
+    body = rpc_body("GetTask", {"id": sdk_task["id"]})
+    assert post(server.port, body, A2A_10)["result"]["id"] == sdk_task["id"]
+    return body
+
+
+def _on_postgres(
+    ours: Server,
+    postgres: str,
+    table: str,
+    workers: int,
+    servers: list[Server],
+    callbacks: list[Any],
+) -> list[Load]:
+    """The a2a-sdk on its DatabaseTaskStore (as many workers as ours), and
+    GetTask and SendMessage on it and on `ours`, this service on PostgreSQL."""
     from bench.sdk_peer import drop_table, prepare_table
 
     prepare_table(postgres, table)
@@ -345,22 +378,12 @@ def start_all(
         f"a2a-sdk on PostgreSQL, {workers} workers",
     )
     servers.append(database)
-    ours_on_postgres = _toolnexus_on_postgres(postgres, env, servers, callbacks)
-    pg_task = post(ours_on_postgres.port, fresh(send_v10()), A2A_10)["result"]["task"]
-    pg_get = rpc_body("GetTask", {"id": pg_task["id"]})
-
-    get_toolnexus = rpc_body("GetTask", {"id": task["id"]})
-    loads = [
-        *both,
-        Load("toolnexus GetTask, toolnexus dialect", web.port, get_toolnexus, {}),
-        Load("toolnexus SendMessage, toolnexus dialect", web.port, send_toolnexus(), {}),
-        Load("trivial GetTask", trivial.port, get_v10, A2A_10),
-        Load("sdk postgres GetTask", database.port, peer_get(database), A2A_10),
+    return [
+        Load("sdk postgres GetTask", database.port, _peer_get(database), A2A_10),
         Load("sdk postgres SendMessage", database.port, send_v10(), A2A_10),
-        Load("toolnexus postgres GetTask", ours_on_postgres.port, pg_get, A2A_10),
-        Load("toolnexus postgres SendMessage", ours_on_postgres.port, send_v10(), A2A_10),
+        Load("toolnexus postgres GetTask", ours.port, _peer_get(ours), A2A_10),
+        Load("toolnexus postgres SendMessage", ours.port, send_v10(), A2A_10),
     ]
-    return _checked(loads, workers)
 
 
 def _toolnexus_on_postgres(
@@ -542,6 +565,11 @@ def main() -> None:
         help="only GetTask and SendMessage over both bindings, here and on the in-memory SDK",
     )
     parser.add_argument(
+        "--postgres-only",
+        action="store_true",
+        help="only GetTask and SendMessage on PostgreSQL, here and on the a2a-sdk's database store",
+    )
+    parser.add_argument(
         "--paired",
         action="store_true",
         help="also drive each ratio's two loads at the same time, sharing the connections",
@@ -563,7 +591,13 @@ def main() -> None:
     table = f"bench_sdk_{uuid.uuid4().hex[:8]}"
     try:
         fleet = start_all(
-            redis_server.url, args.postgres, table, servers, callbacks, rest_only=args.rest_only
+            redis_server.url,
+            args.postgres,
+            table,
+            servers,
+            callbacks,
+            rest_only=args.rest_only,
+            postgres_only=args.postgres_only,
         )
         rates = measure_all(fleet, generator, args.rounds, args.seconds, args.connections)
         paired = (

@@ -18,7 +18,7 @@ from psycopg import sql
 
 from shared.listing import Listing, Query
 from shared.store import digest
-from shared.stores.postgres.records import record_of
+from shared.stores.postgres.records import TAIL, record_of
 
 
 def answer(conn: psycopg.Connection[Any], query: Query, now: float) -> Listing:
@@ -66,11 +66,11 @@ def answer(conn: psycopg.Connection[Any], query: Query, now: float) -> Listing:
         "SELECT total.n, page.id, page.ts, page.doc, page.seq, page.tail"
         " FROM (SELECT count(*) AS n FROM ({placed}) a) total"
         " LEFT JOIN LATERAL ("
-        "   SELECT p.id, p.ts, t.doc, t.seq, tail(t.id, t.base) AS tail"
+        "   SELECT p.id, p.ts, t.doc, t.seq, {tail} AS tail"
         "   FROM ({placed}) p JOIN tasks t ON t.id = p.id"
         "   WHERE {cursor} ORDER BY p.ts DESC, p.id DESC LIMIT %(size)s) page ON true"
         " ORDER BY page.ts DESC, page.id DESC"
-    ).format(placed=placed, cursor=cursor)
+    ).format(placed=placed, cursor=cursor, tail=sql.SQL(TAIL))
     rows = conn.execute(statement, params).fetchall()
     total = int(rows[0][0]) if rows else 0
     page = [row for row in rows if row[1] is not None]

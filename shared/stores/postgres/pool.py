@@ -22,6 +22,8 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from shared.stores.postgres.green import HubConnection, gevent_patched
+
 # Pools inherited across a fork: never used again, never closed (see above).
 _INHERITED: list[object] = []
 
@@ -68,6 +70,9 @@ class ForkSafePool:
             if self._pool is None:
                 self._pool = ConnectionPool(
                     self._conninfo,
+                    # Decided when the pool opens: gunicorn's gevent worker
+                    # has patched the process by its first request.
+                    connection_class=HubConnection if gevent_patched() else psycopg.Connection,
                     min_size=1,
                     max_size=self._size,
                     timeout=self._timeout,

@@ -50,7 +50,7 @@ from shared.store import (
 from shared.stores.postgres.listener import Listener
 from shared.stores.postgres.listing import answer
 from shared.stores.postgres.pool import ForkSafePool
-from shared.stores.postgres.records import record_of
+from shared.stores.postgres.records import TAIL, record_of
 from shared.stores.postgres.schema import DEFAULT_SCHEMA, behind, checked_schema
 from shared.stores.postgres.schema import UPGRADE_COMMAND as UPGRADE_HINT
 from shared.task import Task, epoch, is_terminal, state_of
@@ -63,7 +63,7 @@ Clock = Callable[[], float]
 # 100 for every process of the fleet together.
 POOL_SIZE = 10
 
-_READ = "SELECT doc, seq, tail(id, base) FROM tasks WHERE id = %s AND alive(expires, %s::float8)"
+_READ = f"SELECT t.doc, t.seq, {TAIL} FROM tasks t WHERE t.id = %s AND alive(t.expires, %s::float8)"
 _CREATE = (
     "SELECT outcome, named FROM create_task(%s, %s, %s, %s::float8, %s, %s, %s,"
     " %s::text, %s::text, %s::float8, %s::float8, %s::bigint, %s)"
@@ -236,7 +236,7 @@ class PostgresStore:
 
     def all(self) -> dict[str, Task]:
         rows = self._all(
-            "SELECT id, doc, seq, tail(id, base) FROM tasks WHERE alive(expires, %s::float8)",
+            f"SELECT t.id, t.doc, t.seq, {TAIL} FROM tasks t WHERE alive(t.expires, %s::float8)",
             (self._clock(),),
         )
         tasks: dict[str, Task] = {}
