@@ -9,6 +9,10 @@ survive what the task survives. For each (task, config) the store keeps:
   plus the retry state of the next one (failures so far, since when);
 - a lease: which delivery holds the pair, until when (a worker that died
   holding one simply lets it run out; the sweep then hands the pair on).
+  The sweep only *books* a free pair for the message it sends (`book`);
+  the first delivery to run takes the pair (`lease`) over any booking, its
+  own or another's, so a message that waited in the queue longer than a
+  booking lasts still delivers (docs/push.md, "Leases and bookings").
 
 `pushing()` lists the tasks that may still have something to deliver: a
 task enters with its first config and leaves once it is terminal and every
@@ -71,6 +75,18 @@ class Cursor:
     given_up: int = 0  # events given up so far
 
 
+# What a booked lease's holder is stored as, so one lease field says both who
+# holds the pair and whether that delivery runs yet (a running one's holder
+# is stored as it is: a uuid's hex, never starting so).
+BOOKED = "booked:"
+
+
+def gives_way(current: str, holder: str) -> bool:
+    """Whether a lease `current` holds, not run out, gives way to `holder`'s
+    running delivery: its own, or a booking of a message not yet run."""
+    return current == holder or current.startswith(BOOKED)
+
+
 class PushStore(Protocol):
     def put(self, config: PushConfig, cap: int) -> None:
         """Save (or replace, by id) a config; TooManyConfigs beyond `cap`."""
@@ -86,8 +102,13 @@ class PushStore(Protocol):
 
     def set_cursor(self, task_id: str, config_id: str, cursor: Cursor) -> None: ...
 
+    def book(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:
+        """Book a free pair (no lease, or one run out) for `holder`, a delivery
+        sent but not yet running: True when booked."""
+
     def lease(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:
-        """Take or renew the pair for `holder`: True unless another holds it."""
+        """Take or renew the pair for `holder`, a running delivery: True unless
+        another running delivery holds it (a booking, anyone's, gives way)."""
 
     def release(self, task_id: str, config_id: str, holder: str) -> None: ...
 
@@ -146,13 +167,26 @@ class MemoryPush:
         with self._lock:
             self._cursors[(task_id, config_id)] = cursor
 
+    def book(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:
+        return self._take(task_id, config_id, BOOKED + holder, seconds, lambda _: False)
+
     def lease(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:
+        return self._take(task_id, config_id, holder, seconds, lambda c: gives_way(c, holder))
+
+    def _take(
+        self,
+        task_id: str,
+        config_id: str,
+        stored: str,
+        seconds: float,
+        yields: Callable[[str], bool],
+    ) -> bool:
         now = time.time()
         with self._lock:
             current = self._leases.get((task_id, config_id))
-            if current is not None and current[0] != holder and current[1] > now:
+            if current is not None and current[1] > now and not yields(current[0]):
                 return False
-            self._leases[(task_id, config_id)] = (holder, now + seconds)
+            self._leases[(task_id, config_id)] = (stored, now + seconds)
             return True
 
     def release(self, task_id: str, config_id: str, holder: str) -> None:
@@ -197,10 +231,13 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[4])
 return 1
 """
-# Takes or renews a lease unless another holder has it.
+# Takes or renews a lease for a running delivery unless another running one
+# has it (a booking gives way: see BOOKED).
 _LEASE = """
 local holder = redis.call('GET', KEYS[1])
-if holder and holder ~= ARGV[1] then return 0 end
+if holder and holder ~= ARGV[1] and string.sub(holder, 1, #ARGV[3]) ~= ARGV[3] then
+  return 0
+end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 """
@@ -266,8 +303,13 @@ class RedisPush:
         with self._reachable():
             self._client.hset(self._key("cur", task_id), config_id, _cursor_text(cursor))
 
+    def book(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:
+        key, ms = self._lease_key(task_id, config_id), max(1, int(seconds * 1000))
+        with self._reachable():
+            return bool(self._client.set(key, BOOKED + holder, nx=True, px=ms))
+
     def lease(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:
-        args: list[str | int] = [holder, max(1, int(seconds * 1000))]
+        args: list[str | int] = [holder, max(1, int(seconds * 1000)), BOOKED]
         with self._reachable():
             return bool(self._lease(keys=[self._lease_key(task_id, config_id)], args=args))
 
@@ -379,14 +421,27 @@ class FilePush:
             state["cursors"][config_id] = json.loads(_cursor_text(cursor))
             self._dump(self._path(task_id), state)
 
+    def book(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:
+        return self._take(task_id, config_id, BOOKED + holder, seconds, lambda _: False)
+
     def lease(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:
+        return self._take(task_id, config_id, holder, seconds, lambda c: gives_way(c, holder))
+
+    def _take(
+        self,
+        task_id: str,
+        config_id: str,
+        stored: str,
+        seconds: float,
+        yields: Callable[[str], bool],
+    ) -> bool:
         path, now = self._path(task_id, ".leases"), time.time()
         with self._locked():
             leases = self._load(path)
             current = leases.get(config_id)
-            if current is not None and current[0] != holder and current[1] > now:
+            if current is not None and current[1] > now and not yields(current[0]):
                 return False
-            leases[config_id] = [holder, now + seconds]
+            leases[config_id] = [stored, now + seconds]
             self._dump(path, leases)
         return True
 

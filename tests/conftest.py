@@ -11,13 +11,13 @@ marked `matrix`.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
 import redis
 
 from tests.support import matrix
-from tests.support.compose import Backends
+from tests.support.compose import Backends, LocalStack
 from tests.support.rabbitmq import NoRabbitMQ, Vhost
 from tests.support.redis_server import RedisServer, ci
 
@@ -116,6 +116,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("slow") is not None:
             item.add_marker(pytest.mark.skip(reason=SLOW_OPT_IN))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test that used a compose stack reports the tail of each of the
+    stack's process logs (web, beat, workers): what they did is the diagnosis,
+    and in CI the stack's folder is gone by the time anyone reads the failure."""
+    report = yield
+    if report.failed and call.when != "teardown":
+        for stack in _stacks(getattr(item, "funcargs", {})):
+            report.sections.append((f"stack logs ({stack.folder})", stack.log_tails()))
+    return report
+
+
+def _stacks(funcargs: dict[str, object]) -> list[LocalStack]:
+    """The LocalStacks among a test's fixture values (alone, or in a tuple)."""
+    values = [
+        part
+        for value in funcargs.values()
+        for part in (value if isinstance(value, tuple) else (value,))
+    ]
+    return list({id(v): v for v in values if isinstance(v, LocalStack)}.values())
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

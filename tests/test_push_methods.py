@@ -275,6 +275,18 @@ def test_push_store_contract(pushes: PushStore) -> None:
     assert pushes.lease("t1", "a", "you", 0.001)
     # A lease nobody renews runs out.
     wait_for(lambda: pushes.lease("t1", "a", "me", 30), timeout=5, what="the lease to lapse")
+    pushes.release("t1", "a", "me")
+
+    # The sweep books a free pair only; a running delivery takes it over any
+    # booking (its own message's or a later one's), and then holds it.
+    assert pushes.book("t1", "a", "sent-1", 30)
+    assert not pushes.book("t1", "a", "sent-2", 30)
+    assert pushes.lease("t1", "a", "sent-2", 30)
+    assert not pushes.lease("t1", "a", "sent-1", 30)
+    assert not pushes.book("t1", "a", "sent-3", 30)
+    pushes.release("t1", "a", "sent-2")
+    assert pushes.book("t1", "a", "sent-4", 0.001)
+    wait_for(lambda: pushes.book("t1", "a", "sent-5", 30), timeout=5, what="the booking to lapse")
 
     assert pushes.delete("t1", "a") and not pushes.delete("t1", "a")
     assert pushes.cursor("t1", "a") == Cursor()

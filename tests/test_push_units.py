@@ -18,8 +18,9 @@ from shared.push_store import Cursor, PushStore, push_store
 from shared.store import Commit
 from shared.stores.memory import MemoryStore
 from shared.task import WORKING, Artifact, new_task
+from tests.support.polling import wait_for
 from tests.support.webhook_receiver import Receiver
-from worker.push import GaveUp, Policy, deliver
+from worker.push import GaveUp, Policy, deliver, sweep
 from worker.push_metrics import push_metrics
 
 SETTINGS = Settings(push_allowed_hosts=("127.0.0.1",), push_linger=0.5, push_backoff=0.01)
@@ -92,9 +93,40 @@ def test_a_lease_held_by_another_is_left_alone(receiver: Receiver) -> None:
     push = push_store(store)
     assert push is not None
     task_id = a_task(store, receiver, "/held")
-    assert push.lease(task_id, "c", "another", 30)
+    assert push.lease(task_id, "c", "another", 30)  # a delivery running meanwhile
+    sent: list[str] = []
+    assert sweep(store, push, lambda *message: sent.append(message[2]), 30) == 0
     assert deliver(store, push, task_id, "c", "me", Policy.of(SETTINGS)) == "taken"
-    assert receiver.on("/held") == []
+    assert sent == [] and receiver.on("/held") == []
+
+
+def test_a_delivery_whose_message_waited_past_its_booking_still_delivers(
+    receiver: Receiver,
+) -> None:
+    store = MemoryStore()
+    push = push_store(store)
+    assert push is not None
+    task_id = a_task(store, receiver, "/late")
+    queued: list[str] = []  # the push queue: the holders of the messages sent, oldest first
+
+    def send(task: str, config_id: str, holder: str) -> None:
+        queued.append(holder)
+
+    booking = 0.05
+    assert sweep(store, push, send, booking) == 1
+    # No worker runs the message (one starting up, or busy): its booking runs
+    # out and a later sweep books the pair again, for a second message.
+    wait_for(lambda: sweep(store, push, send, booking), timeout=5, what="a second booking")
+    first, second = queued
+    policy = Policy.of(SETTINGS)
+    # The older message runs first, as a queue hands them out. It delivers:
+    # were it to give way to the later booking ("taken"), so would each
+    # message after it while the queue's wait outlasted a booking.
+    assert deliver(store, push, task_id, "c", first, policy) == "delivered"
+    assert [hit.event_id for hit in receiver.delivered("/late")] == [1, 2]
+    # The later one finds the pair caught up: nothing is sent twice.
+    assert deliver(store, push, task_id, "c", second, policy) == "delivered"
+    assert len(receiver.on("/late")) == 2
 
 
 @pytest.mark.parametrize(

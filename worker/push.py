@@ -7,9 +7,17 @@ delivery holds the pair's lease, reads the log after the cursor (through
 as it stands, never a silent gap), POSTs each event in order and moves the
 cursor only after a 2xx. Beat's sweep (`sweep`) finds every pair whose
 task has events past its cursor and whose lease is free (never taken, let
-go, run out because its worker died, or parked until a retry is due) and
-sends a delivery for it on the push queue. So a lost message, a dead
-worker or a receiver that is down only delays an event; it never drops one.
+go, run out because its worker died, or parked until a retry is due),
+books it and sends a delivery for it on the push queue. So a lost message,
+a dead worker or a receiver that is down only delays an event; it never
+drops one.
+
+A booking is not a running delivery's lease: the first delivery to run
+takes the pair over any booking, whoever's. Were the sweep to take the
+pair's lease itself, a message that waited in the queue longer than the
+lease (a worker starting up, or busy) would find the next sweep's lease
+in its place and give up ("taken"), and so would every later one while
+the wait stayed that long: nothing delivered at all.
 
 Retries: a failed attempt parks the pair's lease until the next attempt
 (exponential backoff with jitter, or the receiver's Retry-After on 429 and
@@ -132,7 +140,7 @@ def sweep(store: Store, push: PushStore, send: Send, lease: float) -> int:
                 continue
             behind = True
             holder = uuid.uuid4().hex
-            if push.lease(task_id, config["id"], holder, lease):
+            if push.book(task_id, config["id"], holder, lease):
                 send(task_id, config["id"], holder)
                 handed += 1
         if not behind and is_terminal(state_of(record.task)):
@@ -143,9 +151,11 @@ def sweep(store: Store, push: PushStore, send: Send, lease: float) -> int:
 def deliver(
     store: Store, push: PushStore, task_id: str, config_id: str, holder: str, policy: Policy
 ) -> str:
-    """One delivery run for (task, webhook), holding `holder`'s lease: POST
-    what is past the cursor, in order, until caught up and the task quiet
-    for `policy.linger` s, a failure parks it, or the lease is lost."""
+    """One delivery run for (task, webhook), as `holder`: POST what is past
+    the cursor, in order, until caught up and the task quiet for
+    `policy.linger` s, a failure parks it, or the lease is lost. It runs
+    unless another delivery is running for the pair: a booking, its own or
+    a later sweep's for a later message, gives way to it."""
     if not push.lease(task_id, config_id, holder, policy.lease):
         return "taken"
     renewed = time.monotonic()

@@ -319,6 +319,15 @@ class LocalStack:
         if process is not None:
             process.stop()
 
+    def log_tails(self, lines: int = 200) -> str:
+        """The last `lines` of every process log this stack wrote (each start's,
+        the stopped and killed ones' too), for a failed test's report."""
+        parts = []
+        for path in sorted(self.folder.glob("*.log")):
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+            parts.append(f"--- {path.name} (last {len(tail)} lines) ---\n" + "\n".join(tail))
+        return "\n".join(parts)
+
     def close(self) -> None:
         for name in list(self.processes):
             self.stop(name)

@@ -3,8 +3,9 @@
 Tables (migrations/0002_push.sql): `push_configs`, `push_cursors`,
 `push_leases` per (task, config), and `push_tasks` (still swept, or when a
 finished task's push state is forgotten). A lease is taken or renewed in
-one statement (an upsert that only overwrites a lease of the same holder or
-one run out), so two deliveries never both hold a pair.
+one statement (an upsert that only overwrites a lease of the same holder, a
+booking or one run out), so two deliveries never both hold a pair; a
+booking's holder is stored with the BOOKED prefix (`shared.push_store`).
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ import time
 from typing import cast
 
 from shared.codec import decode, encode
-from shared.push_store import Cursor, PushConfig, TooManyConfigs
+from shared.push_store import BOOKED, Cursor, PushConfig, TooManyConfigs
 from shared.store import require_safe_id
 from shared.stores.postgres.store import PostgresStore
 
-_LEASE = """
-INSERT INTO push_leases AS l VALUES (%s, %s, %s, %s::float8 + %s::float8)
+_TAKE = """
+INSERT INTO push_leases AS l VALUES (%(task)s, %(config)s, %(stored)s, %(until)s::float8)
 ON CONFLICT (task_id, config_id) DO UPDATE SET holder = excluded.holder, until = excluded.until
-  WHERE l.holder = excluded.holder OR l.until <= %s::float8
+  WHERE l.until <= %(now)s::float8 OR (%(running)s AND (l.holder = excluded.holder
+    OR starts_with(l.holder, %(booked)s)))
 RETURNING 1
 """
 _FORGET = """
@@ -95,10 +97,27 @@ class PostgresPush:
             ),
         )
 
+    def book(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:
+        return self._take(task_id, config_id, BOOKED + holder, seconds, running=False)
+
     def lease(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:
+        return self._take(task_id, config_id, holder, seconds, running=True)
+
+    def _take(
+        self, task_id: str, config_id: str, stored: str, seconds: float, *, running: bool
+    ) -> bool:
         now = time.time()
         row = self._store.maybe(
-            _LEASE, (require_safe_id(task_id), config_id, holder, now, seconds, now)
+            _TAKE,
+            {
+                "task": require_safe_id(task_id),
+                "config": config_id,
+                "stored": stored,
+                "until": now + seconds,
+                "now": now,
+                "running": running,
+                "booked": BOOKED,
+            },
         )
         return row is not None
 
