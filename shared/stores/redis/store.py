@@ -44,7 +44,7 @@ from shared.store import (
     require_safe_id,
 )
 from shared.store_spec import POOL_SIZE
-from shared.stores.redis.listener import Listener
+from shared.stores.redis.listener import RedisListener
 from shared.stores.redis.listing import RedisListing
 from shared.stores.redis.scripts import CLAIM, COMMIT, CREATE, FORGET_EXPIRED, READ
 from shared.task import Task, epoch, is_terminal, state_of
@@ -90,7 +90,7 @@ class RedisStore:
         self._claim = client.register_script(CLAIM)
         self._forget_expired = client.register_script(FORGET_EXPIRED)
         self._read = client.register_script(READ)
-        self._listener = Listener(client, self._channel, self._newest)
+        self._listener = RedisListener(client, self._channel, self._newest)
         self._push = Once()
 
     # --- the contract ------------------------------------------------------
@@ -207,11 +207,8 @@ class RedisStore:
             logged.append((int(entry_id.split(b"-")[1]), decode(fields[b"e"])))
         return logged
 
-    @contextmanager
-    def watch(self, task_id: str) -> Iterator[Waiter]:
-        self._listener.ensure_listening()
-        with self._listener.notifier.watch(task_id) as waiter:
-            yield waiter
+    def watch(self, task_id: str) -> AbstractContextManager[Waiter]:
+        return self._listener.watch(task_id)
 
     # --- listing and the time indexes ---------------------------------------
 
