@@ -57,6 +57,17 @@ from web.params import SendParams, TaskQuery, WebhookParams
 
 log = logging.getLogger(__name__)
 
+SEND, STREAM, GET, CANCEL, LIST, SUBSCRIBE, CARD = (
+    "send",
+    "stream",
+    "get",
+    "cancel",
+    "list",
+    "subscribe",
+    "card",
+)
+PUSH_SET, PUSH_GET, PUSH_LIST, PUSH_DELETE = "push-set", "push-get", "push-list", "push-delete"
+
 
 @dataclass(frozen=True)
 class Sent:

@@ -15,7 +15,7 @@ from typing import Final
 
 from shared.text import shown
 from web.errors import RouteNotFound, VerbNotAllowed
-from web.rpc import (
+from web.methods import (
     CANCEL,
     CARD,
     GET,
