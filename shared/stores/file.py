@@ -58,7 +58,7 @@ from shared.codec import decode
 from shared.errors import ContextTaken, StoreError
 from shared.events import Event, StatusUpdate, current_status, fold
 from shared.listing import Listing, Query, StatusHistory, history_of, list_by_scan
-from shared.push_store import FilePush, Once, PushStore
+from shared.push_store import Once, PushStore
 from shared.store import (
     LOG_LIMIT,
     Commit,
@@ -72,6 +72,7 @@ from shared.store import (
 )
 from shared.store_spec import ALWAYS
 from shared.stores.file_log import Durability, LogFiles, Marker, open_no_link
+from shared.stores.file_push import FilePush
 from shared.task import INTERRUPTED_STATES, SUBMITTED, WORKING, Task, is_terminal, state_of
 from shared.transitions import claim_by_commit
 from shared.watching import Notifier, Poller, Waiter

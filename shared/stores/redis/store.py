@@ -32,7 +32,7 @@ from shared.codec import decode, encode
 from shared.errors import ContextTaken, StoreError
 from shared.events import Event, StatusUpdate, context_of, current_status, fold
 from shared.listing import Listing, Query
-from shared.push_store import Once, PushStore, RedisPush
+from shared.push_store import Once, PushStore
 from shared.store import (
     LOG_LIMIT,
     Commit,
@@ -46,6 +46,7 @@ from shared.store import (
 from shared.store_spec import POOL_SIZE
 from shared.stores.redis.listener import RedisListener
 from shared.stores.redis.listing import RedisListing
+from shared.stores.redis.push import RedisPush
 from shared.stores.redis.scripts import CLAIM, COMMIT, CREATE, FORGET_EXPIRED, READ
 from shared.task import Task, epoch, is_terminal, state_of
 from shared.text import truncated
