@@ -16,8 +16,10 @@ cursor stands at its last event. What is *due* needs no marker of its own:
 a commit's own event number, beyond a cursor, is the due record, written in
 the same atomic step as the commit by construction.
 
-Each built-in store makes its own on first use (`Store.push_store`), once
-per store; a user's two-method store keeps none (see `shared.stores.adapter`).
+This module is the contract. Each built-in store makes its own on first use
+(`Store.push_store`), once per store, from its backend's module beside it
+(`shared.stores.memory_push`, `file_push`, `redis.push`, `postgres.push`); a
+user's two-method store keeps none (see `shared.stores.adapter`).
 """
 
 from __future__ import annotations
@@ -90,7 +92,8 @@ class PushStore(Protocol):
         """Everything of the task's push state (the task expired)."""
 
 
-def _cursor_text(cursor: Cursor) -> str:
+def cursor_text(cursor: Cursor) -> str:
+    """The cursor as JSON, for a backend that keeps it as text."""
     return json.dumps(
         {
             "delivered": cursor.delivered,

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from shared.push_store import Cursor, PushConfig, TooManyConfigs, _cursor_text
+from shared.push_store import Cursor, PushConfig, TooManyConfigs, cursor_text
 from shared.store import require_safe_id
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ class FilePush:
     def set_cursor(self, task_id: str, config_id: str, cursor: Cursor) -> None:
         with self._locked():
             state = self._state(task_id)
-            state["cursors"][config_id] = json.loads(_cursor_text(cursor))
+            state["cursors"][config_id] = json.loads(cursor_text(cursor))
             self._dump(self._path(task_id), state)
 
     def lease(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:

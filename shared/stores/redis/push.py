@@ -7,7 +7,7 @@ import json
 from typing import TYPE_CHECKING, cast
 
 from shared.codec import decode, encode
-from shared.push_store import Cursor, PushConfig, TooManyConfigs, _cursor_text
+from shared.push_store import Cursor, PushConfig, TooManyConfigs, cursor_text
 from shared.store import digest, require_safe_id
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class RedisPush:
 
     def set_cursor(self, task_id: str, config_id: str, cursor: Cursor) -> None:
         with self._reachable():
-            self._client.hset(self._key("cur", task_id), config_id, _cursor_text(cursor))
+            self._client.hset(self._key("cur", task_id), config_id, cursor_text(cursor))
 
     def lease(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:
         args: list[str | int] = [holder, max(1, int(seconds * 1000))]
