@@ -2,7 +2,8 @@
 
 Each store tells its `Notifier` when a task may have new events: the memory
 store after each commit, the Redis store when its pub/sub listener hears of
-one from any process, the file store when a log file grows. A wake-up may
+one from any process, the file store when a log file grows (its `Poller`
+looks). A wake-up may
 say the number of the task's newest event; a waiter that has read that far
 already sleeps on, so a stream that is current costs no read. A waiter then
 reads the events itself, from the store, by number: a wake-up carries no
@@ -14,8 +15,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 
 
 class Waiter:
@@ -109,3 +110,49 @@ class Notifier:
     def __len__(self) -> int:
         with self._lock:
             return sum(len(group) for group in self._waiters.values())
+
+
+class Poller:
+    """Wake-ups for a store whose writers tell no other process: one thread
+    per store reads each watched task's `stamp` (anything that changes with
+    every write) every `every` seconds and wakes the task's waiters when it
+    changed. A task first read wakes them once too: it may have changed
+    since its watcher read it (a spurious wake-up costs a read, a missed one
+    a whole wait). A stamp of None: it cannot be had now; the next look
+    tries again."""
+
+    def __init__(
+        self,
+        notifier: Notifier,
+        stamp: Callable[[str], Hashable | None],
+        *,
+        every: float,
+        name: str,
+    ) -> None:
+        self._notifier = notifier
+        self._stamp = stamp
+        self._every = every
+        self._name = name
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def watch(self, task_id: str) -> AbstractContextManager[Waiter]:
+        """The task's waiter, with the thread looking (again after a fork)."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._look, name=self._name, daemon=True)
+                self._thread.start()
+        return self._notifier.watch(task_id)
+
+    def _look(self) -> None:
+        stamps: dict[str, Hashable] = {}
+        while True:
+            watched = self._notifier.watched()
+            for task_id in watched:
+                stamp = self._stamp(task_id)
+                if stamp is not None and stamps.get(task_id) != stamp:
+                    stamps[task_id] = stamp
+                    self._notifier.notify(task_id)
+            for task_id in set(stamps) - set(watched):
+                del stamps[task_id]
+            time.sleep(self._every)

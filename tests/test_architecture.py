@@ -94,8 +94,10 @@ def test_a_web_process_loads_no_worker_code() -> None:
 
 BACKENDS = (
     "shared.stores.memory",
+    "shared.stores.memory_push",
     "shared.stores.file",
     "shared.stores.file_log",
+    "shared.stores.file_push",
     "shared.stores.redis",
 )
 
@@ -105,9 +107,6 @@ def test_only_the_wiring_imports_a_store_backend() -> None:
     # new backend changes these modules and no caller. shared/__init__ is the
     # public import path of the stores' constructors.
     wiring = {"shared/__init__.py", "shared/resolve.py"}
-    # The per-backend push stores, typed by the store each sits beside
-    # (imports for the type checker only; each store makes its own).
-    wiring.add("shared/push_store.py")
     assert importers(BACKENDS, outside=("shared/stores/",)) == wiring
 
 

@@ -90,6 +90,16 @@ def test_a_resume_from_before_a_crash_never_skips_an_event_written_after_it(
     assert transition(store, task_id, to_state(COMPLETED)).applied
 
     # The store's follower, from the pre-crash number.
+    check_followed(store, task_id, seen, after)
+
+    # The same through the API: SubscribeToTask with Last-Event-ID.
+    check_resumed_over_http(store, task_id, seen, after)
+
+
+def check_followed(store: TaskStore, task_id: str, seen: int, after: list[str]) -> None:
+    """The store's follower from `seen` on the finished task: every text in
+    `after` reaches it, in the Task or as an event, and it starts with the
+    Task, numbered above `seen`."""
     delivered: list[str] = []
     items = list(follow(store, task_id, seen, deadline=time.monotonic() + 10, reader="crash"))
     for item in items:
@@ -100,9 +110,6 @@ def test_a_resume_from_before_a_crash_never_skips_an_event_written_after_it(
     assert set(after) <= set(delivered)
     assert isinstance(items[0], Record)  # a new lineage: the old number means nothing now
     assert items[0].seq > seen
-
-    # The same through the API: SubscribeToTask with Last-Event-ID.
-    check_resumed_over_http(store, task_id, seen, after)
 
 
 def check_resumed_over_http(store: TaskStore, task_id: str, seen: int, after: list[str]) -> None:

@@ -21,13 +21,11 @@ import pytest
 
 from shared.boot import booted_at
 from shared.events import Event, to_state
-from shared.following import follow
-from shared.store import Record
 from shared.stores.file import FileStore
 from shared.stores.file_log import EVERYSEC
 from shared.task import COMPLETED, WORKING, new_task, text_message
 from shared.transitions import transition
-from tests.test_event_ids_crash import check_resumed_over_http, chunk, texts
+from tests.test_event_ids_crash import check_followed, check_resumed_over_http, chunk
 
 BURST = 120
 
@@ -90,16 +88,7 @@ def test_a_resume_from_before_a_power_cut_never_skips_an_event_written_after_it(
     assert new == list(range(new[0], new[0] + len(new)))  # a new lineage, then by one
 
     # The store's follower, from the pre-crash number.
-    delivered: list[str] = []
-    items = list(follow(store, task_id, seen, deadline=time.monotonic() + 10, reader="crash"))
-    for item in items:
-        if isinstance(item, Record):
-            delivered += texts(item.task)
-        elif item is not None and item[1]["kind"] == "artifact-update":
-            delivered += [part["text"] for part in item[1]["artifact"]["parts"]]  # type: ignore[typeddict-item]
-    assert set(after) <= set(delivered)
-    assert isinstance(items[0], Record)  # a new lineage: the old number means nothing now
-    assert items[0].seq > seen
+    check_followed(store, task_id, seen, after)
 
     check_resumed_over_http(store, task_id, seen, after)
 

@@ -15,17 +15,17 @@ import pytest
 from shared import Settings, memory_store
 from shared.push_store import (
     Cursor,
-    FilePush,
-    MemoryPush,
     PushConfig,
     PushStore,
-    RedisPush,
     TooManyConfigs,
     push_store,
 )
 from shared.stores.file import FileStore
+from shared.stores.file_push import FilePush
+from shared.stores.memory_push import MemoryPush
 from shared.stores.postgres import postgres_store
 from shared.stores.postgres.push import PostgresPush
+from shared.stores.redis.push import RedisPush
 from shared.stores.redis.store import redis_store
 from tests.support.polling import wait_for
 from tests.test_web_support import PlayingDispatcher

@@ -44,8 +44,7 @@ from web.grpc_service import (
 )
 from web.grpc_wire import DETAILS_KEY
 from web.hangups import Hangup
-from web.metrics import web_metrics
-from web.rpc import (
+from web.methods import (
     CANCEL,
     CARD,
     GET,
@@ -58,6 +57,7 @@ from web.rpc import (
     STREAM,
     SUBSCRIBE,
 )
+from web.metrics import web_metrics
 
 # Threads for unary calls: each holds one for its length (a blocking send
 # for the task's), as a synchronous server's call does.

@@ -40,9 +40,7 @@ from web.dialects import V10
 from web.errors import InvalidParams, InvalidRequest, VersionNotSupported, describe, status_body
 from web.grpc_wire import DETAILS_KEY, Undecodable, message_of, params_of, rich_status
 from web.hangups import Hangup
-from web.methods import Tasks
-from web.metrics import latency_of, requests_counted, web_metrics
-from web.rpc import (
+from web.methods import (
     CANCEL,
     CARD,
     GET,
@@ -54,6 +52,10 @@ from web.rpc import (
     SEND,
     STREAM,
     SUBSCRIBE,
+    Tasks,
+)
+from web.metrics import latency_of, requests_counted, web_metrics
+from web.rpc import (
     Call,
     Dialect,
     parse,

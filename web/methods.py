@@ -1,4 +1,4 @@
-"""What the JSON-RPC methods do, on stored-shape tasks; no wire format here.
+"""What the A2A methods do, on stored-shape tasks; no wire format here.
 
 Creating a task is the store's `create` (idempotent by messageId); every
 later change (continue, cancel, failing a task that could not be queued) is
@@ -9,6 +9,9 @@ Every task belongs to the caller that created it (`owner`; "" when the
 service runs without auth). Another caller is told the task does not exist.
 Once a task is saved, any error on the way out names it (`TaskError`), so
 the peer can ask GetTask instead of sending again.
+
+Each method has a kind (`SEND`, `GET`, ...): the one name every binding
+(JSON-RPC, HTTP+JSON, gRPC) gives it.
 """
 
 from __future__ import annotations
@@ -56,6 +59,20 @@ from web.media import accepts
 from web.params import SendParams, TaskQuery, WebhookParams
 
 log = logging.getLogger(__name__)
+
+# The methods by kind: every binding's names (JSON-RPC's two spellings, the
+# REST routes, the gRPC service's RPCs) map to one of these, and the parsers
+# and runners of `web.rpc` are keyed by them.
+SEND, STREAM, GET, CANCEL, LIST, SUBSCRIBE, CARD = (
+    "send",
+    "stream",
+    "get",
+    "cancel",
+    "list",
+    "subscribe",
+    "card",
+)
+PUSH_SET, PUSH_GET, PUSH_LIST, PUSH_DELETE = "push-set", "push-get", "push-list", "push-delete"
 
 
 @dataclass(frozen=True)

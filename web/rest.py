@@ -50,17 +50,12 @@ from web.errors import (
     status_body,
 )
 from web.mappings import is_mapping
+from web.methods import GET, LIST, PUSH_LIST, SEND, STREAM, SUBSCRIBE
 from web.observe import Observed, begin, finish, outcome_of
 from web.params import camel_name
 from web.rest_routes import Route, match
 from web.rpc import (
-    GET,
     HTTP_JSON,
-    LIST,
-    PUSH_LIST,
-    SEND,
-    STREAM,
-    SUBSCRIBE,
     Call,
     parse,
     parse_json,

@@ -15,7 +15,7 @@ from typing import Final
 
 from shared.text import shown
 from web.errors import RouteNotFound, VerbNotAllowed
-from web.rpc import (
+from web.methods import (
     CANCEL,
     CARD,
     GET,
@@ -49,7 +49,7 @@ _TASK_ACTIONS: Final = {
 class Route:
     """One route: the method it runs and what its path holds."""
 
-    kind: str  # a method kind of `web.rpc` (SEND, GET, ...)
+    kind: str  # a method kind of `web.methods` (SEND, GET, ...)
     name: str  # the A2A method, for logs and metrics
     template: str  # the path with its variables named, for metrics
     verbs: tuple[str, ...]

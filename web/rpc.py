@@ -42,7 +42,22 @@ from web.errors import (
 )
 from web.listing import list_tasks
 from web.mappings import is_mapping
-from web.methods import Sent, Tasks, with_history
+from web.methods import (
+    CANCEL,
+    CARD,
+    GET,
+    LIST,
+    PUSH_DELETE,
+    PUSH_GET,
+    PUSH_LIST,
+    PUSH_SET,
+    SEND,
+    STREAM,
+    SUBSCRIBE,
+    Sent,
+    Tasks,
+    with_history,
+)
 from web.streaming import Stream, Wire, send_stream, subscription
 
 Reply = tuple[dict[str, Any], int]
@@ -89,16 +104,6 @@ class Call:
         )
 
 
-SEND, STREAM, GET, CANCEL, LIST, SUBSCRIBE, CARD = (
-    "send",
-    "stream",
-    "get",
-    "cancel",
-    "list",
-    "subscribe",
-    "card",
-)
-PUSH_SET, PUSH_GET, PUSH_LIST, PUSH_DELETE = "push-set", "push-get", "push-list", "push-delete"
 METHODS: Final = {
     "SendMessage": SEND,
     "message/send": SEND,

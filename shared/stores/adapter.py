@@ -27,9 +27,7 @@ can do. What the adapter gives it:
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Final, cast
 
 from shared.errors import Unsupported
@@ -39,7 +37,7 @@ from shared.push_store import PushStore
 from shared.store import Commit, Created, Outcome, Record, TaskStore
 from shared.task import Task, epoch
 from shared.transitions import claim_by_commit
-from shared.watching import Notifier, Waiter
+from shared.watching import Notifier, Poller, Waiter
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +83,8 @@ class Adapted:
 
     def __init__(self, inner: TaskStore, *, poll: float = POLL) -> None:
         self.inner = inner
-        self._poll = poll
         self._notifier = Notifier()
-        self._poller: threading.Thread | None = None
-        self._poller_lock = threading.Lock()
+        self._poller = Poller(self._notifier, self._stamp, every=poll, name="toolnexus-store-poll")
 
     # --- the seed's contract ------------------------------------------------
 
@@ -127,11 +123,8 @@ class Adapted:
             return []
         return [(number, cast(Event, current_status(task)))]
 
-    @contextmanager
-    def watch(self, task_id: str) -> Iterator[Waiter]:
-        self._ensure_polling()
-        with self._notifier.watch(task_id) as waiter:
-            yield waiter
+    def watch(self, task_id: str) -> AbstractContextManager[Waiter]:
+        return self._poller.watch(task_id)
 
     # --- what it cannot have ------------------------------------------------
 
@@ -179,36 +172,14 @@ class Adapted:
     def push_store(self, ttl: float | None = None) -> PushStore | None:
         return None
 
-    # --- the poller ---------------------------------------------------------
+    # --- what the poller reads ----------------------------------------------
 
-    def _ensure_polling(self) -> None:
-        with self._poller_lock:
-            if self._poller is None or not self._poller.is_alive():
-                self._poller = threading.Thread(
-                    target=self._poll_forever, name="toolnexus-store-poll", daemon=True
-                )
-                self._poller.start()
-
-    def _poll_forever(self) -> None:
-        seen: dict[str, int] = {}
-        stop = threading.Event()
-        while not stop.wait(self._poll):
-            watched = self._notifier.watched()
-            for task_id in list(seen):
-                if task_id not in watched:
-                    del seen[task_id]
-            for task_id in watched:
-                try:
-                    task = self.inner.get(task_id)
-                except Exception:  # the user's store: say nothing now, the next poll retries
-                    continue
-                number = number_of(task) if task is not None else 0
-                # A task first polled may have changed since its watcher read
-                # it: wake it once (a spurious wake-up costs a read, a missed
-                # one a whole wait).
-                if seen.get(task_id) != number:
-                    seen[task_id] = number
-                    self._notifier.notify(task_id)
+    def _stamp(self, task_id: str) -> int | None:
+        try:
+            task = self.inner.get(task_id)
+        except Exception:  # the user's store: say nothing now, the next poll retries
+            return None
+        return number_of(task) if task is not None else 0
 
 
 def adapt(store: TaskStore) -> Adapted:

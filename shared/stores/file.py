@@ -49,7 +49,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Any, cast
 
@@ -58,7 +58,7 @@ from shared.codec import decode
 from shared.errors import ContextTaken, StoreError
 from shared.events import Event, StatusUpdate, current_status, fold
 from shared.listing import Listing, Query, StatusHistory, history_of, list_by_scan
-from shared.push_store import FilePush, Once, PushStore
+from shared.push_store import Once, PushStore
 from shared.store import (
     LOG_LIMIT,
     Commit,
@@ -72,9 +72,10 @@ from shared.store import (
 )
 from shared.store_spec import ALWAYS
 from shared.stores.file_log import Durability, LogFiles, Marker, open_no_link
+from shared.stores.file_push import FilePush
 from shared.task import INTERRUPTED_STATES, SUBMITTED, WORKING, Task, is_terminal, state_of
 from shared.transitions import claim_by_commit
-from shared.watching import Notifier, Waiter
+from shared.watching import Notifier, Poller, Waiter
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +129,9 @@ class FileStore:
         self._logs = LogFiles(self._log, self._durability, log_limit)
         self._notifier = Notifier()
         self._push = Once()
-        self._poller: threading.Thread | None = None
-        self._poller_lock = threading.Lock()
+        self._poller = Poller(
+            self._notifier, self._log_stamp, every=_POLL, name="toolnexus-file-events"
+        )
 
     # --- the contract ------------------------------------------------------
 
@@ -197,11 +199,8 @@ class FileStore:
     def claim(self, task_id: str, from_state: str, event: StatusUpdate) -> Outcome:
         return claim_by_commit(self, task_id, from_state, event)
 
-    @contextmanager
-    def watch(self, task_id: str) -> Iterator[Waiter]:
-        self._ensure_polling()
-        with self._notifier.watch(task_id) as waiter:
-            yield waiter
+    def watch(self, task_id: str) -> AbstractContextManager[Waiter]:
+        return self._poller.watch(task_id)
 
     # --- listing and the time indexes ---------------------------------------
 
@@ -497,32 +496,14 @@ class FileStore:
 
     # --- telling waiters in this process about other processes' writes ------
 
-    def _ensure_polling(self) -> None:
-        with self._poller_lock:
-            if self._poller is None or not self._poller.is_alive():
-                self._poller = threading.Thread(
-                    target=self._poll, name="toolnexus-file-events", daemon=True
-                )
-                self._poller.start()
-
-    def _poll(self) -> None:
+    def _log_stamp(self, task_id: str) -> tuple[int, int]:
         # A log grows by appends and is replaced by a trim (a new inode), so
         # its inode and size together change with every write.
-        sizes: dict[str, tuple[int, int]] = {}
-        while True:
-            watched = self._notifier.watched()
-            for task_id in watched:
-                try:
-                    info = os.stat(self._logs.path(task_id), follow_symlinks=False)
-                    size = (info.st_ino, info.st_size)
-                except OSError:
-                    size = (-1, -1)
-                if sizes.get(task_id) != size:
-                    sizes[task_id] = size
-                    self._notifier.notify(task_id)
-            for task_id in set(sizes) - set(watched):
-                del sizes[task_id]
-            time.sleep(_POLL)
+        try:
+            info = os.stat(self._logs.path(task_id), follow_symlinks=False)
+        except OSError:
+            return (-1, -1)
+        return (info.st_ino, info.st_size)
 
 
 def _read_bytes(path: Path) -> bytes | None:

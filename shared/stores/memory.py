@@ -26,7 +26,7 @@ from shared.codec import decode, encode_bytes
 from shared.errors import ContextTaken
 from shared.events import Event, StatusUpdate, current_status, fold
 from shared.listing import Listing, Query, list_by_scan, trimmed
-from shared.push_store import MemoryPush, Once, PushStore
+from shared.push_store import Once, PushStore
 from shared.store import (
     LOG_LIMIT,
     Commit,
@@ -36,6 +36,7 @@ from shared.store import (
     is_safe_id,
     require_safe_id,
 )
+from shared.stores.memory_push import MemoryPush
 from shared.task import (
     INTERRUPTED_STATES,
     SUBMITTED,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -47,7 +47,7 @@ from shared.store import (
     is_safe_id,
     require_safe_id,
 )
-from shared.stores.postgres.listener import Listener
+from shared.stores.postgres.listener import PostgresListener
 from shared.stores.postgres.listing import answer
 from shared.stores.postgres.pool import ForkSafePool
 from shared.stores.postgres.records import TAIL, record_of
@@ -125,7 +125,7 @@ class PostgresStore:
         self._pool = ForkSafePool(
             self.conninfo, size=connections, timeout=timeout, configure=self._configure
         )
-        self._listener = Listener(self.conninfo, channel, self._newest, notify=notify)
+        self._listener = PostgresListener(self.conninfo, channel, self._newest, notify=notify)
         self._push = Once()
 
     # --- the contract ------------------------------------------------------
@@ -226,11 +226,8 @@ class PostgresStore:
         rows = self._all(_EVENTS, (task_id, after, self._clock(), limit))
         return [(int(seq), decode(body)) for seq, body in rows]
 
-    @contextmanager
-    def watch(self, task_id: str) -> Iterator[Waiter]:
-        self._listener.ensure_listening()
-        with self._listener.notifier.watch(task_id) as waiter:
-            yield waiter
+    def watch(self, task_id: str) -> AbstractContextManager[Waiter]:
+        return self._listener.watch(task_id)
 
     # --- listing and the time indexes ---------------------------------------
 

@@ -32,7 +32,7 @@ from shared.codec import decode, encode
 from shared.errors import ContextTaken, StoreError
 from shared.events import Event, StatusUpdate, context_of, current_status, fold
 from shared.listing import Listing, Query
-from shared.push_store import Once, PushStore, RedisPush
+from shared.push_store import Once, PushStore
 from shared.store import (
     LOG_LIMIT,
     Commit,
@@ -44,8 +44,9 @@ from shared.store import (
     require_safe_id,
 )
 from shared.store_spec import POOL_SIZE
-from shared.stores.redis.listener import Listener
+from shared.stores.redis.listener import RedisListener
 from shared.stores.redis.listing import RedisListing
+from shared.stores.redis.push import RedisPush
 from shared.stores.redis.scripts import CLAIM, COMMIT, CREATE, FORGET_EXPIRED, READ
 from shared.task import Task, epoch, is_terminal, state_of
 from shared.text import truncated
@@ -90,7 +91,7 @@ class RedisStore:
         self._claim = client.register_script(CLAIM)
         self._forget_expired = client.register_script(FORGET_EXPIRED)
         self._read = client.register_script(READ)
-        self._listener = Listener(client, self._channel, self._newest)
+        self._listener = RedisListener(client, self._channel, self._newest)
         self._push = Once()
 
     # --- the contract ------------------------------------------------------
@@ -207,11 +208,8 @@ class RedisStore:
             logged.append((int(entry_id.split(b"-")[1]), decode(fields[b"e"])))
         return logged
 
-    @contextmanager
-    def watch(self, task_id: str) -> Iterator[Waiter]:
-        self._listener.ensure_listening()
-        with self._listener.notifier.watch(task_id) as waiter:
-            yield waiter
+    def watch(self, task_id: str) -> AbstractContextManager[Waiter]:
+        return self._listener.watch(task_id)
 
     # --- listing and the time indexes ---------------------------------------
 
