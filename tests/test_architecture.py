@@ -96,6 +96,7 @@ BACKENDS = (
     "shared.stores.memory",
     "shared.stores.file",
     "shared.stores.file_log",
+    "shared.stores.file_watch",
     "shared.stores.redis",
 )
 

@@ -72,9 +72,10 @@ from shared.store import (
 )
 from shared.store_spec import ALWAYS
 from shared.stores.file_log import Durability, LogFiles, Marker, open_no_link
+from shared.stores.file_watch import LogWatcher
 from shared.task import INTERRUPTED_STATES, SUBMITTED, WORKING, Task, is_terminal, state_of
 from shared.transitions import claim_by_commit
-from shared.watching import Notifier, Waiter
+from shared.watching import Waiter
 
 log = logging.getLogger(__name__)
 
@@ -126,10 +127,9 @@ class FileStore:
             if folder.is_symlink():
                 raise StoreError(f"task store: {folder} is a symbolic link; refusing to use it")
         self._logs = LogFiles(self._log, self._durability, log_limit)
-        self._notifier = Notifier()
+        self._watcher = LogWatcher(self._logs.path, _POLL)
+        self._notifier = self._watcher.notifier
         self._push = Once()
-        self._poller: threading.Thread | None = None
-        self._poller_lock = threading.Lock()
 
     # --- the contract ------------------------------------------------------
 
@@ -199,8 +199,7 @@ class FileStore:
 
     @contextmanager
     def watch(self, task_id: str) -> Iterator[Waiter]:
-        self._ensure_polling()
-        with self._notifier.watch(task_id) as waiter:
+        with self._watcher.watch(task_id) as waiter:
             yield waiter
 
     # --- listing and the time indexes ---------------------------------------
@@ -494,35 +493,6 @@ class FileStore:
         finally:
             for fd in reversed(held):
                 os.close(fd)  # closing the descriptor releases the flock
-
-    # --- telling waiters in this process about other processes' writes ------
-
-    def _ensure_polling(self) -> None:
-        with self._poller_lock:
-            if self._poller is None or not self._poller.is_alive():
-                self._poller = threading.Thread(
-                    target=self._poll, name="toolnexus-file-events", daemon=True
-                )
-                self._poller.start()
-
-    def _poll(self) -> None:
-        # A log grows by appends and is replaced by a trim (a new inode), so
-        # its inode and size together change with every write.
-        sizes: dict[str, tuple[int, int]] = {}
-        while True:
-            watched = self._notifier.watched()
-            for task_id in watched:
-                try:
-                    info = os.stat(self._logs.path(task_id), follow_symlinks=False)
-                    size = (info.st_ino, info.st_size)
-                except OSError:
-                    size = (-1, -1)
-                if sizes.get(task_id) != size:
-                    sizes[task_id] = size
-                    self._notifier.notify(task_id)
-            for task_id in set(sizes) - set(watched):
-                del sizes[task_id]
-            time.sleep(_POLL)
 
 
 def _read_bytes(path: Path) -> bytes | None:
