@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 
 
 class Waiter:
@@ -116,10 +116,15 @@ class Poller:
     """Wake-ups for a store whose writers tell no other process: one thread
     per store reads each watched task's `stamp` (anything that changes with
     every write) every `every` seconds and wakes the task's waiters when it
-    changed. A task first read wakes them once too: it may have changed
-    since its watcher read it (a spurious wake-up costs a read, a missed one
-    a whole wait). A stamp of None: it cannot be had now; the next look
-    tries again."""
+    changed.
+
+    What a look compares against is taken when a watch begins, before its
+    caller reads the task: a write after that read changes the stamp, one
+    before it is already in what the caller read. So a watch that begins on
+    a quiet task is never woken for nothing (a late first look is no
+    change). A stamp of None (it cannot be had now, e.g. the user's store
+    raised) is tried again at the next look, which then wakes the waiters:
+    a spurious wake-up costs a read, a missed one a whole wait."""
 
     def __init__(
         self,
@@ -135,24 +140,47 @@ class Poller:
         self._name = name
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._seen: dict[str, Hashable | None] = {}
+        self._seen_lock = threading.Lock()
 
-    def watch(self, task_id: str) -> AbstractContextManager[Waiter]:
+    @contextmanager
+    def watch(self, task_id: str) -> Iterator[Waiter]:
         """The task's waiter, with the thread looking (again after a fork)."""
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._look, name=self._name, daemon=True)
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
-        return self._notifier.watch(task_id)
+        with self._notifier.watch(task_id) as waiter:
+            # Taken once the waiter is registered, so no look forgets it as
+            # unwatched; kept if the task has one (another waiter of the task
+            # relies on it: a newer stamp could hide a write it has not heard of).
+            stamp = self._stamp(task_id)
+            with self._seen_lock:
+                self._seen.setdefault(task_id, stamp)
+            yield waiter
 
-    def _look(self) -> None:
-        stamps: dict[str, Hashable] = {}
+    def _run(self) -> None:
         while True:
-            watched = self._notifier.watched()
-            for task_id in watched:
-                stamp = self._stamp(task_id)
-                if stamp is not None and stamps.get(task_id) != stamp:
-                    stamps[task_id] = stamp
-                    self._notifier.notify(task_id)
-            for task_id in set(stamps) - set(watched):
-                del stamps[task_id]
+            for task_id in self._look():
+                self._notifier.notify(task_id)
             time.sleep(self._every)
+
+    def _look(self) -> list[str]:
+        """The watched tasks whose stamp changed since the last look (or since
+        their watch began); forgets the tasks no longer watched."""
+        changed: list[str] = []
+        watched = self._notifier.watched()
+        for task_id in watched:
+            now = self._stamp(task_id)
+            if now is None:
+                continue
+            with self._seen_lock:
+                # No stamp yet: its watch is registered but has not stored one,
+                # so its caller has read nothing; this look's is its stamp.
+                if self._seen.setdefault(task_id, now) != now:
+                    self._seen[task_id] = now
+                    changed.append(task_id)
+        with self._seen_lock:
+            for task_id in self._seen.keys() - set(watched):
+                del self._seen[task_id]
+        return changed

@@ -15,11 +15,19 @@ from collections.abc import Generator, Iterator
 
 import pytest
 import redis
+from hypothesis import HealthCheck, settings
 
 from tests.support import matrix
 from tests.support.compose import Backends, LocalStack
 from tests.support.rabbitmq import NoRabbitMQ, Vhost
 from tests.support.redis_server import RedisServer, ci
+
+# Hypothesis times each example on the wall clock: a deadline (200 ms by
+# default) and the too-slow health check. A loaded machine stretches any
+# example past both, and the run fails (as a "flaky" test, its replay being
+# fast) with every example right. The suite judges outcomes, not durations.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 
 @pytest.fixture(scope="session")

@@ -191,7 +191,7 @@ def test_expired_tasks_leave_the_redis_indexes(redis_url: str) -> None:
     transition(store, done, to_state("completed"))
     client = client_for(store)
     assert rpc(client, "ListTasks", {}, version="1.0")["result"]["totalSize"] == 2
-    wait_for(lambda: store.get(done) is None, timeout=5, what="Redis to expire the task")
+    wait_for(lambda: store.get(done) is None, timeout=30, what="Redis to expire the task")
     time.sleep(0.01)
     assert store.purge_expired() == 1  # what the reaper does on each run
     result = rpc(client, "ListTasks", {}, version="1.0")["result"]

@@ -23,6 +23,7 @@ from shared.stores.postgres import postgres_store, schema
 from shared.task import WORKING, new_task, text_message
 from shared.transitions import transition
 from tests.support.postgres import execute, fresh_schema
+from tests.support.processes import answer_of, ended_well
 from tests.test_cli import run
 from tests.test_web_support import PlayingDispatcher
 from web import create_app
@@ -108,9 +109,8 @@ def test_a_forked_child_opens_its_own_connections_and_the_parent_keeps_its_own(
     answer = context.Queue()
     child = context.Process(target=_use_after_fork, args=(store, task["id"], answer))
     child.start()
-    assert answer.get(timeout=30) == WORKING
-    child.join(30)
-    assert child.exitcode == 0
+    assert answer_of(child, answer) == WORKING
+    ended_well(child)
     # The parent's session survived the child (which never closed it).
     assert store.get(task["id"])["status"]["state"] == WORKING
     assert parent_pids <= {pid for (pid,) in execute(postgres_url, _SESSIONS)}

@@ -37,6 +37,7 @@ from shared.task import (
     with_status,
 )
 from tests.support.postgres import execute
+from tests.support.processes import answer_of, answers_of, ended_well
 
 HOSTILE_IDS = ["../x", "../../etc/passwd", "a/b", "", "\x00", "a\x00b", ".", "..", "x" * 10_000]
 HOSTILE_IDS += ["é", "x" * 129]
@@ -234,8 +235,7 @@ def test_seed_shaped_tasks_written_by_one_process_are_read_by_another(shared_spe
     context = multiprocessing.get_context("spawn")
     writer = context.Process(target=_save_all_in_child, args=(shared_spec, SEED_TASKS))
     writer.start()
-    writer.join(120)
-    assert writer.exitcode == 0
+    ended_well(writer)
     store = resolve_store(shared_spec)
     for task in SEED_TASKS:
         assert store.get(task["id"]) == task
@@ -245,8 +245,8 @@ def test_seed_shaped_tasks_written_by_one_process_are_read_by_another(shared_spe
     answer = context.Queue()
     reader = context.Process(target=_get_in_child, args=(shared_spec, ours["id"], answer))
     reader.start()
-    assert answer.get(timeout=30) == ours
-    reader.join(30)
+    assert answer_of(reader, answer) == ours
+    ended_well(reader)
 
 
 def test_the_task_file_is_the_task_for_the_plain_json_module(tmp_path: Path) -> None:
@@ -520,16 +520,15 @@ def test_a_task_saved_by_one_process_is_read_by_another(shared_spec: str) -> Non
     written = a_task("from a child")
     child = context.Process(target=_save_in_child, args=(spec, written))
     child.start()
-    child.join(30)
-    assert child.exitcode == 0
+    ended_well(child)
     assert resolve_store(spec).get(written["id"]) == written
 
     ours = resolve_store(spec).save(a_task("from the parent"))
     answer = context.Queue()
     reader = context.Process(target=_get_in_child, args=(spec, ours["id"], answer))
     reader.start()
-    assert answer.get(timeout=30) == ours
-    reader.join(30)
+    assert answer_of(reader, answer) == ours
+    ended_well(reader)
 
 
 # --- terminal is final under concurrent writers ------------------------------
@@ -592,10 +591,13 @@ def test_one_terminal_state_wins_among_processes(shared_spec: str) -> None:
     ]
     for racer in racers:
         racer.start()
-    results = dict(wins.get(timeout=60) for _ in racers)
-    for racer in racers:
-        racer.join(30)
-        assert racer.exitcode == 0
+    try:
+        results = dict(answers_of(racers, wins))
+        for racer in racers:
+            ended_well(racer)
+    finally:
+        for racer in racers:  # one that crashed leaves the others at the barrier
+            racer.kill()
     winner_of: dict[str, list[str]] = {i: [] for i in ids}
     for state, won in results.items():
         for task_id in won:

@@ -245,25 +245,47 @@ def logged_state(store: Any, task_id: str) -> str:
     return state_after((event for _, event in store.events(task_id, 0)), SUBMITTED)
 
 
-def settle(watch: Any) -> None:
+def settle(watch: Any, read: int) -> None:
     """Wait until a wait ends by its timeout with nothing changed: a watch
     whose `wait` always returned True would pass every check that follows
-    a wake-up, so first it must be seen to block. (Spurious wake-ups are
-    allowed, e.g. when a listener first connects, hence a deadline.)"""
-    wait_for(lambda: not watch.wait(0.1), timeout=20, what="a wait to time out, nothing changed")
+    a wake-up, so first it must be seen to block. `read`: the number of the
+    last event the watcher read, as every caller passes it (a listener that
+    first connects tells each watched task's newest number: no wake-up for
+    a waiter that read that far). A deadline still, for wake-ups without a
+    number, which a waiter must allow."""
+    wait_for(
+        lambda: not watch.wait(0.1, read), timeout=20, what="a wait to time out, nothing changed"
+    )
 
 
 def test_a_watch_wakes_when_the_task_changes(store: Any) -> None:
     task_id = store.create(a_task()).task["id"]
     with store.watch(task_id) as watch:
-        settle(watch)
+        read = store.read(task_id).seq  # read after the watch began, as a stream does
+        settle(watch, read)
+        # Before the change: a store may wake its waiters more than once for
+        # one change (the file store: once itself, once from its poller), so
+        # after it a stray second wake-up could be mistaken for the hand's.
+        watch.wake()
+        assert watch.wait(0, read)  # woken by hand, e.g. when the client hung up
+        assert not watch.wait(0, read)  # and the hand's wake-up was used up
         threading.Timer(0.05, lambda: transition(store, task_id, to_state(WORKING))).start()
-        assert watch.wait(30), "no wake-up for the change"
+        assert watch.wait(30, read), "no wake-up for the change"
         # The wake-up came with the change, not before it.
         assert logged_state(store, task_id) == WORKING
-        watch.wake()
-        assert watch.wait(0)  # woken by hand, e.g. when the client hung up
-        assert not watch.wait(0)  # and the hand's wake-up was used up
+
+
+def test_a_file_watch_sleeps_until_the_log_changes_after_it_began(tmp_path: Path) -> None:
+    # Its poller compares each log with the log as the watch found it, so its
+    # first look at a quiet log (however late, on a loaded machine) wakes no one.
+    store = file_store(tmp_path / "tasks")
+    task_id = store.create(a_task()).task["id"]
+    with store.watch(task_id) as watch:
+        assert not watch.wait(0.3)  # the poller looked a few times meanwhile
+        elsewhere = file_store(tmp_path / "tasks")  # as another process: only the poller tells
+        transition(elsewhere, task_id, to_state(WORKING))
+        assert watch.wait(30), "no wake-up for the change the poller should see"
+        assert logged_state(store, task_id) == WORKING
 
 
 def _commit_later(spec: str, task_id: str, delay: float) -> None:
@@ -283,13 +305,14 @@ def test_a_watch_wakes_for_a_change_made_by_another_process(
     store = resolve_store(spec)
     task_id = store.create(a_task()).task["id"]
     with store.watch(task_id) as watch:
-        settle(watch)
+        read = store.read(task_id).seq
+        settle(watch, read)
         child = multiprocessing.get_context("spawn").Process(
             target=_commit_later, args=(spec, task_id, 0.5)
         )
         child.start()
         try:
-            assert watch.wait(60), "no wake-up for the other process's change"
+            assert watch.wait(60, read), "no wake-up for the other process's change"
             # At wake time the other process's change is there to read.
             assert logged_state(store, task_id) == WORKING
         finally:
@@ -319,7 +342,7 @@ def test_finished_tasks_and_their_message_keys_expire(
     transition(store, alive, to_state(WORKING))
     clock.now += 61
     if expiring == "redis":
-        wait_for(lambda: store.get(done) is None, timeout=5, what="Redis to expire the task")
+        wait_for(lambda: store.get(done) is None, timeout=30, what="Redis to expire the task")
     else:
         assert store.get(done) is None  # past its time: read as gone at once
         assert store.purge_expired() == 1  # and removed by the reaper's sweep

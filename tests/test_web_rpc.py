@@ -415,7 +415,8 @@ METHOD_NAMES = st.sampled_from([*sorted(set(METHODS) - STREAMING), "nope"])
 
 
 @settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=300,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     method=METHOD_NAMES,

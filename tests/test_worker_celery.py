@@ -21,7 +21,7 @@ from shared.settings import Settings
 from shared.stores.redis.store import redis_store
 from shared.task import Task, state_of
 from tests.support.agents import gate
-from tests.support.clock import MovableClock
+from tests.support.clock import MovableClock, wait_for_a_beat_now
 from tests.support.polling import wait_for
 from tests.support.recording_store import RecordingStore
 from web import create_app
@@ -196,8 +196,9 @@ def test_a_duplicate_delivery_does_not_run_twice(service: Any) -> None:
 def test_heartbeats_keep_a_task_alive_past_the_stale_threshold(service: Any) -> None:
     # The store's clock moves only when the test says; the Celery worker's
     # heartbeat thread beats on real time into it. Each round waits for a
-    # beat, then moves the clock most of stale_after on and reaps: four
-    # stale_afters pass, and the task lives only if the beats refreshed it.
+    # beat stamped at the clock's present, then moves the clock most of
+    # stale_after on and reaps: four stale_afters pass, and the task lives
+    # only if the beats refreshed it.
     clock = MovableClock()
     name = f"celery-beats-{time.monotonic_ns()}"
     entered, opened = gate(name)
@@ -206,11 +207,7 @@ def test_heartbeats_keep_a_task_alive_past_the_stale_threshold(service: Any) -> 
             sent = svc.send(f"{name} 1")
             assert entered.wait(30), "the worker never ran the task"
             for _ in range(5):
-                beats = svc.store.heartbeats.get(sent["id"], 0)
-                wait_for(
-                    lambda b=beats: svc.store.heartbeats.get(sent["id"], 0) > b,
-                    what="a heartbeat from the Celery worker",
-                )
+                wait_for_a_beat_now(svc.store, sent["id"], clock)
                 clock.advance(STALE_AFTER * 0.8)
                 assert reap_stale(svc.store, clock(), STALE_AFTER) == []
         finally:

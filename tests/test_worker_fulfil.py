@@ -21,7 +21,7 @@ from shared.task import (
     with_status,
 )
 from shared.transitions import transition
-from tests.support.clock import MovableClock
+from tests.support.clock import MovableClock, wait_for_a_beat_now
 from tests.support.polling import wait_for
 from tests.support.recording_store import RecordingStore
 from worker.agent import Agent, agent_or_problem, load_agent
@@ -249,13 +249,13 @@ def test_heartbeats_keep_a_long_task_from_being_reaped() -> None:
     runner.start()
     try:
         wait_for(lambda: state_of(store.get(task_id) or {}) == "working", what="the claim")
-        # Five rounds: wait for a heartbeat, then move the store's clock most
+        # Five rounds: wait for a heartbeat stamped at the store's present
+        # (the first round finds the claim's), then move the store's clock most
         # of stale_after on and reap. Four stale_afters pass in all, so the
         # task lives only if each round's heartbeat really refreshed it; and
         # the test waits for beats, never for the scheduler.
         for _ in range(5):
-            beats = store.heartbeats.get(task_id, 0)
-            wait_for(lambda b=beats: store.heartbeats.get(task_id, 0) > b, what="a heartbeat")
+            wait_for_a_beat_now(store, task_id, clock)
             clock.advance(SETTINGS.stale_after * 0.8)
             assert reap_stale(store, clock(), SETTINGS.stale_after) == []
     finally:

@@ -11,6 +11,7 @@ from typing import Any
 from shared.errors import StoreError
 from shared.stores.memory import MemoryStore
 from tests.support.polling import wait_for
+from tests.support.processes import answer_of, ended_well
 from worker.heartbeat import heartbeating
 
 
@@ -127,6 +128,5 @@ def test_a_forked_process_beats_with_its_own_thread() -> None:
         queue = context.Queue()
         child = context.Process(target=_beats_in_a_child, args=(queue,))
         child.start()
-        assert queue.get(timeout=20) >= 3
-        child.join(10)
-        assert child.exitcode == 0
+        assert answer_of(child, queue) >= 3
+        ended_well(child)

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
+
+from tests.support.polling import wait_for
 
 
 class MovableClock:
@@ -24,3 +27,17 @@ class MovableClock:
         with self._lock:
             self._now += seconds
             return self._now
+
+
+def wait_for_a_beat_now(store: Any, task_id: str, clock: MovableClock) -> None:
+    """Until the task's heartbeat is stamped with the clock's present reading
+    (the store finds it not stale at that instant): a beat written since the
+    clock last moved. Counting beats instead races the heartbeat thread: a
+    beat counted, or stamped, before the clock moved is written after it, and
+    the next move finds the task a whole stale_after behind."""
+    now = clock()
+    wait_for(
+        lambda: task_id not in store.stale(now),
+        timeout=30,
+        what=f"a heartbeat of {task_id} stamped at the store's present",
+    )

@@ -23,7 +23,6 @@ class RecordingStore:
         self._lock = threading.Lock()
         self._write_lock = threading.RLock()
         self._states: dict[str, list[str]] = {}
-        self.heartbeats: dict[str, int] = {}
         self.commits: dict[str, list[Commit]] = {}
 
     # Writes and their records happen under one lock that reads also take,
@@ -68,12 +67,6 @@ class RecordingStore:
     def watch(self, task_id: str) -> Iterator[Any]:
         with self.inner.watch(task_id) as waiter:
             yield waiter
-
-    def heartbeat(self, *task_ids: str) -> None:
-        with self._lock:
-            for task_id in task_ids:
-                self.heartbeats[task_id] = self.heartbeats.get(task_id, 0) + 1
-        self.inner.heartbeat(*task_ids)
 
     def stale(self, cutoff: float) -> list[str]:
         return self.inner.stale(cutoff)  # type: ignore[no-any-return]
