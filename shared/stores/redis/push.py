@@ -9,34 +9,10 @@ from typing import TYPE_CHECKING, cast
 from shared.codec import decode, encode
 from shared.push_store import BOOKED, Cursor, PushConfig, TooManyConfigs, cursor_text
 from shared.store import digest, require_safe_id
+from shared.stores.redis.scripts import load
 
 if TYPE_CHECKING:
     from shared.stores.redis.store import RedisStore
-
-# Adds a config unless the task holds `cap` others already; one atomic step.
-_PUT = """
-local full = redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3])
-if full and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-  return 0
-end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('SADD', KEYS[2], ARGV[4])
-return 1
-"""
-# Takes or renews a lease for a running delivery unless another running one
-# has it (a booking gives way: see BOOKED).
-_LEASE = """
-local holder = redis.call('GET', KEYS[1])
-if holder and holder ~= ARGV[1] and string.sub(holder, 1, #ARGV[3]) ~= ARGV[3] then
-  return 0
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1
-"""
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
-return 1
-"""
 
 
 class RedisPush:
@@ -49,9 +25,9 @@ class RedisPush:
         self._client = store.client
         self._prefix = f"{store.prefix}push:"
         self._tasks = f"{self._prefix}tasks"
-        self._put = self._client.register_script(_PUT)
-        self._lease = self._client.register_script(_LEASE)
-        self._release = self._client.register_script(_RELEASE)
+        self._put = self._client.register_script(load("push_put"))
+        self._lease = self._client.register_script(load("push_lease"))
+        self._release = self._client.register_script(load("push_release"))
         self._reachable = store.reachable
 
     def _key(self, kind: str, task_id: str) -> str:
