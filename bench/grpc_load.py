@@ -10,7 +10,10 @@ measures accepting a task, as the SDK's does before its agent runs). The
 peer: bench/sdk_grpc_peer.py. Both are driven by the same load generator,
 in interleaved rounds (A, B, A, B, ...): `--clients` threads, each with
 its own channel, calling as fast as answers come for `--seconds`. Ratios
-are ours over the SDK's, per round and over all rounds.
+are ours over the SDK's, per round and over all rounds. Each server's CPU
+time per call (this service's with its Redis's) is shown beside: on a
+shared machine the rates follow the neighbours' load, the CPU a call costs
+much less.
 
 Streams: `--streams` SubscribeToTask calls opened at once on one channel
 (on tasks left `submitted`, so each stays open), counted once each has its
@@ -37,7 +40,7 @@ if str(ROOT) not in sys.path:
 import grpc  # noqa: E402
 from a2a.types import a2a_pb2, a2a_pb2_grpc  # noqa: E402
 
-from bench.processes import Server, rss_kib  # noqa: E402
+from bench.processes import Server, cpu_seconds, rss_kib  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 
 METADATA = (("a2a-version", "1.0"),)
@@ -141,18 +144,25 @@ def main() -> None:
         servers.append(peer)
         targets = {"toolnexus": f"127.0.0.1:{ours.port}", "sdk": f"127.0.0.1:{peer.port}"}
         calls = {name: loads(address) for name, address in targets.items()}
+        pids = {"toolnexus": (ours.process.pid, redis.process.pid), "sdk": (peer.process.pid,)}
         for method in ("GetTask", "SendMessage"):
             rates: dict[str, list[float]] = {name: [] for name in targets}
+            costs: dict[str, list[float]] = {name: [] for name in targets}
             for _ in range(args.rounds):
                 for name, address in targets.items():
+                    before = sum(map(cpu_seconds, pids[name]))
                     rate = drive(address, calls[name][method], args.clients, args.seconds)
+                    spent = sum(map(cpu_seconds, pids[name])) - before
                     rates[name].append(rate)
+                    costs[name].append(spent / (rate * args.seconds) * 1e6)
             ratios = [a / b for a, b in zip(rates["toolnexus"], rates["sdk"], strict=True)]
             shown = ", ".join(f"{r:.2f}" for r in ratios)
             print(
                 f"{method}: toolnexus {statistics.median(rates['toolnexus']):.0f}/s,"
                 f" sdk {statistics.median(rates['sdk']):.0f}/s (medians of {args.rounds});"
-                f" ratio per round {shown}; median {statistics.median(ratios):.2f}x",
+                f" ratio per round {shown}; median {statistics.median(ratios):.2f}x;"
+                f" server CPU per call {statistics.median(costs['toolnexus']):.0f} µs"
+                f" vs {statistics.median(costs['sdk']):.0f} µs",
                 flush=True,
             )
         if args.streams:

@@ -212,6 +212,12 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) process `pid` has used, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values: Sequence[float], fraction: float) -> float:
     """The nearest-rank percentile (p50: fraction 0.5); NaN for no values."""
     if not values:

@@ -5,7 +5,11 @@ The RPCs are `web.grpc_service`'s, run from an event loop:
 - a unary call runs the binding's synchronous method (`A2AGrpcService.answer`:
   the methods layer, its store round trips, its checks) on a thread of a
   pool, as the synchronous server would (a blocking SendMessage holds its
-  thread while it waits, as it holds a worker of gunicorn's);
+  thread while it waits, as it holds a worker of gunicorn's); except
+  GetTask, one store read, which runs on the loop itself while reads stay
+  fast (`OnLoop`): the hand-off to a thread and back cost the process more
+  than the read (bench/grpc_load.py: 888 µs of CPU per GetTask on the pool,
+  503 µs on the loop, the a2a-sdk's in-memory server 313 µs);
 - a stream holds no thread. Its follower is opened with a nudge
   (`web.streaming.Stream.open`): where it would wait for its task's next
   event it hands back at once, and the store's watch calls the nudge (from
@@ -66,6 +70,13 @@ UNARY_THREADS: Final = 256
 STREAM_THREADS: Final = 8
 # Items a stream reads in one step before the loop sends them.
 STEP: Final = 64
+# Unary calls answered on the loop itself: each is one short store read.
+ON_LOOP: Final = frozenset({"GetTask"})
+# An answer on the loop that took longer than this (a slow or unreachable
+# store) sends the next ones to the pool for COOL_OFF seconds, so a store in
+# trouble stalls the loop, and every stream on it, for one call at most.
+SLOW: Final = 0.005
+COOL_OFF: Final = 1.0
 
 # Each unary RPC: the method it runs, and the message it answers with.
 UNARY: Final[dict[str, tuple[str, type[ProtoMessage]]]] = {
@@ -103,9 +114,28 @@ def _advance(items: Iterator[Any]) -> tuple[list[tuple[int, dict[str, Any]]], _T
     return batch, _Turn.END
 
 
+class OnLoop:
+    """Whether a short call may run on the event loop now: yes, until one
+    took longer than SLOW; then no for COOL_OFF seconds (then it tries again)."""
+
+    __slots__ = ("_clock", "_pooled_until")
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._pooled_until = 0.0
+
+    def allowed(self) -> bool:
+        return self._clock() >= self._pooled_until
+
+    def took(self, seconds: float) -> None:
+        if seconds > SLOW:
+            self._pooled_until = self._clock() + COOL_OFF
+
+
 class AsyncA2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
-    def __init__(self, service: A2AGrpcService) -> None:
+    def __init__(self, service: A2AGrpcService, on_loop: OnLoop | None = None) -> None:
         self._service = service
+        self._on_loop = on_loop or OnLoop()
         self._unary_calls = concurrent.futures.ThreadPoolExecutor(
             UNARY_THREADS, thread_name_prefix="grpc-call"
         )
@@ -122,9 +152,14 @@ class AsyncA2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
     ) -> ProtoMessage:
         loop = asyncio.get_running_loop()
         metadata = metadata_of(context)
-        answer = await loop.run_in_executor(
-            self._unary_calls, self._service.answer, name, kind, request, metadata, reply
-        )
+        if name in ON_LOOP and self._on_loop.allowed():
+            began = time.monotonic()
+            answer = self._service.answer(name, kind, request, metadata, reply)
+            self._on_loop.took(time.monotonic() - began)
+        else:
+            answer = await loop.run_in_executor(
+                self._unary_calls, self._service.answer, name, kind, request, metadata, reply
+            )
         if isinstance(answer, tuple):
             await _abort(context, answer)
         return answer

@@ -9,8 +9,9 @@ dispatcher, the bearer check, the methods), with the gRPC settings: the
 calls in flight (TOOLNEXUS_GRPC_CALLS; a call beyond that is refused
 RESOURCE_EXHAUSTED, not queued), the largest message either way, HTTP/2
 keepalive pings. The process serves on grpc.aio (`web.grpc_async`): unary
-calls on a pool of threads, streams on the event loop, so an open stream,
-which mostly waits on its task's watch, holds no thread. The embedded
+calls on a pool of threads (GetTask, one short read, on the loop), streams
+on the event loop, so an open stream, which mostly waits on its task's
+watch, holds no thread. The embedded
 server, on gevent, serves the synchronous servicer with grpcio in its
 gevent mode, where each call is a greenlet. SIGTERM
 or SIGINT stops taking calls and gives open ones TOOLNEXUS_GRPC_GRACE
