@@ -387,6 +387,61 @@ def test_each_principal_sees_only_its_own_tasks(browser: Any, console: Console, 
     assert tab.page.evaluate("sessionStorage.length") == 0
 
 
+def test_a_sign_out_during_a_slow_load_is_not_undone_by_that_load(
+    console: Console, tab: Tab
+) -> None:
+    """A signed-in load's list and counts calls are held in the network
+    until after the sign-out's own load has shown its refusal; their
+    answers, let through then, must not show the list again nor clear the
+    refusal (they did: the last answer to arrive won, whichever load it
+    belonged to)."""
+    theirs = console.send("alice", "alice's listing")
+    console.settled("alice", theirs, "TASK_STATE_COMPLETED")
+    tab.sign_in("alice")
+    tab.listed()
+    page = tab.page
+    states = [
+        v
+        for v in page.locator("#filter-state option").evaluate_all(
+            "(options) => options.map((o) => o.value)"
+        )
+        if v
+    ]
+    signed: list[Any] = []  # every signed ListTasks of the load: the first (its newest) passes
+
+    def hold_the_signed_in(route: Any) -> None:
+        if "authorization" in route.request.headers and "ListTasks" in (
+            route.request.post_data or ""
+        ):
+            signed.append(route)
+            if len(signed) == 1:
+                route.continue_()
+        else:
+            route.continue_()
+
+    page.route(f"{console.base}/", hold_the_signed_in)
+    page.reload()
+    # Its list and one count per state, sent with the token, now held (the
+    # probe also pumps Playwright's events: route handlers run inside its calls).
+    wait_for(
+        lambda: len(signed) >= 2 + len(states) or page.wait_for_timeout(20),
+        timeout=30,
+        what="the signed-in load's calls",
+    )
+    page.click("#sign-out")
+    page.wait_for_selector("#notice:not([hidden])")
+    held = signed[1:]
+    for route in held:
+        route.continue_()
+    for route in held:
+        route.request.response().finished()  # the page has every stale answer
+    # A turn of the page's own event loop after them, so their handlers ran.
+    page.evaluate("() => new Promise((done) => setTimeout(done, 0))")
+    assert page.locator("#notice").is_visible()
+    assert "needs a token" in page.locator("#notice").inner_text()
+    assert page.locator("#tasks tbody tr").count() == 0
+
+
 def test_the_list_refreshes_by_itself_when_a_task_arrives(console: Console, tab: Tab) -> None:
     tab.sign_in("alice")
     tab.listed()

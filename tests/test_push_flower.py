@@ -87,11 +87,16 @@ def deliveries_of(
 ) -> list[dict[str, Any]]:
     """Flower's push deliveries for `task_id` in `state`, once there is one
     (one answering `result`, when given: another delivery of the same pair,
-    which found it taken, may reach Flower first)."""
+    which found it taken, may reach Flower first), those Flower shows with
+    their routing key: beat's task-sent event (which carries it) and the
+    worker's events come over different connections, so Flower may show a
+    delivery's end before it merges in the sending."""
 
     def seen() -> list[dict[str, Any]] | None:
         records = flower_tasks(stack, taskname=PUSH_TASK, state=state).values()
-        mine = [r for r in records if task_id in str(r.get("args"))]
+        mine = [
+            r for r in records if task_id in str(r.get("args")) and r.get("routing_key") is not None
+        ]
         if result is not None and all(r.get("result") != result for r in mine):
             return None
         return mine or None

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import multiprocessing
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
-from typing import Any
+from pathlib import Path
 
 from shared.errors import StoreError
 from shared.stores.memory import MemoryStore
 from tests.support.polling import wait_for
-from tests.support.processes import answer_of, ended_well
 from worker.heartbeat import heartbeating
 
 
@@ -114,19 +115,47 @@ def test_a_task_shorter_than_the_interval_never_beats() -> None:
     assert store.beats["quick"] == 0
 
 
-def _beats_in_a_child(queue: Any) -> None:
-    store = BeatCounter()
-    with heartbeating(store, "child-task", 0.02):
-        wait_for(lambda: store.beats["child-task"] >= 3, timeout=10, what="beats")
-    queue.put(store.beats["child-task"])
+# Forks in a fresh interpreter whose only other thread is the heartbeat
+# thread (as in a Celery worker's main process). Forked from pytest's own
+# process instead, the child once hung for 100 s before doing anything: a
+# pytest-xdist worker has threads of its own (execnet's) whose locks a fork
+# can copy held. faulthandler prints every thread's stack should either hang.
+_FORK_SCRIPT = """
+import faulthandler, os, sys, traceback
+faulthandler.dump_traceback_later(90, exit=True)
+from tests.support.polling import wait_for
+from tests.test_worker_heartbeat import BeatCounter
+from worker.heartbeat import heartbeating
+
+parent = BeatCounter()
+with heartbeating(parent, "parent-task", 0.02):
+    wait_for(lambda: parent.beats["parent-task"] >= 1, timeout=60, what="the parent's beat")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            before = parent.beats["parent-task"]
+            child = BeatCounter()
+            with heartbeating(child, "child-task", 0.02):
+                wait_for(lambda: child.beats["child-task"] >= 3, timeout=60, what="its beats")
+            # The parent's thread did not come along: its task is not beaten here.
+            assert parent.beats["parent-task"] == before, "the parent's task beaten in the child"
+        except BaseException:
+            traceback.print_exc()
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    sys.exit(os.waitstatus_to_exitcode(status))
+"""
 
 
 def test_a_forked_process_beats_with_its_own_thread() -> None:
-    store = BeatCounter()
-    with heartbeating(store, "parent-task", 0.02):  # the parent's thread is running
-        context = multiprocessing.get_context("fork")
-        queue = context.Queue()
-        child = context.Process(target=_beats_in_a_child, args=(queue,))
-        child.start()
-        assert answer_of(child, queue) >= 3
-        ended_well(child)
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_SCRIPT],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert done.returncode == 0, done.stderr

@@ -325,6 +325,9 @@
     let watermark = null; // the newest status timestamp seen
     let loading = null;
     let answering = false; // the last reload worked: polling makes sense
+    // Each reload's number: answers of an older one that come in after a newer
+    // one began (a slow load, then a sign-out) are dropped, never shown over it.
+    let generation = 0;
 
     function query(extra) {
       const params = { ...extra };
@@ -332,12 +335,13 @@
       return params;
     }
 
-    async function counts() {
+    async function counts(current = () => true) {
       const list = byId("counts");
       const options = [...byId("filter-state").options].map((o) => o.value).filter(Boolean);
       const totals = await Promise.all(
         options.map((name) => call("ListTasks", query({ status: name, pageSize: 1, historyLength: 0 })).then((r) => r.totalSize)),
       );
+      if (!current()) return;
       list.replaceChildren(
         ...options.map((name, i) => {
           const target = new URLSearchParams({ state: name });
@@ -366,11 +370,12 @@
       );
     }
 
-    async function show() {
+    async function show(current = () => true) {
       const params = query({ pageSize: PAGE_SIZE });
       if (state) params.status = state;
       if (pages[page]) params.pageToken = pages[page];
       const result = await call("ListTasks", params);
+      if (!current()) return;
       const tasks = result.tasks || [];
       byId("tasks").tBodies[0].replaceChildren(...tasks.map(row));
       const total = result.totalSize;
@@ -391,13 +396,18 @@
     }
 
     function reload() {
+      const mine = ++generation;
+      const current = () => mine === generation;
       loading = (async () => {
         try {
-          watermark = await newest();
-          await Promise.all([show(), counts()]);
+          const mark = await newest();
+          await Promise.all([show(current), counts(current)]);
+          if (!current()) return;
+          watermark = mark;
           answering = true;
           notice("");
         } catch (error) {
+          if (!current()) return;
           answering = false;
           notice(explain(error));
         }
