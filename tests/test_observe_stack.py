@@ -346,7 +346,13 @@ def test_open_streams_are_counted_while_open(observed: Observed) -> None:
         assert stream.headers["Content-Type"].startswith("text/event-stream")
         received = stream.iter_lines()
         next(received)  # ": stream open"
-        assert samples(scrape(metrics), "toolnexus_streams_open") == 1
+        # Counted from the stream's first step, which the server takes just
+        # after sending that line: awaited while the stream (2 s) is open.
+        wait_for(
+            lambda: samples(scrape(metrics), "toolnexus_streams_open") == 1,
+            timeout=30,
+            what="the open stream to be counted",
+        )
         lines = [line for line in received if line.startswith(b"data:")]
     assert json.loads(lines[-1][5:])["result"]["status"]["state"] == COMPLETED
     wait_for(
