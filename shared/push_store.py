@@ -79,6 +79,28 @@ def gives_way(current: str, holder: str) -> bool:
     return current == holder or current.startswith(BOOKED)
 
 
+class TakenInProcess:
+    """`book` and `lease` for a push store that decides a take itself, under
+    its own lock (memory, file): one `_take` stores `stored` as the pair's
+    holder unless a holder that has not run out refuses to `yield`."""
+
+    def book(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:
+        return self._take(task_id, config_id, BOOKED + holder, seconds, lambda _: False)
+
+    def lease(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:
+        return self._take(task_id, config_id, holder, seconds, lambda c: gives_way(c, holder))
+
+    def _take(
+        self,
+        task_id: str,
+        config_id: str,
+        stored: str,
+        seconds: float,
+        yields: Callable[[str], bool],
+    ) -> bool:
+        raise NotImplementedError
+
+
 class PushStore(Protocol):
     def put(self, config: PushConfig, cap: int) -> None:
         """Save (or replace, by id) a config; TooManyConfigs beyond `cap`."""

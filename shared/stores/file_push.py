@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from shared.push_store import (
-    BOOKED,
     Cursor,
     PushConfig,
+    TakenInProcess,
     TooManyConfigs,
     cursor_text,
-    gives_way,
 )
 from shared.store import require_safe_id
 
@@ -25,7 +24,7 @@ if TYPE_CHECKING:
     from shared.stores.file import FileStore
 
 
-class FilePush:
+class FilePush(TakenInProcess):
     """`<directory>/.push/<task>.json` holds a task's configs and cursors,
     `.push/<task>.leases.json` its leases; every change is made under one
     flock and lands by rename, so a reader never sees half a file."""
@@ -103,12 +102,6 @@ class FilePush:
             state = self._state(task_id)
             state["cursors"][config_id] = json.loads(cursor_text(cursor))
             self._dump(self._path(task_id), state)
-
-    def book(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:
-        return self._take(task_id, config_id, BOOKED + holder, seconds, lambda _: False)
-
-    def lease(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:
-        return self._take(task_id, config_id, holder, seconds, lambda c: gives_way(c, holder))
 
     def _take(
         self,

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from typing import cast
 
 from shared.codec import decode, encode
-from shared.push_store import BOOKED, Cursor, PushConfig, TooManyConfigs, gives_way
+from shared.push_store import Cursor, PushConfig, TakenInProcess, TooManyConfigs
 
 
-class MemoryPush:
+class MemoryPush(TakenInProcess):
     def __init__(self, ttl: float | None = None) -> None:
         self._ttl = ttl
         self._finished: dict[str, float] = {}  # task -> when its push state is forgotten
@@ -54,12 +54,6 @@ class MemoryPush:
     def set_cursor(self, task_id: str, config_id: str, cursor: Cursor) -> None:
         with self._lock:
             self._cursors[(task_id, config_id)] = cursor
-
-    def book(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:
-        return self._take(task_id, config_id, BOOKED + holder, seconds, lambda _: False)
-
-    def lease(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:
-        return self._take(task_id, config_id, holder, seconds, lambda c: gives_way(c, holder))
 
     def _take(
         self,
