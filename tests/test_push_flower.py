@@ -45,6 +45,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         for name in ("web", "beat", "worker", "flower"):
             stack.start(name, **({"WEB_CONCURRENCY": "1"} if name == "web" else {}))
         wait_ready(stack.web_url)
+        wait_for(
+            lambda: any(flower_workers_alive(stack).values()),
+            timeout=60,
+            what="Flower to hear a worker's events",
+        )
         yield stack
 
 
@@ -69,6 +74,24 @@ def a_task_with_a_webhook(stack: LocalStack, url: str) -> str:
     body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}
     reply = requests.post(stack.web_url, json=body, headers={"A2A-Version": "1.0"}, timeout=30)
     return str(reply.json()["result"]["task"]["id"])
+
+
+def flower_workers_alive(stack: LocalStack) -> dict[str, bool]:
+    """Flower's event state of the workers (name -> alive), empty while Flower
+    is not up or has heard no event yet. Flower binds its event queue before it
+    hears anything, so a worker heard means every event sent from now on
+    (beat's task-sent included, which alone carries the routing key) reaches
+    Flower; one sent before that is gone, which made a delivery sent while
+    Flower was starting never show its routing key."""
+    try:
+        reply = requests.get(
+            f"{stack.flower_url}/api/workers", params={"status": "1"}, auth=LOGIN, timeout=10
+        )
+    except requests.ConnectionError:
+        return {}
+    assert reply.status_code == 200, reply.text[:300]
+    alive: dict[str, bool] = reply.json()
+    return alive
 
 
 def flower_tasks(stack: LocalStack, **query: str) -> dict[str, dict[str, Any]]:
