@@ -76,6 +76,7 @@ from bench.processes import (
     rss_kib,
     uvicorn,
 )
+from shared.task import epoch
 from tests.support.redis_server import RedisServer
 
 A2A_10 = {"A2A-Version": "1.0", "Content-Type": "application/json"}
@@ -98,6 +99,8 @@ class Watched:
     done: bool = False
     problem: str = ""
     latencies: list[float] = field(default_factory=list)
+    made: list[float] = field(default_factory=list)  # when each event was made (wall clock)
+    saved: list[float] = field(default_factory=list)  # its status timestamp: when it was saved
 
 
 @dataclass
@@ -113,6 +116,7 @@ class Outcome:
     open_seconds: float
     # Redis commands by name, counted from the go signal to the end (ours only)
     redis_calls: dict[str, int] = field(default_factory=dict)
+    go_at: float = 0.0  # the wall-clock go time
 
 
 # --- the client --------------------------------------------------------------------------
@@ -174,6 +178,8 @@ async def watch(
                         elif (made := stamped(text)) is not None:
                             seen.events += 1
                             seen.latencies.append(received - made[1])
+                            seen.made.append(made[1])
+                            seen.saved.append(epoch(status["timestamp"]))
                     if status["state"] == "TASK_STATE_COMPLETED":
                         seen.done = True
                         return
@@ -375,6 +381,7 @@ def drive(
         get_failures[0],
         lag,
         open_seconds,
+        go_at=start,
     )
 
 
@@ -437,6 +444,35 @@ def run_sdk(args: argparse.Namespace, folder: Path) -> Outcome:
 # --- the report --------------------------------------------------------------------------
 
 
+WINDOW = 5.0  # seconds of the run per latency window
+
+
+def print_latency_over_time(outcome: Outcome) -> None:
+    """p99 and max delivery latency of the events made in each WINDOW seconds
+    after the go: whether the tail is spread over the run or comes at once."""
+    windows: dict[int, list[float]] = {}
+    for seen in outcome.streams:
+        for made, latency in zip(seen.made, seen.latencies, strict=True):
+            windows.setdefault(int((made - outcome.go_at) // WINDOW), []).append(latency)
+    shown = ", ".join(
+        f"{n * WINDOW:g}s: {percentile(v, 0.99) * 1e3:.0f}/{max(v) * 1e3:.0f} ({len(v)})"
+        for n, v in sorted(windows.items())
+    )
+    print(f"  p99/max ms by made    {shown}")
+    parts: dict[str, list[float]] = {"made -> saved (worker)": [], "saved -> received": []}
+    for seen in outcome.streams:
+        for made, saved, latency in zip(seen.made, seen.saved, seen.latencies, strict=True):
+            parts["made -> saved (worker)"].append(saved - made)
+            parts["saved -> received"].append(made + latency - saved)
+    print(
+        "  latency in parts      "
+        + "; ".join(
+            f"{name} p50 {percentile(v, 0.5) * 1e3:.1f} ms, p99 {percentile(v, 0.99) * 1e3:.1f} ms"
+            for name, v in parts.items()
+        )
+    )
+
+
 def report(outcome: Outcome, streams: int, rate: float) -> None:
     watched = outcome.streams
     held = sum(seen.ready for seen in watched)
@@ -456,6 +492,7 @@ def report(outcome: Outcome, streams: int, rate: float) -> None:
             f"    e.g. task {seen.task_id or '?'}: {seen.events} events,"
             f" {seen.problem or 'incomplete'}"
         )
+    print_latency_over_time(outcome)
     print(
         f"  delivery latency      p50 {percentile(latencies, 0.5) * 1e3:.1f} ms,"
         f" p99 {percentile(latencies, 0.99) * 1e3:.1f} ms,"
@@ -483,6 +520,11 @@ def report(outcome: Outcome, streams: int, rate: float) -> None:
             f"  Redis per event       {calls.get('xrange', 0) / max(delivered, 1):.2f} XRANGE"
             f" (front end), {reads / max(delivered, 1):.2f} HMGET/HGET (both),"
             f" {sum(calls.values()) / max(delivered, 1):.2f} commands in all"
+        )
+        top = sorted(calls.items(), key=lambda item: -item[1])[:6]
+        print(
+            "  Redis commands most  "
+            + ", ".join(f"{name} {count / max(delivered, 1):.1f}" for name, count in top)
         )
     if outcome.name == "toolnexus":
         p99 = percentile(latencies, 0.99)

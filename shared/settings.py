@@ -392,6 +392,13 @@ class Settings:
     # asyncio run TOOLNEXUS_CONCURRENCY calls at once in one worker process
     # (docs/io-workers.md), with time limits and cancels enforced by the worker
     pool: str = _env("POOL", _pool, "prefork")
+    # garbage collection in serving processes (shared.collector): every
+    # GC_FREEZE_EVERY seconds what survived is frozen, out of the automatic
+    # full collections that otherwise stop a process holding thousands of
+    # streams for a second; every GC_THAW_EVERY seconds it is thawed and
+    # collected once. 0: CPython's collector as it is / never thawed
+    gc_freeze_every: float | None = _env("GC_FREEZE_EVERY", _seconds_or_never, 1.0)
+    gc_thaw_every: float | None = _env("GC_THAW_EVERY", _seconds_or_never, 600.0)
     # the gRPC binding (`python -m web.grpc_server`): where it listens, the
     # address the card declares for it (unset: the card lists no GRPC
     # interface; set, the embedded server serves gRPC too), the calls in

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,7 +46,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from shared.resolve import resolve_store
 from tests.support.a2a import wait_ready
-from tests.support.compose import LocalStack, ServiceProcess, local_stack
+from tests.support.compose import LocalStack, local_stack, start_grpc
 from tests.support.polling import wait_for
 from tests.support.redis_server import free_port
 
@@ -71,20 +70,6 @@ class Deployment:
     @property
     def web_url(self) -> str:
         return self.stack.web_url
-
-
-def start_grpc(stack: LocalStack, port: int, name: str = "grpc", **env: str) -> ServiceProcess:
-    """The gRPC process, with the web service's environment (as a `grpc`
-    service in compose.yaml would have), stopped with the stack."""
-    process = ServiceProcess(
-        name,
-        [sys.executable, "-m", "web.grpc_server"],
-        {**stack.environments["web"], "TOOLNEXUS_GRPC_PORT": str(port), **env},
-        ROOT,
-        stack.folder / f"{name}.log",
-    )
-    stack.processes[name] = process
-    return process
 
 
 @pytest.fixture(scope="module")

@@ -38,6 +38,7 @@ from typing import Any
 import grpc
 
 from shared.broker.dispatch import CeleryDispatcher
+from shared.collector import start_collector
 from shared.logs import configure_logging
 from shared.metrics import serve_metrics
 from shared.settings import Settings
@@ -148,6 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     given = {"grpc_host": args.host, "grpc_port": args.port}
     settings = dataclasses.replace(settings, **{k: v for k, v in given.items() if v is not None})
     configure_logging(settings)
+    start_collector(settings.gc_freeze_every, settings.gc_thaw_every)
     asyncio.run(_serve_until_signalled(settings))
 
 

@@ -30,6 +30,7 @@ from typing import Any  # noqa: E402
 
 from shared import metrics  # noqa: E402
 from shared.addresses import is_wildcard, usable_urls  # noqa: E402
+from shared.collector import start_collector  # noqa: E402
 from shared.errors import ToolnexusError  # noqa: E402
 from shared.logs import logging_config  # noqa: E402
 from shared.settings import Settings  # noqa: E402
@@ -77,6 +78,12 @@ logconfig_dict["loggers"]["gunicorn.error"] = {
     "handlers": ["stderr"],
     "propagate": False,
 }
+
+
+def post_worker_init(worker: Any) -> None:
+    # In each worker, once its app is loaded: its streams' objects kept out
+    # of the full collections that would stop them all (shared.collector).
+    start_collector(_settings.gc_freeze_every, _settings.gc_thaw_every)
 
 
 def when_ready(server: Any) -> None:

@@ -30,6 +30,7 @@ from gevent.pywsgi import WSGIServer
 
 from shared import tracing
 from shared.addresses import listening_socket, usable_urls
+from shared.collector import start_collector
 from shared.errors import ToolnexusError
 from shared.logs import configure_logging
 from shared.settings import Settings
@@ -112,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         clock=time.time,
     ).start()
     pusher = push_thread(store, settings)
+    collector = start_collector(settings.gc_freeze_every, settings.gc_thaw_every)
     threads = default_threads(settings)
     reachable = server_urls(settings, server)
     urls = " ".join(reachable)
@@ -137,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         reaper.stop()
         if pusher is not None:
             pusher.stop()
+        if collector is not None:
+            collector.stop()
         finished = dispatcher.close(timeout=args.grace)
     if not finished:
         _tell(settings, "stopped with tasks still running; they stay 'working'")

@@ -27,6 +27,7 @@ from celery import signals
 from celery.concurrency import get_implementation
 from celery.utils.nodenames import default_nodename
 
+from shared.collector import start_collector
 from shared.logs import configure_logging
 from shared.metrics import (
     MULTIPROC_VARIABLE,
@@ -84,6 +85,12 @@ def install(settings: Settings) -> None:
 
     def worker_ready(**_: Any) -> None:
         _serve(settings)
+        # The process that holds the calls on the threads and asyncio pools.
+        start_collector(settings.gc_freeze_every, settings.gc_thaw_every)
+
+    def pool_process_started(**_: Any) -> None:
+        # Each prefork pool process, which holds its own call.
+        start_collector(settings.gc_freeze_every, settings.gc_thaw_every)
 
     def stopped(**_: Any) -> None:
         remove_multiprocess_dir()
@@ -101,6 +108,7 @@ def install(settings: Settings) -> None:
         (signals.worker_init, before_the_pool_forks),
         (signals.celeryd_after_setup, worker_started),
         (signals.worker_ready, worker_ready),
+        (signals.worker_process_init, pool_process_started),
         (signals.worker_shutdown, stopped),
         (signals.beat_init, beat_started),
     ):

@@ -335,6 +335,20 @@ class LocalStack:
             store.close()
 
 
+def start_grpc(stack: LocalStack, port: int, name: str = "grpc", **env: str) -> ServiceProcess:
+    """The gRPC process, with the web service's environment (as a `grpc`
+    service in compose.yaml would have), stopped with the stack."""
+    process = ServiceProcess(
+        name,
+        [sys.executable, "-m", "web.grpc_server"],
+        {**stack.environments["web"], "TOOLNEXUS_GRPC_PORT": str(port), **env},
+        ROOT,
+        stack.folder / f"{name}.log",
+    )
+    stack.processes[name] = process
+    return process
+
+
 @contextmanager
 def local_stack(
     folder: Path,
