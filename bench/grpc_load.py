@@ -6,9 +6,11 @@ per gRPC process.
 
 This service: `python -m web.grpc_server` on a private Redis (the store
 and the broker; no worker runs, so SendMessage with returnImmediately
-measures accepting a task, as the SDK's does before its agent runs). The
-peer: bench/sdk_grpc_peer.py. Both are driven by the same load generator,
-in interleaved rounds (A, B, A, B, ...): `--clients` threads, each with
+measures accepting a task, as the SDK's does before its agent runs), and
+the same process on the memory store, as the SDK's peer keeps its tasks
+(what the binding costs, apart from a store on the network). The peer:
+bench/sdk_grpc_peer.py. Both are driven by the same load generator,
+in interleaved rounds (A, B, C, A, B, C, ...): `--clients` threads, each with
 its own channel, calling as fast as answers come for `--seconds`. Ratios
 are ours over the SDK's, per round and over all rounds. Each server's CPU
 time per call (this service's with its Redis's) is shown beside: on a
@@ -139,12 +141,26 @@ def main() -> None:
         command = [sys.executable, "-m", "web.grpc_server", "--port", "{port}"]
         ours = Server("this service's gRPC process", command, env)
         servers.append(ours)
+        in_memory = Server(
+            "this service's gRPC process, memory store",
+            command,
+            {**env, "TOOLNEXUS_STORE": "memory"},
+        )
+        servers.append(in_memory)
         peer_command = [sys.executable, "-m", "bench.sdk_grpc_peer", "{port}"]
         peer = Server("a2a-sdk gRPC, in memory", peer_command, {})
         servers.append(peer)
-        targets = {"toolnexus": f"127.0.0.1:{ours.port}", "sdk": f"127.0.0.1:{peer.port}"}
+        targets = {
+            "toolnexus": f"127.0.0.1:{ours.port}",
+            "toolnexus-memory": f"127.0.0.1:{in_memory.port}",
+            "sdk": f"127.0.0.1:{peer.port}",
+        }
         calls = {name: loads(address) for name, address in targets.items()}
-        pids = {"toolnexus": (ours.process.pid, redis.process.pid), "sdk": (peer.process.pid,)}
+        pids = {
+            "toolnexus": (ours.process.pid, redis.process.pid),
+            "toolnexus-memory": (in_memory.process.pid,),
+            "sdk": (peer.process.pid,),
+        }
         for method in ("GetTask", "SendMessage"):
             rates: dict[str, list[float]] = {name: [] for name in targets}
             costs: dict[str, list[float]] = {name: [] for name in targets}
@@ -155,16 +171,17 @@ def main() -> None:
                     spent = sum(map(cpu_seconds, pids[name])) - before
                     rates[name].append(rate)
                     costs[name].append(spent / (rate * args.seconds) * 1e6)
-            ratios = [a / b for a, b in zip(rates["toolnexus"], rates["sdk"], strict=True)]
-            shown = ", ".join(f"{r:.2f}" for r in ratios)
-            print(
-                f"{method}: toolnexus {statistics.median(rates['toolnexus']):.0f}/s,"
-                f" sdk {statistics.median(rates['sdk']):.0f}/s (medians of {args.rounds});"
-                f" ratio per round {shown}; median {statistics.median(ratios):.2f}x;"
-                f" server CPU per call {statistics.median(costs['toolnexus']):.0f} µs"
-                f" vs {statistics.median(costs['sdk']):.0f} µs",
-                flush=True,
-            )
+            for ours_name in ("toolnexus", "toolnexus-memory"):
+                ratios = [a / b for a, b in zip(rates[ours_name], rates["sdk"], strict=True)]
+                shown = ", ".join(f"{r:.2f}" for r in ratios)
+                print(
+                    f"{method}: {ours_name} {statistics.median(rates[ours_name]):.0f}/s,"
+                    f" sdk {statistics.median(rates['sdk']):.0f}/s (medians of {args.rounds});"
+                    f" ratio per round {shown}; median {statistics.median(ratios):.2f}x;"
+                    f" server CPU per call {statistics.median(costs[ours_name]):.0f} µs"
+                    f" vs {statistics.median(costs['sdk']):.0f} µs",
+                    flush=True,
+                )
         if args.streams:
             found = asyncio.run(open_streams(targets["toolnexus"], args.streams, ours.process.pid))
             print(

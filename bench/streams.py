@@ -8,7 +8,10 @@ same events:
 * this service: a private redis-server, gunicorn with the repo's
   gunicorn.conf.py and ONE worker process (WEB_CONCURRENCY=1), and Celery
   workers (--celery-workers processes, the asyncio pool, every task
-  running at once) running `bench.agents:streamer`;
+  running at once) running `bench.agents:streamer`; or, with
+  `--events-by direct`, no worker: one plain process writes the same
+  events through the store (bench/direct_writer.py), so that the front
+  end is measured without the workers holding every call beside it;
 * the official a2a-sdk server (bench/sdk_peer.py): one uvicorn process,
   InMemoryTaskStore, the same plan as an SDK executor.
 
@@ -51,6 +54,7 @@ import multiprocessing
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -397,6 +401,7 @@ def _received(conn: Any, timeout: float, what: str) -> Any:
 def run_ours(args: argparse.Namespace, folder: Path) -> Outcome:
     redis_server = RedisServer().start()
     workers: list[CeleryWorker] = []
+    writer: subprocess.Popen[bytes] | None = None
     web: Server | None = None
     try:
         env = {
@@ -408,12 +413,21 @@ def run_ours(args: argparse.Namespace, folder: Path) -> Outcome:
             "TOOLNEXUS_TIME_LIMIT": "3600",
             "WEB_CONCURRENCY": "1",
         }
-        # Every task runs at once: the asyncio pool (one loop per worker process).
-        env["TOOLNEXUS_POOL"] = "asyncio"
-        env["TOOLNEXUS_CONCURRENCY"] = str(math.ceil(args.streams / args.celery_workers) + 10)
-        flags = ("--without-gossip", "--without-mingle")
-        for n in range(args.celery_workers):
-            workers.append(CeleryWorker("worker", env, f"streams{n}", flags))
+        if args.events_by == "celery":
+            # Every task runs at once: the asyncio pool (one loop per worker process).
+            env["TOOLNEXUS_POOL"] = "asyncio"
+            env["TOOLNEXUS_CONCURRENCY"] = str(math.ceil(args.streams / args.celery_workers) + 10)
+            flags = ("--without-gossip", "--without-mingle")
+            for n in range(args.celery_workers):
+                workers.append(CeleryWorker("worker", env, f"streams{n}", flags))
+        else:
+            writer = subprocess.Popen(
+                [
+                    sys.executable,
+                    str(Path(__file__).with_name("direct_writer.py")),
+                    env["TOOLNEXUS_STORE"],
+                ]
+            )
         # gunicorn.conf.py allows 4,096 connections per process; one process
         # holding every stream needs more.
         connections = ("--worker-connections", str(max(4096, args.streams + 1000)))
@@ -430,6 +444,9 @@ def run_ours(args: argparse.Namespace, folder: Path) -> Outcome:
             web.stop()
         for worker in workers:
             worker.stop()
+        if writer is not None:
+            writer.terminate()
+            writer.wait(10)
         redis_server.close()
 
 
@@ -459,10 +476,10 @@ def print_latency_over_time(outcome: Outcome) -> None:
         for n, v in sorted(windows.items())
     )
     print(f"  p99/max ms by made    {shown}")
-    parts: dict[str, list[float]] = {"made -> saved (worker)": [], "saved -> received": []}
+    parts: dict[str, list[float]] = {"made -> saved": [], "saved -> received": []}
     for seen in outcome.streams:
         for made, saved, latency in zip(seen.made, seen.saved, seen.latencies, strict=True):
-            parts["made -> saved (worker)"].append(saved - made)
+            parts["made -> saved"].append(saved - made)
             parts["saved -> received"].append(made + latency - saved)
     print(
         "  latency in parts      "
@@ -553,6 +570,14 @@ def main() -> None:
         "--celery-workers", type=int, default=2, help="Celery worker processes (default 2)"
     )
     parser.add_argument(
+        "--events-by",
+        choices=("celery", "direct"),
+        default="celery",
+        help="who writes the tasks' events: Celery workers running the streamer agent"
+        " (default), or one plain process writing them to the store (bench/direct_writer.py),"
+        " which measures the front end without the workers holding every call beside it",
+    )
+    parser.add_argument(
         "--open-timeout", type=float, default=120, help="seconds to open them all (default 120)"
     )
     parser.add_argument(
@@ -581,7 +606,8 @@ def main() -> None:
     print(
         f"{args.streams} streams, {args.rate:g} events/s in total (one every {interval:g} s"
         f" per stream) for {args.seconds:g} s; {os.cpu_count()} CPUs;"
-        f" {client_count(args)} client processes; load average {_load()}",
+        f" {client_count(args)} client processes; events by {args.events_by};"
+        f" load average {_load()}",
         flush=True,
     )
     outcomes = []
