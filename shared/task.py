@@ -159,7 +159,16 @@ def state_of(task: Mapping[str, Any] | None) -> str:
 
 def now_iso() -> str:
     """ISO-8601 UTC with microseconds, so two transitions rarely share one."""
-    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return _iso(datetime.now(UTC))
+
+
+def iso_at(moment: float) -> str:
+    """`now_iso`'s form of a moment in seconds since the epoch."""
+    return _iso(datetime.fromtimestamp(moment, UTC))
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def epoch(timestamp: str) -> float:

@@ -75,7 +75,7 @@ def page_through(
 
 
 class Churn:
-    """A thread changing random tasks as fast as it can, counting its changes,
+    """A thread changing random tasks one after another, counting its changes,
     so the paging can wait for some to land between two of its pages."""
 
     def __init__(self, store: Any, ids: list[str]) -> None:
@@ -104,6 +104,11 @@ class Churn:
             with self._changed:
                 self.changes += 1
                 self._changed.notify_all()
+            # A breath between changes: at full speed this thread held the GIL
+            # so long, and grew every task's history so fast, that each page
+            # (which reads every task whole on the memory and file stores) took
+            # longer than the last, and a run could pass 120 s.
+            self._stop.wait(0.0005)
 
     def more(self, count: int = 3) -> None:
         """Return once the churn has made `count` more changes."""
@@ -133,6 +138,46 @@ def test_every_task_appears_exactly_once_while_tasks_keep_changing(store: Any) -
     assert late and not set(late) & set(seen)
     assert sorted(seen) == sorted(ids)  # none skipped, none twice
     assert set(totals) == {120}  # one listing, one total
+
+
+def test_a_change_stamped_before_the_listing_and_saved_after_its_first_page_is_not_skipped(
+    store: Any, request: pytest.FixtureRequest
+) -> None:
+    """The race the churn test met once in CI: a change computed (its status
+    stamped) just before a listing's moment, saved just after the first page
+    was read without it. As of the listing's moment the task had not changed,
+    so it stays where the first page placed it. The memory store stamps such a
+    status just after the listing's moment as it saves it; the others do not
+    yet (a known bug, left open: their commits would need the latest listing
+    moment, shared through the store, in the same atomic step)."""
+    if request.node.callspec.params["store"] != "memory":
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="KNOWN BUG: this store keeps the status timestamp the change was"
+                " computed with, so a change saved after a listing's first page can be"
+                " skipped by the later pages (see the test's doc)",
+            )
+        )
+    ids = fill(store, 10)
+    client = client_for(store)
+    oldest = ids[0]  # last in newest-first order: on the last page
+    record = store.read(oldest)
+    assert record is not None
+    change = to_state("working")
+    stamped_early = change(record.task)  # its status timestamp: now, before the listing
+    time.sleep(0.01)
+    first = rpc(client, "ListTasks", {"pageSize": 3}, version="1.0")["result"]
+    assert oldest not in [task["id"] for task in first["tasks"]]
+    saved = transition(store, oldest, lambda _: stamped_early)
+    assert saved.applied
+    seen = [task["id"] for task in first["tasks"]]
+    token = first["nextPageToken"]
+    while token:
+        page = rpc(client, "ListTasks", {"pageSize": 3, "pageToken": token}, version="1.0")
+        seen += [task["id"] for task in page["result"]["tasks"]]
+        token = page["result"]["nextPageToken"]
+    assert sorted(seen) == sorted(ids)  # the changed one too, once
 
 
 def test_filters_hold_still_too(store: Any) -> None:

@@ -97,8 +97,12 @@ def test_sends_create_no_client_per_message(
 
     monkeypatch.setattr(Channel, "_create_client", counted)
     # Celery keeps producers in kombu's process-wide pools, keyed by broker
-    # URL: start as a new process would, not with an earlier test's channel.
-    pools.reset()
+    # URL: start as a new process would, with pools of its own, not with an
+    # earlier test's channel. Not `pools.reset()`: it closes those channels,
+    # and closing one whose BRPOP went to a server an earlier test stopped or
+    # put behind a silent proxy waits for a reply forever (a CI run hung here).
+    monkeypatch.setattr(pools, "connections", pools.Connections(pools.get_limit()))
+    monkeypatch.setattr(pools, "producers", pools.Producers(pools.get_limit()))
     # The worker's app sends too (the reaper's and beat's resends); the front
     # end writes to Redis directly (shared.broker.redis_queue).
     app = create_celery(Settings(broker_url=redis_url, queue=QUEUE), store=MemoryStore())

@@ -42,8 +42,10 @@ from shared.task import (
     SUBMITTED,
     WORKING,
     Task,
+    TaskStatus,
     epoch,
     is_terminal,
+    iso_at,
     state_of,
 )
 from shared.transitions import claim_by_commit
@@ -88,6 +90,9 @@ class MemoryStore:
         self._beat: float | None = None
         self._notifier = Notifier()
         self._push = Once()
+        # The latest moment a listing is read as of (shared.listing): a status
+        # saved after it must not carry a timestamp at or before it.
+        self._listed_as_of = 0.0
 
     # --- the contract ------------------------------------------------------
 
@@ -118,9 +123,10 @@ class MemoryStore:
     ) -> Created:
         task_id = require_safe_id(task.get("id"))
         stored = _stored(task)
-        event = current_status(stored)
         context, owner = task["contextId"], task.get("owner", "")
         with self._lock:
+            self._after_listings(stored["status"])
+            event = current_status(stored)
             self._expire()
             if message_key is not None and (earlier := self._messages.get(message_key)):
                 entry = self._entries.get(earlier)
@@ -133,7 +139,7 @@ class MemoryStore:
             self._entries[task_id] = entry
             if message_key is not None:
                 self._messages[message_key] = task_id
-            self._indexed(task_id, entry, SUBMITTED, _status_time(task))
+            self._indexed(task_id, entry, SUBMITTED, _status_time(stored))
         self._notifier.notify(task_id, 1)
         return Created(task, True)
 
@@ -155,13 +161,15 @@ class MemoryStore:
             if entry is None or entry.seq != commit.expected or self._expired(entry):
                 return False
             for event in events:
+                if event["kind"] == "status-update":
+                    self._after_listings(event["status"])
                 entry.seq += 1
                 entry.log.append((entry.seq, event))
             # `commit.task` is these events folded over the task the caller
             # read, which is this one: folded here, the task shares their objects.
             entry.task = fold(entry.task, events)
             entry.tail = 0 if commit.snapshot else entry.tail + len(events)
-            self._indexed(task_id, entry, state_of(commit.task), _status_time(commit.task))
+            self._indexed(task_id, entry, state_of(entry.task), _status_time(entry.task))
             newest = entry.seq
         self._notifier.notify(task_id, newest)
         return True
@@ -190,7 +198,18 @@ class MemoryStore:
         return {task_id: task for task_id, task in tasks.items() if task is not None}
 
     def listing(self, query: Query) -> Listing:
+        with self._lock:
+            self._listed_as_of = max(self._listed_as_of, query.as_of)
         return list_by_scan(self.all().values(), self._statuses, query)
+
+    def _after_listings(self, status: TaskStatus) -> None:
+        """Under the lock: a status saved now, stamped before a listing's
+        moment, is stamped just after it instead. Its change was computed
+        before that moment but saved after the listing's first page was read
+        without it; with its own timestamp the later pages would place it as
+        of then, where the first page did not have it, and skip it."""
+        if "timestamp" in status and _stamp(status) <= self._listed_as_of:
+            status["timestamp"] = iso_at(max(time.time(), self._listed_as_of + 2e-6))
 
     def _statuses(self, task_id: str) -> list[tuple[float, str]]:
         with self._lock:
@@ -324,7 +343,11 @@ def _after(log: deque[tuple[int, Event]], after: int, limit: int | None) -> list
 
 
 def _status_time(task: Task) -> float:
-    return epoch(task["status"].get("timestamp", ""))
+    return _stamp(task["status"])
+
+
+def _stamp(status: TaskStatus) -> float:
+    return epoch(status.get("timestamp", ""))
 
 
 def _place(index: dict[str, float], task_id: str, now: float, member: bool) -> None:
