@@ -1,7 +1,7 @@
 """Kept for `gunicorn -c gunicorn.conf.py 'web:create_app()'` run from a checkout.
 
-The settings live in the package, `web/gunicorn_conf.py`, so they work from
-any directory: `toolnexus-serve web`, or `gunicorn -c python:web.gunicorn_conf`.
+The settings live in the package, `web/http/gunicorn_conf.py`, so they work from
+any directory: `toolnexus-serve web`, or `gunicorn -c python:web.http.gunicorn_conf`.
 """
 
-from web.gunicorn_conf import *  # noqa: F403
+from web.http.gunicorn_conf import *  # noqa: F403

@@ -3,7 +3,7 @@ pool held at its default (64) instead of sized from the concurrency.
 
     celery -A bench.capped_worker worker
 
-worker.celery_app takes `store_connections` from worker.pools when first
+worker.runtime.app takes `store_connections` from worker.runtime.pools when first
 imported, so it is replaced before the app is made.
 """
 
@@ -12,13 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 import worker
-import worker.pools
+import worker.runtime.pools
 from shared.settings import Settings
 
 
 def _default_pool(settings: Settings) -> int | None:
-    return None  # the store's own default, shared.store_spec.POOL_SIZE
+    return None  # the store's own default, shared.store.spec.POOL_SIZE
 
 
-worker.pools.store_connections = _default_pool
+worker.runtime.pools.store_connections = _default_pool
 app: Any = worker.app

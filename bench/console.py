@@ -2,7 +2,7 @@
 
     python3 bench/console.py [--max 100000] [--memory-max 10000] [--budget 3]
 
-The console (web/console.py) asks only ListTasks of the server for its list:
+The console (web/console/views.py) asks only ListTasks of the server for its list:
 
 - **a load** (opening the list, or a refresh after a change): the newest
   task (pageSize 1), one page of 25, and one count per state (pageSize 1,
@@ -11,7 +11,7 @@ The console (web/console.py) asks only ListTasks of the server for its list:
   pageSize 1 with `statusTimestampAfter` the newest task's time, which finds
   nothing when nothing changed.
 
-Each is timed (p50) through `web.listing.list_tasks` on Redis (a private
+Each is timed (p50) through `web.core.listing.list_tasks` on Redis (a private
 redis-server) and, beside it, on the memory store, which answers ListTasks
 by reading every task (so only to --memory-max: its cost grows with the task
 count, and at 100,000 one load takes about a minute). Ratios between task
@@ -32,11 +32,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.stores import Stores, fill, percentile
-from shared.store import TaskStore
+from shared.store.contract import TaskStore
 from shared.task import STATES
 from tests.support.redis_server import RedisServer
-from web.listing import list_tasks
-from web.params import list_query
+from web.core.listing import list_tasks
+from web.core.params import list_query
 
 PAGE = 25
 

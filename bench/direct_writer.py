@@ -9,7 +9,7 @@ each task the front end created (the store's waiting list), saves the
 "ready" progress the streamer agent would, and after the go writes each
 task's events at the same planned times, then completes it, through the
 same store calls and state machine the worker's fulfilment uses
-(`shared.transitions`, `worker.results`). The tasks' Celery messages stay
+(`shared.transitions`, `worker.engine.results`). The tasks' Celery messages stay
 in the broker's queue, unread.
 """
 
@@ -23,12 +23,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.agents import READY, Plan, stamp
-from shared.resolve import resolve_store
-from shared.store import Record, Store
+from shared.store.contract import Record, Store
+from shared.store.resolve import resolve_store
 from shared.task import SUBMITTED, WORKING
 from shared.transitions import claim, transition
 from toolnexus import Done, Progress
-from worker.results import RunProgress, final_change
+from worker.engine.results import RunProgress, final_change
 
 LOOK_EVERY = 0.05  # seconds between two looks for new tasks, and the clock's resolution
 

@@ -23,11 +23,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from shared import Settings
-from shared.stores.memory import memory_store
+from shared.stores.memory.store import memory_store
 from tests.support.sizes import held_by
 from web import create_app
-from worker.agent import load_agent
-from worker.inprocess import InProcessDispatcher
+from worker.engine.agent import load_agent
+from worker.engine.inprocess import InProcessDispatcher
 
 
 def rss_bytes() -> int:

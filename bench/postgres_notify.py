@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psycopg
 
 from shared.events import artifact_update
-from shared.store import Commit
+from shared.store.contract import Commit
 from shared.stores.postgres import postgres_store, schema
 from shared.task import new_task, text_message
 

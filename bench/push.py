@@ -8,7 +8,7 @@ in the same run, measured in turn:
 * **bare loop**: `http.client` POSTing the same StreamResponse bodies over
   one kept-alive connection, as fast as it goes: the ceiling for one
   sender;
-* **one delivery worker**: `worker.push.deliver` (what the Celery task
+* **one delivery worker**: `worker.push.delivery.deliver` (what the Celery task
   runs) draining a task whose log holds `--events` events, from the memory
   store, through the SSRF-checked client, with the headers, the lease
   renewal and a cursor write per event;
@@ -41,11 +41,11 @@ from shared import Settings
 from shared.codec import encode_bytes
 from shared.dialects import stream_response
 from shared.events import artifact_update
-from shared.push_store import PushConfig, push_store
-from shared.store import Commit
-from shared.stores.memory import MemoryStore
+from shared.push.contract import PushConfig, push_store
+from shared.store.contract import Commit
+from shared.stores.memory.store import MemoryStore
 from shared.task import new_task
-from worker.push import Policy, PushThread, deliver
+from worker.push.delivery import Policy, PushThread, deliver
 
 
 class Receiver:

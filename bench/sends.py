@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.processes import exit_on_sigterm, percentile
 from shared.broker.amqp import is_amqp
 from shared.broker.dispatch import CeleryDispatcher
+from shared.ops.startup import masked
 from shared.settings import AMQP_QUEUE_TYPES, Settings
-from shared.startup import masked
 from tests.support.redis_server import RedisServer
 
 WARM_UP = 50

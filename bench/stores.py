@@ -19,7 +19,7 @@ For the memory, file and Redis stores (Redis: a private redis-server):
    (file: this process's write() bytes from /proc/self/io; Redis: the bytes
    the server received, from INFO; memory writes no bytes).
 4. ListTasks, one default page (50 tasks, newest first) through
-   `web.listing.list_tasks`, p50 at 1,000, 10,000 and 100,000 stored tasks
+   `web.core.listing.list_tasks`, p50 at 1,000, 10,000 and 100,000 stored tasks
    (created through the store, so whatever indexes it keeps are built as in
    service). Redis and memory go to --list-max; the file store stops at
    10,000 (100,000 files take minutes to create), as the output says. The
@@ -53,15 +53,15 @@ import redis
 
 from bench.processes import exit_on_sigterm, percentile
 from shared.events import artifact_update, fold, status_update, to_state
-from shared.store import TaskStore
-from shared.stores.file import file_store
-from shared.stores.memory import memory_store
+from shared.store.contract import TaskStore
+from shared.stores.file.store import file_store
+from shared.stores.memory.store import memory_store
 from shared.stores.redis.store import redis_store
 from shared.task import WORKING, agent_message, new_task, text_message, text_part
 from shared.transitions import SNAPSHOT_EVERY, transition
 from tests.support.redis_server import RedisServer
-from web.listing import list_tasks
-from web.params import list_query
+from web.core.listing import list_tasks
+from web.core.params import list_query
 
 FILE_LIST_MAX = 10_000
 KB, MB = 1024, 1024 * 1024

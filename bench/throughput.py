@@ -58,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.processes import CeleryWorker, exit_on_sigterm, gunicorn, percentile
 from bench.web import rpc_body
-from shared.startup import masked
+from shared.ops.startup import masked
 from tests.support.redis_server import RedisServer
 
 QUEUE = "bench"
@@ -87,7 +87,7 @@ def _bare_celery(reliable: bool) -> Any:
     from celery import Celery
 
     from shared.settings import Settings
-    from worker.celery_app import celery_config
+    from worker.runtime.app import celery_config
 
     queue, counter, latencies = bare_names(reliable)
     broker = os.environ["BENCH_BROKER_URL"]
@@ -180,7 +180,7 @@ class StoreReader:
     """Any other store (--store): read through its own interface, task by task."""
 
     def __init__(self, spec: str) -> None:
-        from shared.resolve import resolve_store
+        from shared.store.resolve import resolve_store
 
         self.store = resolve_store(spec)
 

@@ -59,8 +59,8 @@ from bench.processes import (
 )
 from shared.broker.dispatch import CeleryDispatcher
 from shared.settings import Settings
+from shared.store.wiring import open_store
 from shared.task import COMPLETED, Task, epoch, new_task, state_of, text_message
-from shared.wiring import open_store
 from tests.support.redis_server import RedisServer
 
 A2A_10 = {"A2A-Version": "1.0", "Content-Type": "application/json"}

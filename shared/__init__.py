@@ -14,11 +14,11 @@ from shared.errors import (
     TaskNotFound,
     ToolnexusError,
 )
-from shared.resolve import resolve_store
 from shared.settings import Settings
-from shared.store import Outcome, Store, TaskStore
-from shared.stores.file import FileStore, file_store
-from shared.stores.memory import MemoryStore, memory_store
+from shared.store.contract import Outcome, Store, TaskStore
+from shared.store.resolve import resolve_store
+from shared.stores.file.store import FileStore, file_store
+from shared.stores.memory.store import MemoryStore, memory_store
 from shared.stores.redis.store import RedisStore, redis_store
 from shared.transitions import transition
 

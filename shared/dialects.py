@@ -81,7 +81,7 @@ def stored_part(part: Mapping[str, Any]) -> Part | None:
     elif kind is None and ("url" in part or "raw" in part):
         file = {old: part[new] for old, new in _FILE_KEYS if part.get(new) is not None}
         stored = {"kind": "file", "file": file, **extra}
-    # Checked field by field by `web.params` before anything is stored.
+    # Checked field by field by `web.core.params` before anything is stored.
     return cast(Part | None, stored)
 
 

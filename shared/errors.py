@@ -1,6 +1,6 @@
 """One error hierarchy for the whole service.
 
-Each class names a fault a peer may need to hear about; `web/errors.py` maps
+Each class names a fault a peer may need to hear about; `web/core/errors.py` maps
 them to JSON-RPC error codes in one place, so nothing else in the code base
 needs to know a wire number.
 """

@@ -1,7 +1,7 @@
 """Task events: the unit of every change, and how they fold into a task.
 
 Every saved change of a task is a short list of events appended to the
-task's log in the same atomic step (see `shared.store.Store`):
+task's log in the same atomic step (see `shared.store.contract.Store`):
 
 - a status update (A2A `TaskStatusUpdateEvent`): the new status, with the
   agent's message if it has one;

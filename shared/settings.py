@@ -17,7 +17,7 @@ from typing import Any
 
 from shared.errors import ConfigError
 from shared.loading import is_reference
-from shared.store_spec import FSYNC_POLICIES, check_store_spec, check_url_port
+from shared.store.spec import FSYNC_POLICIES, check_store_spec, check_url_port
 
 LOG_FORMATS = ("text", "json")
 # RabbitMQ's queue types (shared.broker.amqp declares them; named here so
@@ -182,7 +182,7 @@ def _fsync_policy(value: str) -> str:
     return value
 
 
-# How a worker process runs agent calls (worker.pools): prefork, one call per
+# How a worker process runs agent calls (worker.runtime.pools): prefork, one call per
 # process; threads and asyncio, TOOLNEXUS_CONCURRENCY calls in one process.
 POOLS = ("prefork", "threads", "asyncio")
 # Settings that were renamed: the old name is refused (naming the new one),
@@ -381,7 +381,7 @@ class Settings:
     # the command line (toolnexus-serve and its roles)
     # where beat keeps its schedule; unset: ~/.local/state/toolnexus-serve
     state_dir: str | None = _env("STATE_DIR", _optional_text, None)
-    # the task console (web/console.py): pages at /console that call the API
+    # the task console (web/console/views.py): pages at /console that call the API
     # as any browser client would; the embedded server turns it on by default
     console: bool = _env("CONSOLE", _flag, False)
     # the extended agent card (GetExtendedAgentCard, GET /extendedAgentCard):
@@ -392,14 +392,14 @@ class Settings:
     # asyncio run TOOLNEXUS_CONCURRENCY calls at once in one worker process
     # (docs/io-workers.md), with time limits and cancels enforced by the worker
     pool: str = _env("POOL", _pool, "prefork")
-    # garbage collection in serving processes (shared.collector): every
+    # garbage collection in serving processes (shared.ops.collector): every
     # GC_FREEZE_EVERY seconds what survived is frozen, out of the automatic
     # full collections that otherwise stop a process holding thousands of
     # streams for a second; every GC_THAW_EVERY seconds it is thawed and
     # collected once. 0: CPython's collector as it is / never thawed
     gc_freeze_every: float | None = _env("GC_FREEZE_EVERY", _seconds_or_never, 1.0)
     gc_thaw_every: float | None = _env("GC_THAW_EVERY", _seconds_or_never, 600.0)
-    # the gRPC binding (`python -m web.grpc_server`): where it listens, the
+    # the gRPC binding (`python -m web.grpc.server`): where it listens, the
     # address the card declares for it (unset: the card lists no GRPC
     # interface; set, the embedded server serves gRPC too), the calls in
     # flight (open streams too, which hold no thread), the largest message

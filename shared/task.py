@@ -109,8 +109,8 @@ class Task(TypedDict):
     history: NotRequired[list[Message]]
     artifacts: NotRequired[list[Artifact]]
     metadata: NotRequired[dict[str, Any]]
-    # Who created the task (web.auth's principal). Kept with the task so
-    # any store holds it, and never shown to a peer (web.dialects drops it).
+    # Who created the task (web.auth.tokens's principal). Kept with the task so
+    # any store holds it, and never shown to a peer (shared.dialects drops it).
     owner: NotRequired[str]
 
 

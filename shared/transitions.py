@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from shared.errors import StoreError
 from shared.events import Change, StatusUpdate, fold, status_update, to_state
-from shared.store import Commit, Outcome, Record, Store
+from shared.store.contract import Commit, Outcome, Record, Store
 from shared.task import Task, can_transition, is_at_rest, is_terminal, state_of
 
 log = logging.getLogger(__name__)

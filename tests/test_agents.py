@@ -19,14 +19,14 @@ import pytest
 from examples import agents
 from shared.events import to_state
 from shared.settings import Settings
-from shared.stores.memory import memory_store
+from shared.stores.memory.store import memory_store
 from shared.task import Message, Task, new_task, state_of, text_message
 from shared.transitions import transition
 from tests.support.polling import wait_for
 from tests.support.recording_store import RecordingStore
 from toolnexus import Artifact, Ask, Chunk, Data, Done, File, NeedAuth, Progress, Reject, Reply
-from worker.agent import Agent
-from worker.fulfil import fulfil
+from worker.engine.agent import Agent
+from worker.engine.fulfil import fulfil
 
 SETTINGS = Settings(heartbeat=0.05, stale_after=5, time_limit=7)
 

@@ -13,7 +13,7 @@ from shared.broker.amqp import amqp_queues, is_amqp
 from shared.broker.dispatch import CeleryDispatcher
 from shared.errors import ConfigError
 from shared.settings import Settings
-from worker.celery_app import celery_config
+from worker.runtime.app import celery_config
 
 AMQP = "amqp://guest:guest@127.0.0.1:5672/none"
 

@@ -93,20 +93,20 @@ def test_a_web_process_loads_no_worker_code() -> None:
 
 
 BACKENDS = (
-    "shared.stores.memory",
-    "shared.stores.memory_push",
-    "shared.stores.file",
-    "shared.stores.file_log",
-    "shared.stores.file_push",
+    "shared.stores.memory.store",
+    "shared.stores.memory.push",
+    "shared.stores.file.store",
+    "shared.stores.file.log",
+    "shared.stores.file.push",
     "shared.stores.redis",
 )
 
 
 def test_only_the_wiring_imports_a_store_backend() -> None:
-    # Everything else holds a store through the contract (shared.store), so a
+    # Everything else holds a store through the contract (shared.store.contract), so a
     # new backend changes these modules and no caller. shared/__init__ is the
     # public import path of the stores' constructors.
-    wiring = {"shared/__init__.py", "shared/resolve.py"}
+    wiring = {"shared/__init__.py", "shared/store/resolve.py"}
     assert importers(BACKENDS, outside=("shared/stores/",)) == wiring
 
 
@@ -120,4 +120,4 @@ def test_broker_code_lives_only_in_the_broker_package() -> None:
     assert on_redis == set()
     assert importers(
         ("shared.broker.redis", "shared.broker.redis_queue"), outside=("shared/broker/",)
-    ) == {"worker/celery_app.py"}
+    ) == {"worker/runtime/app.py"}

@@ -12,15 +12,15 @@ import pytest
 from shared import Settings
 from shared.errors import ConfigError
 from shared.events import to_state
-from shared.stores.file import file_store
-from shared.stores.memory import memory_store
+from shared.store.wiring import open_store
+from shared.stores.file.store import file_store
+from shared.stores.memory.store import memory_store
 from shared.stores.postgres import postgres_store
 from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, FAILED, INPUT_REQUIRED, WORKING, new_task, state_of, text_message
 from shared.transitions import transition
-from shared.wiring import open_store
 from tests.test_stores_events import Clock, kind
-from worker.reaper import sweep
+from worker.engine.reaper import sweep
 
 __all__ = ["kind"]
 DAY = 24 * 3600.0

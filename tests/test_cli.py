@@ -22,13 +22,13 @@ import requests
 from shared.addresses import own_names
 from tests.support.polling import wait_for
 from tests.support.redis_server import free_port
-from worker.cli import ROLES
-from worker.results import UnsupportedResult, final_change
+from worker.cli.main import ROLES
+from worker.engine.results import UnsupportedResult, final_change
 
 
 def toolnexus_serve() -> list[str]:
     script = shutil.which("toolnexus-serve")
-    return [script] if script else [sys.executable, "-m", "worker.cli"]
+    return [script] if script else [sys.executable, "-m", "worker.cli.main"]
 
 
 def clean_env(**env: str) -> dict[str, str]:
@@ -65,7 +65,12 @@ def test_help_of_every_role_exits_0_and_shows_its_options(role: str, tmp_path: P
 
 
 @pytest.mark.parametrize(
-    "module", [["worker.health"], ["worker.flower_login"], ["celery", "-A", "worker", "worker"]]
+    "module",
+    [
+        ["worker.runtime.health"],
+        ["worker.runtime.flower_login"],
+        ["celery", "-A", "worker", "worker"],
+    ],
 )
 def test_the_helpers_help_needs_no_settings(module: list[str], tmp_path: Path) -> None:
     done = subprocess.run(

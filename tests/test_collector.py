@@ -1,4 +1,4 @@
-"""The serving processes' garbage-collection schedule (shared.collector):
+"""The serving processes' garbage-collection schedule (shared.ops.collector):
 what survived is frozen out of the automatic collections, and reclaimed
 once a thaw comes; the roles run it, and say so in their logs."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.collector import NAME, Collector, start_collector
+from shared.ops.collector import NAME, Collector, start_collector
 from shared.settings import Settings
 from tests.support.a2a import wait_ready
 from tests.support.compose import local_stack, start_grpc

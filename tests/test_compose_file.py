@@ -258,13 +258,13 @@ def test_beat_has_a_writable_schedule_no_pid_file_and_a_health_check(
     services: dict[str, Any],
 ) -> None:
     beat = services["beat"]
-    assert beat["command"] == ["toolnexus-serve", "beat"]  # no pid file: worker.cli
+    assert beat["command"] == ["toolnexus-serve", "beat"]  # no pid file: worker.cli.main
     # The schedule goes to the state directory, which the image makes writable.
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "TOOLNEXUS_STATE_DIR=/var/lib/toolnexus" in dockerfile
     assert "chown toolnexus:toolnexus /data/tasks /var/lib/toolnexus" in dockerfile
     assert "deploy" not in beat  # exactly one; never scaled by the file
-    assert beat["healthcheck"]["test"] == ["CMD", "python", "-m", "worker.health", "beat"]
+    assert beat["healthcheck"]["test"] == ["CMD", "python", "-m", "worker.runtime.health", "beat"]
 
 
 def test_flower_requires_a_login_on_every_page(services: dict[str, Any]) -> None:
@@ -273,7 +273,13 @@ def test_flower_requires_a_login_on_every_page(services: dict[str, Any]) -> None
     environment = environment_of("flower")
     assert environment["FLOWER_BASIC_AUTH"] == "admin:secret"
     assert environment["FLOWER_PORT"] == "5555"
-    assert flower["healthcheck"]["test"] == ["CMD", "python", "-m", "worker.health", "flower"]
+    assert flower["healthcheck"]["test"] == [
+        "CMD",
+        "python",
+        "-m",
+        "worker.runtime.health",
+        "flower",
+    ]
 
 
 def test_everything_waits_for_a_healthy_redis(services: dict[str, Any]) -> None:

@@ -34,7 +34,7 @@ from tests.support.compose import local_stack
 from tests.support.embedded import embedded_server
 from tests.support.polling import wait_for
 from tests.support.redis_server import ci
-from web.console import CONTENT_SECURITY_POLICY
+from web.console.views import CONTENT_SECURITY_POLICY
 
 try:
     from playwright.sync_api import expect

@@ -1,4 +1,4 @@
-"""The console's pages as HTTP sees them (web/console.py), in process: when it
+"""The console's pages as HTTP sees them (web/console/views.py), in process: when it
 is served, the headers every page carries, escaping in what the server
 renders, `GET /` for browsers, and the Origin rule for its own pages. What
 the pages do in a browser: tests/test_console_browser.py."""
@@ -12,13 +12,13 @@ import pytest
 import requests
 
 from shared import Settings, memory_store
-from shared.stores.file import file_store
+from shared.stores.file.store import file_store
 from shared.stores.redis.store import redis_store
 from tests.support.embedded import embedded_server
 from tests.test_security_browsers import client_for, send
 from tests.test_web_support import PlayingDispatcher
 from web import create_app
-from web.console import CONTENT_SECURITY_POLICY
+from web.console.views import CONTENT_SECURITY_POLICY
 
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 PAGES = ("/console/", "/console/tasks/some-task", "/console/static/console.js")

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from shared.stores.file import file_store
+from shared.stores.file.store import file_store
 from shared.task import new_id, new_task, state_of, text_message, with_status
 from tests.support.agents import runs_of
 from tests.support.polling import wait_for

@@ -11,11 +11,11 @@ import time
 import redis
 
 from shared.events import to_state
-from shared.following import IDLE, follow
+from shared.store.follow import IDLE, follow
+from shared.store.wakeups import Waiter
 from shared.stores.redis.store import redis_store
 from shared.task import WORKING, new_task, text_message
 from shared.transitions import transition
-from shared.watching import Waiter
 from tests.support.polling import wait_for
 
 

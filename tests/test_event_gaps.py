@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from shared import following
 from shared.events import artifact_update, to_state
-from shared.following import follow
-from shared.store import Record
-from shared.stores.file import file_store
-from shared.stores.memory import memory_store
+from shared.store import follow as follow_module
+from shared.store.contract import Record
+from shared.store.follow import follow
+from shared.stores.file.store import file_store
+from shared.stores.memory.store import memory_store
 from shared.stores.postgres import postgres_store
 from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, WORKING, new_task, text_message
@@ -109,7 +109,7 @@ def test_a_follower_reads_a_long_log_in_pages(store: Any, monkeypatch: pytest.Mo
         asked.append(limit)
         return events(task_id, after, limit)
 
-    monkeypatch.setattr(following, "PAGE", 7)
+    monkeypatch.setattr(follow_module, "PAGE", 7)
     monkeypatch.setattr(store, "events", counted)
     seen = [item[0] for item in follow(store, task_id, 0, deadline=time.monotonic() + 10)]  # type: ignore[index]
     assert seen == list(range(1, 33))

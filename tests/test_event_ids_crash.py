@@ -19,8 +19,8 @@ import pytest
 
 from shared import Settings
 from shared.events import artifact_update, to_state
-from shared.following import follow
-from shared.store import Record, TaskStore
+from shared.store.contract import Record, TaskStore
+from shared.store.follow import follow
 from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, WORKING, new_task, text_message
 from shared.transitions import transition
@@ -28,8 +28,8 @@ from tests.support.redis_server import RedisServer
 from tests.support.sse import Stream, results
 from tests.test_web_support import live_server
 from web import create_app
-from worker.agent import load_agent
-from worker.inprocess import InProcessDispatcher
+from worker.engine.agent import load_agent
+from worker.engine.inprocess import InProcessDispatcher
 
 BURST = 300
 

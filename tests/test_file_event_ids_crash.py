@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from shared.boot import booted_at
 from shared.events import Event, to_state
-from shared.stores.file import FileStore
-from shared.stores.file_log import EVERYSEC
+from shared.stores.file.boot import booted_at
+from shared.stores.file.log import EVERYSEC
+from shared.stores.file.store import FileStore
 from shared.task import COMPLETED, WORKING, new_task, text_message
 from shared.transitions import transition
 from tests.test_event_ids_crash import check_followed, check_resumed_over_http, chunk

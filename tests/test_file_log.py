@@ -22,12 +22,12 @@ import requests
 from shared import Settings
 from shared.errors import ConfigError, StoreError
 from shared.events import artifact_update, to_state
-from shared.resolve import resolve_store
-from shared.stores.file import FileStore
-from shared.stores.file_log import Durability
+from shared.store.resolve import resolve_store
+from shared.store.wiring import open_store
+from shared.stores.file.log import Durability
+from shared.stores.file.store import FileStore
 from shared.task import COMPLETED, WORKING, new_task, state_of, text_message
 from shared.transitions import transition
-from shared.wiring import open_store
 from tests.support.sse import Stream, results
 
 
@@ -352,7 +352,7 @@ def test_a_file_the_store_cannot_adopt_yet_is_still_read(
     """A task file no marker names (here one the seed's store wrote: the bare
     task, no log) on a disk that refuses writes: `get` serves it, and the
     store adopts it once it can write again."""
-    import shared.stores.file_log
+    import shared.stores.file.log
 
     seed = {"id": "seed-1", "status": {"state": "completed"}, "artifacts": []}
     FileStore(tmp_path)  # the folders
@@ -361,7 +361,7 @@ def test_a_file_the_store_cannot_adopt_yet_is_still_read(
     def read_only(fd: int, data: bytes) -> None:
         raise OSError(errno.EROFS, "Read-only file system")
 
-    monkeypatch.setattr(shared.stores.file_log, "_write_all", read_only)
+    monkeypatch.setattr(shared.stores.file.log, "_write_all", read_only)
     store = FileStore(tmp_path)
     assert store.get("seed-1") == seed
     assert store.events("seed-1", 0) == []

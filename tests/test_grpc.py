@@ -1,5 +1,5 @@
 """The gRPC binding against the distributed deployment: `python -m
-web.grpc_server` beside compose.yaml's gunicorn, Celery worker and beat on
+web.grpc.server` beside compose.yaml's gunicorn, Celery worker and beat on
 a private Redis, running examples.agents:countdown, with bearer tokens.
 
 - the official a2a-sdk 1.x client, which picks the card's GRPC interface:
@@ -44,7 +44,7 @@ from a2a.types import (
 from google.protobuf import json_format
 from google.rpc import error_details_pb2, status_pb2
 
-from shared.resolve import resolve_store
+from shared.store.resolve import resolve_store
 from tests.support.a2a import wait_ready
 from tests.support.compose import LocalStack, local_stack, start_grpc
 from tests.support.polling import wait_for

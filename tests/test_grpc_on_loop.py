@@ -1,8 +1,8 @@
-"""Which gRPC unary calls the process answers on its event loop (web.grpc_async.OnLoop)."""
+"""Which gRPC unary calls the process answers on its event loop (web.grpc.aio.OnLoop)."""
 
 from __future__ import annotations
 
-from web.grpc_async import COOL_OFF, ON_LOOP, SLOW, OnLoop
+from web.grpc.aio import COOL_OFF, ON_LOOP, SLOW, OnLoop
 
 
 class Clock:

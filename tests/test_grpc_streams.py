@@ -1,6 +1,6 @@
 """Many open gRPC streams in one gRPC process, without a thread each.
 
-The real gRPC process (`python -m web.grpc_server`, on grpc.aio) on a
+The real gRPC process (`python -m web.grpc.server`, on grpc.aio) on a
 private Redis, with no worker: the tasks it accepts stay `submitted` until
 this test moves them, writing to the same store as a worker would (its
 events reach the process through Redis pub/sub). Also: the process imports no Flask.
@@ -27,7 +27,7 @@ from shared.transitions import transition
 from tests.support.compose import ServiceProcess
 from tests.support.polling import wait_for
 from tests.support.redis_server import free_port
-from web.grpc_async import STREAM_THREADS
+from web.grpc.aio import STREAM_THREADS
 
 ROOT = Path(__file__).resolve().parent.parent
 METADATA = (("a2a-version", "1.0"),)
@@ -68,7 +68,7 @@ def served(
         "PYTHONPROFILEIMPORTTIME": "1",
     }
     log = tmp_path_factory.mktemp("grpc-streams") / "grpc.log"
-    process = ServiceProcess("grpc", [sys.executable, "-m", "web.grpc_server"], env, ROOT, log)
+    process = ServiceProcess("grpc", [sys.executable, "-m", "web.grpc.server"], env, ROOT, log)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             try:
@@ -204,5 +204,5 @@ def test_the_grpc_process_imports_no_flask(served: GrpcProcess) -> None:
                  if line.startswith("import time:")] or None,
         timeout=30,
     )  # fmt: skip
-    assert "web.grpc_service" in imported and "grpc.aio" in imported  # the listing is whole
+    assert "web.grpc.service" in imported and "grpc.aio" in imported  # the listing is whole
     assert [name for name in imported if name.split(".")[0] == "flask"] == []

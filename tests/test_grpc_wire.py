@@ -1,4 +1,4 @@
-"""The gRPC binding's conversions (web/grpc_wire.py), in process."""
+"""The gRPC binding's conversions (web/grpc/wire.py), in process."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from google.rpc import error_details_pb2, status_pb2
 
 from shared.errors import ConfigError, TaskNotFound
 from shared.settings import Settings
-from shared.stores.memory import memory_store
+from shared.stores.memory.store import memory_store
 from tests.support.redis_server import free_port
-from web.auth import authenticator_for
-from web.errors import InvalidParams, describe, status_body
-from web.grpc_server import serve
-from web.grpc_service import A2AGrpcService
-from web.grpc_wire import message_of, params_of, rich_status
-from web.methods import Tasks
+from web.auth.tokens import authenticator_for
+from web.core.errors import InvalidParams, describe, status_body
+from web.core.tasks import Tasks
+from web.grpc.server import serve
+from web.grpc.service import A2AGrpcService
+from web.grpc.wire import message_of, params_of, rich_status
 
 
 def task(text: str) -> dict[str, object]:

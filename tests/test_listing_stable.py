@@ -16,9 +16,9 @@ from flask.testing import FlaskClient
 
 from shared import Settings
 from shared.events import to_state
-from shared.store import message_key
-from shared.stores.file import file_store
-from shared.stores.memory import memory_store
+from shared.store.contract import message_key
+from shared.stores.file.store import file_store
+from shared.stores.memory.store import memory_store
 from shared.stores.postgres import postgres_store
 from shared.stores.redis.store import redis_store
 from shared.task import new_task, text_message

@@ -268,7 +268,7 @@ def test_the_request_id_is_echoed_and_logged_by_web_and_worker_with_the_task_id(
         ]
 
     worker = wait_for(worker_lines, what="the worker's lines for the request")
-    assert any(entry["logger"] == "worker.observe" for entry in worker)
+    assert any(entry["logger"] == "worker.engine.observe" for entry in worker)
     assert any(entry.get("outcome") == COMPLETED for entry in worker)
     web = [e for e in observed.log_entries("web") if e.get("request_id") == request_id]
     assert len(web) == 1, web

@@ -19,13 +19,13 @@ import requests
 from celery.exceptions import Ignore
 from prometheus_client.parser import text_string_to_metric_families
 
-from shared.broker.names import is_resend, resend_id
-from shared.correlation import accepted_request_id, correlated
+from shared.broker.dispatcher import is_resend, resend_id
 from shared.errors import StoreError
-from shared.logs import CorrelationFilter, JsonFormatter, TextFormatter, fields
+from shared.ops.correlation import accepted_request_id, correlated
+from shared.ops.logs import CorrelationFilter, JsonFormatter, TextFormatter, fields
+from shared.ops.startup import masked, startup_line
 from shared.settings import Settings
-from shared.startup import masked, startup_line
-from shared.stores.memory import memory_store
+from shared.stores.memory.store import memory_store
 from shared.task import (
     AUTH_REQUIRED,
     CANCELED,
@@ -45,7 +45,7 @@ from tests.support.polling import wait_for
 from tests.support.redis_server import free_port
 from tests.test_web_support import NoBroker
 from web import create_app
-from worker.outcome import TaskFailed, celery_result
+from worker.engine.outcome import TaskFailed, celery_result
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -296,7 +296,7 @@ def test_embedded_mode_logs_and_counts_a_task_from_request_to_run(
         return [json.loads(line) for line in log.read_text().splitlines() if line]
 
     def run_logged() -> list[dict[str, Any]]:
-        return [e for e in entries() if e["logger"] == "worker.observe" and e.get("task_id")]
+        return [e for e in entries() if e["logger"] == "worker.engine.observe" and e.get("task_id")]
 
     ran = wait_for(run_logged, what="the run's log line")
     assert ran[0]["request_id"] == "emb-1" and ran[0]["task_id"] == task_id

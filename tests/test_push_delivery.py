@@ -15,8 +15,8 @@ import pytest
 import requests
 
 from shared.dialects import stream_response
-from shared.push_store import Cursor, PushStore, push_store
-from shared.store import Store
+from shared.push.contract import Cursor, PushStore, push_store
+from shared.store.contract import Store
 from tests.support.a2a import wait_ready
 from tests.support.compose import Backends, LocalStack, local_stack
 from tests.support.polling import wait_for

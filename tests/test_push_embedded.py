@@ -31,7 +31,7 @@ from a2a.types import (
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
-from shared.push_signing import JWKS_PATH
+from shared.push.signing import JWKS_PATH
 from tests.support.embedded import embedded_server
 from tests.support.polling import wait_for
 from tests.support.webhook_receiver import Receiver

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from shared.broker.names import PUSH_TASK
+from shared.broker.dispatcher import PUSH_TASK
 from shared.stores.redis.store import redis_store
 from tests.support.a2a import wait_ready
 from tests.support.compose import LocalStack, local_stack

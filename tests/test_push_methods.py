@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 
 from shared import Settings, memory_store
-from shared.push_store import (
+from shared.push.contract import (
     Cursor,
     PushConfig,
     PushStore,
     TooManyConfigs,
     push_store,
 )
-from shared.stores.file import FileStore
-from shared.stores.file_push import FilePush
-from shared.stores.memory_push import MemoryPush
+from shared.stores.file.push import FilePush
+from shared.stores.file.store import FileStore
+from shared.stores.memory.push import MemoryPush
 from shared.stores.postgres import postgres_store
 from shared.stores.postgres.push import PostgresPush
 from shared.stores.redis.push import RedisPush

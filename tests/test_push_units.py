@@ -13,15 +13,15 @@ from prometheus_client import REGISTRY
 
 from shared import Settings
 from shared.events import artifact_update, status_update
-from shared.push_http import Allowed
-from shared.push_store import Cursor, PushStore, push_store
-from shared.store import Commit
-from shared.stores.memory import MemoryStore
+from shared.push.contract import Cursor, PushStore, push_store
+from shared.push.http import Allowed
+from shared.store.contract import Commit
+from shared.stores.memory.store import MemoryStore
 from shared.task import WORKING, Artifact, new_task
 from tests.support.polling import wait_for
 from tests.support.webhook_receiver import Receiver
-from worker.push import GaveUp, Policy, deliver, sweep
-from worker.push_metrics import push_metrics
+from worker.push.delivery import GaveUp, Policy, deliver, sweep
+from worker.push.metrics import push_metrics
 
 SETTINGS = Settings(push_allowed_hosts=("127.0.0.1",), push_linger=0.5, push_backoff=0.01)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import requests
 
 from shared import Settings
-from shared.stores.file import file_store
+from shared.stores.file.store import file_store
 from tests.support.a2a import readyz, wait_ready
 from tests.support.compose import local_stack
 from tests.support.polling import wait_for

@@ -13,11 +13,11 @@ from kombu.transport import redis as kombu_redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from shared import Settings
-from shared.broker.names import FULFIL_TASK
+from shared.broker.dispatcher import FULFIL_TASK
 from shared.broker.redis import Channel, Transport, broker_transport
-from shared.stores.memory import MemoryStore
+from shared.stores.memory.store import MemoryStore
 from tests.support.redis_server import RedisServer
-from worker.celery_app import celery_config, create_celery
+from worker.runtime.app import celery_config, create_celery
 
 QUEUE = "toolnexus-broker-test"
 

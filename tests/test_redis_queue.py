@@ -15,7 +15,7 @@ import redis
 
 from shared import Settings
 from shared.broker.dispatch import CeleryDispatcher
-from shared.broker.names import FULFIL_TASK
+from shared.broker.dispatcher import FULFIL_TASK
 
 QUEUE = "toolnexus-direct-test"
 KOMBU_QUEUE = "toolnexus-kombu-test"

@@ -45,16 +45,16 @@ from werkzeug.serving import make_server
 
 from shared import Settings
 from shared.events import to_state
-from shared.store import is_safe_id
-from shared.stores.file import FileStore
+from shared.store.contract import is_safe_id
+from shared.stores.file.store import FileStore
 from shared.task import COMPLETED, STATES, WORKING, is_terminal, state_of
 from shared.transitions import transition
 from tests.support.redis_server import free_port
 from tests.support.strategies import json_values
 from web import create_app
-from web.errors import ERROR_INFO
-from web.params import MAX_VALUE_DEPTH
-from web.rpc import MAX_DEPTH, METHODS
+from web.core.errors import ERROR_INFO
+from web.core.params import MAX_VALUE_DEPTH
+from web.jsonrpc.binding import MAX_DEPTH, METHODS
 
 MAX_BODY = 16 * 1024  # small, so "beyond the limit" stays cheap
 FUZZ = settings(
@@ -715,7 +715,7 @@ def test_deep_nesting(
     if site == "metadata" and shape != "{":
         assert code_of(reply) == -32602, reply  # metadata is an object, never a list
     elif site in ("data part", "metadata") and depth > MAX_VALUE_DEPTH:
-        # Stored, it would break other clients' SDKs (see web.params.MAX_VALUE_DEPTH).
+        # Stored, it would break other clients' SDKs (see web.core.params.MAX_VALUE_DEPTH).
         assert code_of(reply) == -32602 and "nested deeper" in reply["error"]["message"], reply
     elif site in ("data part", "metadata"):
         assert reply["id"] == 7 and "result" in reply, reply
@@ -1428,7 +1428,7 @@ def any_store_target(
 ) -> Iterator[tuple[str, Target, Path]]:
     """The fuzzed app on each built-in store; (store kind, target, a folder
     holding the file store's directory and a file beside it)."""
-    from shared.resolve import resolve_store
+    from shared.store.resolve import resolve_store
 
     root = tmp_path / "root"
     (root / "store").mkdir(parents=True)

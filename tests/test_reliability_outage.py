@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from shared.store import Store
+from shared.store.contract import Store
 from shared.task import COMPLETED, FAILED, state_of
 from tests.support.a2a import readyz, wait_ready
 from tests.support.compose import Backends, LocalStack, local_stack

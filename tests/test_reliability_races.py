@@ -20,15 +20,15 @@ from typing import Any
 import pytest
 
 from shared import Settings, TaskNotCancelable, resolve_store
-from shared.stores.memory import memory_store
+from shared.store.wiring import load_hook
+from shared.stores.memory.store import memory_store
 from shared.stores.postgres import postgres_store
 from shared.stores.redis.store import redis_store
 from shared.task import CANCELED, COMPLETED, FAILED, new_task, text_message
-from shared.wiring import load_hook
-from web.methods import Tasks
-from worker.agent import Agent
-from worker.fulfil import fulfil
-from worker.reaper import reap_stale
+from web.core.tasks import Tasks
+from worker.engine.agent import Agent
+from worker.engine.fulfil import fulfil
+from worker.engine.reaper import reap_stale
 
 TRIALS = 1000
 MAX_TRIALS = 5000

@@ -19,17 +19,17 @@ from typing import Any
 import pytest
 import requests
 
-from shared.resolve import resolve_store
 from shared.settings import Settings
-from shared.stores.memory import memory_store
+from shared.store.resolve import resolve_store
+from shared.stores.memory.store import memory_store
 from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, state_of
 from tests.support.a2a import call, wait_ready
 from tests.support.compose import LocalStack, local_stack
 from tests.support.polling import wait_for
 from tests.support.redis_server import RedisServer
-from web.methods import Tasks
-from web.params import SendParams, send_params
+from web.core.params import SendParams, send_params
+from web.core.tasks import Tasks
 
 SETTINGS = {
     "TOOLNEXUS_RUN": "examples.agents:slow",

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from shared import ConfigError, Settings
-from shared.resolve import resolve_store
-from shared.stores.adapter import Adapted
-from shared.stores.file import FileStore
-from shared.stores.memory import MemoryStore, memory_store
+from shared.store.adapter import Adapted
+from shared.store.resolve import resolve_store
+from shared.stores.file.store import FileStore
+from shared.stores.memory.store import MemoryStore, memory_store
 from shared.stores.redis.store import RedisStore
 
 # Targets for the "package.module:attr" form.

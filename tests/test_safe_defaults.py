@@ -137,7 +137,7 @@ def test_two_workers_on_one_host_get_different_node_names(
 def test_gunicorn_gathers_access_lines_only_for_an_access_log() -> None:
     from gunicorn.glogging import Logger
 
-    from web.gunicorn_worker import AccessOnRequestLogger
+    from web.http.gunicorn_worker import AccessOnRequestLogger
 
     def enabled(kind: type[Logger], accesslog: str | None) -> bool:
         logger = kind.__new__(kind)  # no setup: only the decision is under test

@@ -26,7 +26,7 @@ from tests.support.jwks import AUDIENCE, ISSUER, Issuer
 from tests.support.redis_server import free_port
 from tests.test_web_support import PlayingDispatcher, user_message
 from web import create_app
-from web.browsers import host_name
+from web.http.browsers import host_name
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""The browser policy in process (`web.browsers`): what TOOLNEXUS_ALLOWED_HOSTS
+"""The browser policy in process (`web.http.browsers`): what TOOLNEXUS_ALLOWED_HOSTS
 and TOOLNEXUS_ALLOWED_ORIGINS change, for the app as gunicorn serves it
 (strict only when names are configured) and as the embedded server does.
 Over real HTTP: tests/test_security_embedded.py and test_security_deployment.py."""

@@ -22,11 +22,11 @@ from flask.testing import FlaskClient
 
 from shared import Settings
 from shared.errors import StoreError
-from shared.stores.file import FileStore
+from shared.stores.file.store import FileStore
 from shared.task import new_id, new_task, text_message
 from tests.test_web_support import PlayingDispatcher, rpc, user_message
 from web import create_app
-from web.methods import message_key
+from web.core.tasks import message_key
 
 SECRET = "SENTINEL-OUTSIDE-THE-STORE"
 STRIPES = 64
@@ -83,8 +83,8 @@ def test_a_planted_task_link_reads_as_missing_and_is_logged(
     (outside / "secret.json").write_text(planted)
     (store_dir / "planted.json").symlink_to(outside / "secret.json")
     (store_dir / ".log" / "planted.jsonl").symlink_to(outside / "secret.json")
-    caplog.set_level(logging.WARNING, logger="shared.stores.file")
-    caplog.set_level(logging.WARNING, logger="shared.stores.file_log")
+    caplog.set_level(logging.WARNING, logger="shared.stores.file.store")
+    caplog.set_level(logging.WARNING, logger="shared.stores.file.log")
 
     for version in (None, "1.0"):
         error = rpc(client, "GetTask", {"id": "planted"}, version=version)["error"]
@@ -112,7 +112,7 @@ def test_planted_lock_links_create_nothing_outside(
         (locks / str(stripe)).symlink_to(outside / f"created-{stripe}")
     before = tree(outside)
     caplog.set_level(
-        logging.WARNING, logger="shared.stores.file_log"
+        logging.WARNING, logger="shared.stores.file.log"
     )  # the lock files are the log's
 
     reply = rpc(client, "SendMessage", {"message": user_message()})

@@ -26,14 +26,14 @@ import requests
 from tests.support.polling import wait_for
 from tests.support.raw_http import RawReply, exchange
 from tests.support.redis_server import free_port
-from web.gevent_server import JsonErrorHandler
+from web.http.gevent_server import JsonErrorHandler
 
 MAX_BODY = 4096
 
 
 def toolnexus_serve() -> list[str]:
     script = shutil.which("toolnexus-serve")
-    return [script] if script else [sys.executable, "-m", "worker.cli"]
+    return [script] if script else [sys.executable, "-m", "worker.cli.main"]
 
 
 class Served:

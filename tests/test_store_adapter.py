@@ -13,11 +13,11 @@ import pytest
 
 from shared import Settings, resolve_store
 from shared.events import artifact_update, status_update
-from shared.following import follow
-from shared.store import Record, is_full_store
-from shared.stores.adapter import Adapted, number_of
-from shared.stores.file import file_store
-from shared.stores.memory import memory_store
+from shared.store.adapter import Adapted, number_of
+from shared.store.contract import Record, is_full_store
+from shared.store.follow import follow
+from shared.stores.file.store import file_store
+from shared.stores.memory.store import memory_store
 from shared.task import COMPLETED, SUBMITTED, WORKING, new_task, state_of, text_message
 from shared.transitions import claim, transition
 from tests.test_web_support import PlayingDispatcher, rpc, user_message
@@ -43,20 +43,20 @@ class DictStore:
 def test_the_start_up_line_names_what_a_two_method_store_lacks(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="shared.stores.adapter")
+    caplog.set_level(logging.WARNING, logger="shared.store.adapter")
     store = resolve_store(DictStore())
     assert isinstance(store, Adapted) and is_full_store(store)
-    (line,) = [r.getMessage() for r in caplog.records if r.name == "shared.stores.adapter"]
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "shared.store.adapter"]
     assert "DictStore has only get/save" in line
     for lack in ("no event log", "no stale/waiting index", "last-writer-wins", "no listing"):
         assert lack in line
 
 
 def test_a_whole_store_is_not_adapted_and_says_nothing(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="shared.stores.adapter")
+    caplog.set_level(logging.WARNING, logger="shared.store.adapter")
     store = memory_store()
     assert resolve_store(store) is store
-    assert not [r for r in caplog.records if r.name == "shared.stores.adapter"]
+    assert not [r for r in caplog.records if r.name == "shared.store.adapter"]
 
 
 def test_the_state_machine_and_claims_hold_on_an_adapted_store() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from shared.events import artifact_update, to_state
-from shared.resolve import resolve_store
+from shared.store.resolve import resolve_store
 from shared.task import (
     COMPLETED,
     FAILED,
@@ -57,7 +57,7 @@ def file_tasks(folder: Path) -> dict[str, Any]:
 def copy(source: str, target: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLNEXUS_")}
     return subprocess.run(
-        [sys.executable, "-m", "worker.cli", "db", "copy", target],
+        [sys.executable, "-m", "worker.cli.main", "db", "copy", target],
         env={**env, "TOOLNEXUS_STORE": source, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,

@@ -9,7 +9,7 @@ from prometheus_client import REGISTRY
 
 from shared import Settings
 from shared.events import artifact_update, status_update, to_state
-from shared.stores.memory import memory_store
+from shared.stores.memory.store import memory_store
 from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, WORKING, new_task, text_message
 from shared.transitions import transition

@@ -18,7 +18,7 @@ import pytest
 
 from shared import Settings, StoreError
 from shared.events import to_state
-from shared.store import message_key
+from shared.store.contract import message_key
 from shared.stores.postgres import postgres_store, schema
 from shared.task import WORKING, new_task, text_message
 from shared.transitions import transition

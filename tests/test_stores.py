@@ -20,9 +20,9 @@ import redis
 
 from shared import InvalidTaskId, StoreError, transition
 from shared.events import Change, artifact_update, message_added, to_state
-from shared.resolve import resolve_store
-from shared.store import digest, is_full_store
-from shared.stores.file import FileStore
+from shared.store.contract import digest, is_full_store
+from shared.store.resolve import resolve_store
+from shared.stores.file.store import FileStore
 from shared.stores.postgres import PostgresStore, postgres_store
 from shared.stores.redis.store import RedisStore, redis_store
 from shared.task import (
@@ -625,8 +625,8 @@ class FakeClock:
 
 @pytest.fixture
 def clocked(builtin_spec: str, tmp_path: Path) -> Iterator[tuple[Any, FakeClock]]:
-    from shared.stores.file import file_store
-    from shared.stores.memory import memory_store
+    from shared.stores.file.store import file_store
+    from shared.stores.memory.store import memory_store
 
     clock = FakeClock()
     if builtin_spec == "memory":

@@ -16,10 +16,10 @@ import redis
 
 from shared.errors import ContextTaken
 from shared.events import artifact_update, state_after, status_update, to_state
-from shared.resolve import resolve_store
-from shared.store import Commit, is_full_store, message_key
-from shared.stores.file import file_store
-from shared.stores.memory import memory_store
+from shared.store.contract import Commit, is_full_store, message_key
+from shared.store.resolve import resolve_store
+from shared.stores.file.store import file_store
+from shared.stores.memory.store import memory_store
 from shared.stores.postgres import postgres_store
 from shared.stores.redis.store import redis_store
 from shared.task import (

@@ -15,13 +15,13 @@ from celery.contrib.testing.worker import start_worker
 
 from shared.broker.dispatch import CeleryDispatcher
 from shared.settings import Settings
-from shared.stores.memory import memory_store
+from shared.stores.memory.store import memory_store
 from tests.support.polling import wait_for
 from tests.support.redis_server import ci
 from web import create_app
-from worker.agent import load_agent
-from worker.celery_app import create_celery
-from worker.inprocess import InProcessDispatcher
+from worker.engine.agent import load_agent
+from worker.engine.inprocess import InProcessDispatcher
+from worker.runtime.app import create_celery
 
 if importlib.util.find_spec("opentelemetry.sdk") is None:
     MESSAGE = "NO OTEL: pip install -e '.[otel]' to test tracing"

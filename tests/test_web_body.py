@@ -1,4 +1,4 @@
-"""web.wsgi.read_body: a terminated stream (gunicorn's) read without
+"""web.http.wsgi.read_body: a terminated stream (gunicorn's) read without
 werkzeug's wrappers gives what werkzeug's `get_input_stream` gives."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
 from werkzeug.wsgi import get_input_stream
 
-from web.wsgi import read_body
+from web.http.wsgi import read_body
 
 
 class Trickle:

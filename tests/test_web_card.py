@@ -13,7 +13,7 @@ from shared import Settings, memory_store
 from shared.errors import ConfigError
 from tests.test_web_support import PlayingDispatcher
 from web import create_app
-from web.skills import load_skills
+from web.card.skills import load_skills
 
 EXAMPLES = Path(__file__).parent.parent / "examples" / "skills"
 CARD_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
@@ -284,7 +284,7 @@ def test_malformed_skill_files_are_skipped_with_a_log_line(
     (tmp_path / "binary").mkdir()
     (tmp_path / "binary" / "SKILL.md").write_bytes(b"---\nname: \xff\xfe\n---\n")
     write_skill(tmp_path, "good", skill_text("good"))
-    with caplog.at_level(logging.WARNING, logger="web.skills"):
+    with caplog.at_level(logging.WARNING, logger="web.card.skills"):
         skills = load_skills(tmp_path)
     assert [skill.name for skill in skills] == ["good"]
     skipped = [record for record in caplog.records if "skipping skill" in record.getMessage()]

@@ -14,7 +14,7 @@ from greenlet import GreenletExit
 
 from shared import Settings, memory_store
 from shared.broker.dispatch import CeleryDispatcher
-from shared.broker.names import FULFIL_TASK
+from shared.broker.dispatcher import FULFIL_TASK
 from tests.support.redis_server import RedisServer, free_port
 from tests.test_web_support import PlayingDispatcher, rpc, user_message
 from web import create_app

@@ -17,19 +17,19 @@ from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared import Settings, memory_store
+from shared.dialects import V10 as V10_SHAPES
 from shared.errors import StoreError
-from shared.stores.memory import MemoryStore
+from shared.stores.memory.store import MemoryStore
 from tests.support.polling import wait_for
 from tests.support.served import Serve, serving_agents
 from tests.support.sse import RestStream
 from tests.test_web_support import ASK, PlayingDispatcher, rpc
 from web import create_app
-from web.dialects import V10 as V10_SHAPES
-from web.endpoint import open_stream
-from web.hangups import HangupMonitor
-from web.observe import begin
-from web.streaming import Stream, Wire
-from web.wsgi import WsgiRequest
+from web.core.streaming import Stream, Wire
+from web.http.disconnects import HangupMonitor
+from web.http.edge import open_stream
+from web.http.observe import begin
+from web.http.wsgi import WsgiRequest
 
 V10 = {"A2A-Version": "1.0"}
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

@@ -14,8 +14,8 @@ from flask.testing import FlaskClient
 from shared import Settings, memory_store
 from tests.test_web_support import rpc
 from web import create_app
-from worker.agent import load_agent
-from worker.inprocess import InProcessDispatcher
+from worker.engine.agent import load_agent
+from worker.engine.inprocess import InProcessDispatcher
 
 Client = Callable[[str], FlaskClient]
 DIALECTS = pytest.mark.parametrize(

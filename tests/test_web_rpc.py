@@ -16,8 +16,8 @@ from shared.errors import StoreError
 from tests.support.strategies import json_values
 from tests.test_web_support import PlayingDispatcher, rpc, user_message
 from web import create_app
-from web.errors import BAD_REQUEST, ERROR_INFO
-from web.rpc import METHODS, _plain_loads, _plainly_storable, _strict_loads
+from web.core.errors import BAD_REQUEST, ERROR_INFO
+from web.jsonrpc.binding import METHODS, _plain_loads, _plainly_storable, _strict_loads
 
 
 @pytest.fixture

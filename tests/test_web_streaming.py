@@ -13,15 +13,15 @@ import pytest
 import requests
 
 from shared import Settings
-from shared.stores.memory import MemoryStore, memory_store
+from shared.stores.memory.store import MemoryStore, memory_store
 from tests.support.a2a import call
 from tests.support.agents import gate
 from tests.support.polling import wait_for
 from tests.support.sse import Stream, results
 from tests.test_web_support import live_server
 from web import create_app
-from worker.agent import load_agent
-from worker.inprocess import InProcessDispatcher
+from worker.engine.agent import load_agent
+from worker.engine.inprocess import InProcessDispatcher
 
 Serve = Callable[..., tuple[str, MemoryStore]]
 

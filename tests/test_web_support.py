@@ -21,7 +21,7 @@ from werkzeug.serving import make_server
 
 from shared.errors import BrokerError
 from shared.events import Event, artifact_update, status_update, to_state
-from shared.store import TaskStore
+from shared.store.contract import TaskStore
 from shared.task import (
     COMPLETED,
     INPUT_REQUIRED,

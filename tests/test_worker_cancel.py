@@ -1,4 +1,4 @@
-"""The workers' cancel command (worker.cancel) and the resends' Celery ids.
+"""The workers' cancel command (worker.runtime.cancel) and the resends' Celery ids.
 
 The command reads Celery's worker registry and the Request API, which are no
 documented contract: these tests fail by name when an upgrade moves them.
@@ -21,11 +21,11 @@ from celery.worker.control import Panel
 from celery.worker.request import Request
 from kombu.message import Message
 
-from shared.broker.names import CANCEL_COMMAND, FULFIL_TASK, RESEND_MARK, resend_id
+from shared.broker.dispatcher import CANCEL_COMMAND, FULFIL_TASK, RESEND_MARK, resend_id
 from shared.settings import Settings
-from shared.stores.memory import MemoryStore
-from worker.cancel import cancel_deliveries, deliveries_of, register_cancel
-from worker.celery_app import create_celery
+from shared.stores.memory.store import MemoryStore
+from worker.runtime.app import create_celery
+from worker.runtime.cancel import cancel_deliveries, deliveries_of, register_cancel
 
 TASK = "0b9e1c52-7a34-4c8e-9d7f-2f1a6b3c4d5e"
 

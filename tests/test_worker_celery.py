@@ -16,7 +16,7 @@ from celery.worker import state as worker_state
 from flask.testing import FlaskClient
 
 from shared.broker.dispatch import CeleryDispatcher
-from shared.broker.names import FULFIL_TASK
+from shared.broker.dispatcher import FULFIL_TASK
 from shared.settings import Settings
 from shared.stores.redis.store import redis_store
 from shared.task import Task, state_of
@@ -25,8 +25,8 @@ from tests.support.clock import MovableClock, wait_for_a_beat_now
 from tests.support.polling import wait_for
 from tests.support.recording_store import RecordingStore
 from web import create_app
-from worker.celery_app import create_celery
-from worker.reaper import reap_stale
+from worker.engine.reaper import reap_stale
+from worker.runtime.app import create_celery
 
 QUEUE = "toolnexus-worker-test"
 STALE_AFTER = 1.0

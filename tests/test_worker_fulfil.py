@@ -11,7 +11,7 @@ import pytest
 from examples import agents
 from shared.events import message_added, status_update, to_state
 from shared.settings import Settings
-from shared.stores.memory import memory_store
+from shared.stores.memory.store import memory_store
 from shared.task import (
     CANCELED,
     Task,
@@ -24,9 +24,9 @@ from shared.transitions import transition
 from tests.support.clock import MovableClock, wait_for_a_beat_now
 from tests.support.polling import wait_for
 from tests.support.recording_store import RecordingStore
-from worker.agent import Agent, agent_or_problem, load_agent
-from worker.fulfil import fulfil
-from worker.reaper import reap_stale
+from worker.engine.agent import Agent, agent_or_problem, load_agent
+from worker.engine.fulfil import fulfil
+from worker.engine.reaper import reap_stale
 
 SETTINGS = Settings(heartbeat=0.05, stale_after=0.5, time_limit=7)
 

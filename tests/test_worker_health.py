@@ -1,4 +1,4 @@
-"""`python -m worker.health`: the compose health checks' verdicts, one line each.
+"""`python -m worker.runtime.health`: the compose health checks' verdicts, one line each.
 
 Run against real services in tests/test_compose_run.py; here the verdicts
 and the command line's edges.
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from shared.resolve import resolve_store
-from shared.stores.file import file_store
-from shared.stores.memory import memory_store
+from shared.store.resolve import resolve_store
+from shared.stores.file.store import file_store
+from shared.stores.memory.store import memory_store
 from tests.support.compose import ROOT
 from tests.support.redis_server import free_port
-from worker.health import beat_verdict, main
+from worker.runtime.health import beat_verdict, main
 
 
 def test_beat_is_healthy_only_while_the_reaper_runs_on_time() -> None:
@@ -67,7 +67,7 @@ def test_every_failure_is_one_line_and_status_1(
 ) -> None:
     env = {key: value.replace("PORT", str(free_port())) for key, value in env.items()}
     result = subprocess.run(
-        [sys.executable, "-m", "worker.health", *args],
+        [sys.executable, "-m", "worker.runtime.health", *args],
         env={"PATH": "/usr/bin:/bin", **env},
         cwd=ROOT,
         capture_output=True,
@@ -76,4 +76,4 @@ def test_every_failure_is_one_line_and_status_1(
     assert result.returncode == 1
     output = result.stdout + result.stderr
     assert output.count("\n") == 1 and "Traceback" not in output
-    assert output.startswith(said or "usage: python -m worker.health")
+    assert output.startswith(said or "usage: python -m worker.runtime.health")

@@ -11,9 +11,9 @@ from collections import Counter
 from pathlib import Path
 
 from shared.errors import StoreError
-from shared.stores.memory import MemoryStore
+from shared.stores.memory.store import MemoryStore
 from tests.support.polling import wait_for
-from worker.heartbeat import heartbeating
+from worker.engine.heartbeat import heartbeating
 
 
 class BeatCounter(MemoryStore):
@@ -125,7 +125,7 @@ import faulthandler, os, sys, traceback
 faulthandler.dump_traceback_later(90, exit=True)
 from tests.support.polling import wait_for
 from tests.test_worker_heartbeat import BeatCounter
-from worker.heartbeat import heartbeating
+from worker.engine.heartbeat import heartbeating
 
 parent = BeatCounter()
 with heartbeating(parent, "parent-task", 0.02):

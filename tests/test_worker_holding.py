@@ -19,19 +19,19 @@ from prometheus_client import REGISTRY
 from shared.errors import ConfigError
 from shared.events import to_state
 from shared.settings import Settings
-from shared.store import is_full_store
-from shared.store_spec import POOL_SIZE
-from shared.stores.file import file_store
-from shared.stores.memory import memory_store
+from shared.store.contract import is_full_store
+from shared.store.spec import POOL_SIZE
+from shared.stores.file.store import file_store
+from shared.stores.memory.store import memory_store
 from shared.stores.redis.store import redis_store
 from shared.task import CANCELED, FAILED, new_task, state_of, text_message
 from shared.transitions import transition
 from tests.support.polling import wait_for
-from worker.agent import Agent
-from worker.celery_app import celery_config
-from worker.fulfil import fulfil
-from worker.holding import held_count
-from worker.pools import IO_POOL_CLASS, IOPool, store_connections
+from worker.engine.agent import Agent
+from worker.engine.fulfil import fulfil
+from worker.engine.held_calls import held_count
+from worker.runtime.app import celery_config
+from worker.runtime.pools import IO_POOL_CLASS, IOPool, store_connections
 
 
 @pytest.fixture(params=["memory", "file", "redis"])

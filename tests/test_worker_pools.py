@@ -44,7 +44,7 @@ from shared.transitions import transition
 from tests.support.compose import compose, container_environment, dotenv_for
 from tests.support.polling import wait_for
 from tests.support.waiting_agents import Gate
-from worker.celery_app import create_celery
+from worker.runtime.app import create_celery
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENTS = "tests.support.waiting_agents"

@@ -164,7 +164,9 @@ def test_cancel_terminates_a_running_task_and_nothing_overwrites_it(fleet: Fleet
     # what the front end's CancelTask does: the stored state first, then revoke
     canceled = transition(fleet.store, task_id, to_state("canceled"))
     assert canceled.applied
-    fleet.dispatcher.revoke(task_id)  # the pool process running it is killed (worker.cancel)
+    fleet.dispatcher.revoke(
+        task_id
+    )  # the pool process running it is killed (worker.runtime.cancel)
 
     # the worker goes on serving, and the canceled task never changes again
     after = fleet.submit("0.01 next")

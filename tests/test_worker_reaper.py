@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from shared.events import to_state
-from shared.resolve import resolve_store
-from shared.stores.file import file_store
-from shared.stores.memory import memory_store
+from shared.store.resolve import resolve_store
+from shared.stores.file.store import file_store
+from shared.stores.memory.store import memory_store
 from shared.stores.redis.store import redis_store
 from shared.task import (
     COMPLETED,
@@ -24,8 +24,8 @@ from shared.task import (
 )
 from shared.transitions import transition
 from tests.support.polling import wait_for
-from worker.reaper import ReaperThread, reap_stale, sweep
-from worker.results import final_change
+from worker.engine.reaper import ReaperThread, reap_stale, sweep
+from worker.engine.results import final_change
 
 
 class Clock:

@@ -22,18 +22,18 @@ import redis
 from celery.contrib.testing.worker import start_worker
 
 from shared.broker.dispatch import CeleryDispatcher
-from shared.broker.names import REAP_TASK
+from shared.broker.dispatcher import REAP_TASK
 from shared.events import to_state
 from shared.settings import Settings
-from shared.stores.file import file_store
-from shared.stores.memory import memory_store
+from shared.stores.file.store import file_store
+from shared.stores.memory.store import memory_store
 from shared.stores.redis.store import redis_store
 from shared.task import CANCELED, COMPLETED, WORKING, new_task, state_of, text_message
 from shared.transitions import transition
 from tests.support.compose import ROOT, LocalStack
 from tests.support.polling import wait_for
-from worker.celery_app import create_celery
-from worker.reaper import resend_waiting, sweep
+from worker.engine.reaper import resend_waiting, sweep
+from worker.runtime.app import create_celery
 
 DYING_CONSUMER = """
 import os, signal, sys

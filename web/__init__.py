@@ -1,10 +1,10 @@
 """The A2A front end: a Flask app serving the agent card and JSON-RPC.
 
 `gunicorn 'web:create_app()'` serves it. web never imports worker: it
-enqueues by task name through a `shared.broker.names.Dispatcher`.
+enqueues by task name through a `shared.broker.dispatcher.Dispatcher`.
 
-`create_app` is imported on first use, so that `web.gunicorn_conf` (gunicorn's
-`-c python:web.gunicorn_conf`) can patch the standard library for gevent
+`create_app` is imported on first use, so that `web.http.gunicorn_conf` (gunicorn's
+`-c python:web.http.gunicorn_conf`) can patch the standard library for gevent
 before Flask, redis-py or kombu are imported.
 """
 

@@ -1,6 +1,6 @@
 """The Flask app factory: `gunicorn 'web:create_app()'`.
 
-Routes: `POST /` (JSON-RPC, see `web.rpc`; the streaming methods answer
+Routes: `POST /` (JSON-RPC, see `web.jsonrpc.binding`; the streaming methods answer
 with Server-Sent Events), the agent card, `/healthz`, `/readyz` and `GET /`
 (where to find the card and how to send a message). Every reply is JSON
 (or an event stream), errors included: no HTML error page and no stack
@@ -21,21 +21,20 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.wrappers import Response as BaseResponse
 
 from shared.broker.dispatch import CeleryDispatcher
-from shared.broker.names import Dispatcher
+from shared.broker.dispatcher import Dispatcher
 from shared.codec import encode_bytes
 from shared.errors import StoreError, Unsupported
-from shared.event_metrics import event_metrics
-from shared.push_signing import JWKS_PATH, signer
+from shared.ops.event_metrics import event_metrics
+from shared.push.signing import JWKS_PATH, signer
 from shared.settings import Settings
-from shared.store import Store
-from shared.wiring import load_hook, open_store
-from web.auth import authenticator_for
-from web.browsers import browser_policy
-from web.card import MAX_AGE, entity_tag, wanted_version
-from web.card_views import CardViews
-from web.console import index_page, install_console, wants_html
-from web.endpoint import RpcEndpoint, front, refused
-from web.errors import (
+from shared.store.contract import Store
+from shared.store.wiring import load_hook, open_store
+from web.auth.tokens import authenticator_for
+from web.card.build import MAX_AGE, entity_tag, wanted_version
+from web.card.skills import load_skills
+from web.card.views import CardViews
+from web.console.views import index_page, install_console, wants_html
+from web.core.errors import (
     BROKER_UNAVAILABLE,
     STORE_UNAVAILABLE,
     InvalidRequest,
@@ -45,13 +44,14 @@ from web.errors import (
     error_body,
     status_body,
 )
-from web.hangups import HangupMonitor
-from web.methods import Tasks
-from web.metrics import count_queued
-from web.observe import observe
-from web.rest import RestEndpoint
-from web.rpc import wire_version
-from web.skills import load_skills
+from web.core.tasks import Tasks
+from web.http.browsers import browser_policy
+from web.http.disconnects import HangupMonitor
+from web.http.edge import RpcEndpoint, front, refused
+from web.http.metrics import count_queued
+from web.http.observe import observe
+from web.jsonrpc.binding import wire_version
+from web.rest.binding import RestEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def create_app(
     `dispatcher` to Celery on TOOLNEXUS_BROKER_URL; `card` overrides
     top-level agent-card fields, after those of TOOLNEXUS_CARD;
     `strict_hosts` refuses Host names that are not loopback or configured
-    even without TOOLNEXUS_ALLOWED_HOSTS (see `web.browsers`)."""
+    even without TOOLNEXUS_ALLOWED_HOSTS (see `web.http.browsers`)."""
     settings = settings if settings is not None else Settings.from_env()
     task_store = open_store(settings, store)
     dispatcher = (

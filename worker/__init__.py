@@ -2,7 +2,7 @@
 
 `celery -A worker worker` and `celery -A worker beat` find the Celery app as
 `worker.app`. It is built from the `TOOLNEXUS_*` environment on first access
-(the one global in the code base), so importing `worker.fulfil` or running
+(the one global in the code base), so importing `worker.engine.fulfil` or running
 the embedded launcher never reads the environment behind anyone's back.
 A bad setting stops start-up with one line naming the variable; so does the
 per-process memory store, which workers and beat cannot share.
@@ -33,12 +33,12 @@ def _entry_point() -> Any:
 
         return Celery("toolnexus", set_as_current=False)
     from shared.errors import ConfigError
+    from shared.ops.startup import refuse_private_store
     from shared.settings import Settings
-    from shared.startup import refuse_private_store
-    from shared.wiring import open_store
-    from worker import startup
-    from worker.agent import load_agent
-    from worker.celery_app import create_celery
+    from shared.store.wiring import open_store
+    from worker.engine.agent import load_agent
+    from worker.runtime import startup
+    from worker.runtime.app import create_celery
 
     try:
         settings = Settings.from_env()

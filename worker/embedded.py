@@ -8,7 +8,7 @@ TOOLNEXUS_GRPC_HOST:TOOLNEXUS_GRPC_PORT, over the same methods (grpcio in
 its gevent mode: its calls are greenlets as well). This is the one module
 that joins web and worker.
 
-Run it through `worker.cli` (the `toolnexus-serve` command), which patches
+Run it through `worker.cli.main` (the `toolnexus-serve` command), which patches
 the standard library for gevent before anything else is imported: every
 thread here (the workers, the reaper, the heartbeat) is then a greenlet.
 """
@@ -28,27 +28,27 @@ import gevent
 from gevent.event import Event
 from gevent.pywsgi import WSGIServer
 
-from shared import tracing
 from shared.addresses import listening_socket, usable_urls
-from shared.collector import start_collector
 from shared.errors import ToolnexusError
-from shared.logs import configure_logging
+from shared.ops import tracing
+from shared.ops.collector import start_collector
+from shared.ops.logs import configure_logging
+from shared.ops.startup import masked, startup_line
 from shared.settings import Settings
-from shared.startup import masked, startup_line
-from shared.wiring import open_store
+from shared.store.wiring import open_store
 from web import create_app
-from web.gevent_server import gevent_server
-from web.observe import CountingDispatcher
-from worker.agent import load_agent
-from worker.cli import EMBEDDED_OVERRIDES, PROGRAM
-from worker.cli import parse_embedded_args as parse_args
-from worker.inprocess import InProcessDispatcher, default_threads
-from worker.push import push_thread
-from worker.reaper import ReaperThread, resend_waiting
+from web.http.gevent_server import gevent_server
+from web.http.observe import CountingDispatcher
+from worker.cli.main import EMBEDDED_OVERRIDES, PROGRAM
+from worker.cli.main import parse_embedded_args as parse_args
+from worker.engine.agent import load_agent
+from worker.engine.inprocess import InProcessDispatcher, default_threads
+from worker.engine.reaper import ReaperThread, resend_waiting
+from worker.push.delivery import push_thread
 
 if TYPE_CHECKING:
-    from web.grpc_server import GrpcServer
-    from web.methods import Tasks
+    from web.core.tasks import Tasks
+    from web.grpc.server import GrpcServer
 
 log = logging.getLogger(__name__)
 
@@ -174,9 +174,9 @@ def serve_grpc(settings: Settings, tasks: Tasks) -> GrpcServer:
     from grpc.experimental import gevent as grpc_gevent
 
     grpc_gevent.init_gevent()
-    from web.auth import authenticator_for
-    from web.grpc_server import extended_card, serve
-    from web.grpc_service import A2AGrpcService
+    from web.auth.tokens import authenticator_for
+    from web.grpc.server import extended_card, serve
+    from web.grpc.service import A2AGrpcService
 
     service = A2AGrpcService(tasks, authenticator_for(settings), extended_card(settings, tasks))
     return serve(settings, service)
@@ -222,4 +222,4 @@ def _refuse(error: Exception) -> int:
 if __name__ == "__main__":
     # `python -m worker.embedded` has imported all of the above without gevent's
     # patch; the command (the same process, afresh) patches first.
-    os.execv(sys.executable, [sys.executable, "-m", "worker.cli", *sys.argv[1:]])
+    os.execv(sys.executable, [sys.executable, "-m", "worker.cli.main", *sys.argv[1:]])

@@ -2,7 +2,7 @@
 
 A client-only Celery app (no result backend, no task modules) sends
 `toolnexus.fulfil` with the A2A task id as the Celery task id (the reaper's
-resends get ids of their own, `shared.broker.names.resend_id`); a cancel
+resends get ids of their own, `shared.broker.dispatcher.resend_id`); a cancel
 needs no lookup either way (`revoke`). Every broker call is bounded: with the
 broker down, a peer hears "broker unavailable" within about two seconds
 instead of a request hanging on Celery's default retry forever.
@@ -17,13 +17,13 @@ from typing import Any, Final
 from celery import Celery
 
 from shared.broker.amqp import CONFIRM_TIMEOUT, amqp_config, is_amqp
-from shared.broker.names import CANCEL_COMMAND, FULFIL_TASK
+from shared.broker.dispatcher import CANCEL_COMMAND, FULFIL_TASK
 from shared.broker.redis import broker_transport
 from shared.broker.redis_queue import RedisTaskQueue
-from shared.correlation import CELERY_HEADER, request_id
 from shared.errors import BrokerError
+from shared.ops.correlation import CELERY_HEADER, request_id
+from shared.ops.tracing import publishing
 from shared.settings import Settings
-from shared.tracing import publishing
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class CeleryDispatcher:
         try:
             with publishing(FULFIL_TASK, task_id) as trace_headers:
                 # The worker logs the request id beside the task id and
-                # continues the trace (worker.observe, shared.tracing).
+                # continues the trace (worker.engine.observe, shared.ops.tracing).
                 headers = {CELERY_HEADER: request_id(), **trace_headers}
                 if self._redis_queue is not None:
                     self._redis_queue.send(task_id, headers)
@@ -113,7 +113,7 @@ class CeleryDispatcher:
             self.app.control.revoke(task_id)
             # Every delivery a worker holds is stopped, whatever Celery id it
             # came under: a resend's, or one a finished copy left unfindable
-            # by id (worker.cancel).
+            # by id (worker.runtime.cancel).
             self.app.control.broadcast(CANCEL_COMMAND, arguments={"task_id": task_id})
         except Exception as error:
             raise BrokerError(f"broker unavailable: {_reason(error)}") from error

@@ -26,7 +26,7 @@ from celery.utils.time import utcoffset
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from shared.broker.names import FULFIL_TASK
+from shared.broker.dispatcher import FULFIL_TASK
 from shared.codec import encode_bytes
 
 # What Celery's task-sent events travel on (its event exchange and routing key).
@@ -65,7 +65,7 @@ class RedisTaskQueue:
             socket_timeout=timeout * 2,
             # One quick retry covers a broker restart or a dropped pooled
             # connection; a repeated message is harmless (only one delivery
-            # claims the task, see worker.fulfil).
+            # claims the task, see worker.engine.fulfil).
             retry=Retry(ExponentialBackoff(cap=0.5, base=0.2), 1),
             retry_on_error=[redis.ConnectionError, redis.TimeoutError],
         )

@@ -1,1 +1,1 @@
-"""The task stores, one module or folder per backend; the contract is `shared.store`."""
+"""The task stores, one module or folder per backend; the contract is `shared.store.contract`."""

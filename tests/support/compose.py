@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from shared.resolve import resolve_store
-from shared.store import Store
+from shared.store.contract import Store
+from shared.store.resolve import resolve_store
 from tests.support.redis_server import RedisServer
 from tests.support.tcp_proxy import TcpProxy
 
@@ -340,7 +340,7 @@ def start_grpc(stack: LocalStack, port: int, name: str = "grpc", **env: str) -> 
     service in compose.yaml would have), stopped with the stack."""
     process = ServiceProcess(
         name,
-        [sys.executable, "-m", "web.grpc_server"],
+        [sys.executable, "-m", "web.grpc.server"],
         {**stack.environments["web"], "TOOLNEXUS_GRPC_PORT": str(port), **env},
         ROOT,
         stack.folder / f"{name}.log",

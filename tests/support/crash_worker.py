@@ -14,7 +14,7 @@ import redis
 from celery import Celery
 
 from shared.settings import Settings
-from worker.celery_app import celery_config
+from worker.runtime.app import celery_config
 
 DONE = "crash-worker:done"  # the task pushes its marker here once it ran
 

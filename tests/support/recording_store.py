@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from shared.events import StatusUpdate
-from shared.store import Commit, Created, Outcome, Record
+from shared.store.contract import Commit, Created, Outcome, Record
 from shared.task import Task, state_of
 from shared.transitions import claim_by_commit
 

@@ -9,11 +9,11 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from shared import Settings
-from shared.stores.memory import MemoryStore, memory_store
+from shared.stores.memory.store import MemoryStore, memory_store
 from tests.test_web_support import live_server
 from web import create_app
-from worker.agent import load_agent
-from worker.inprocess import InProcessDispatcher
+from worker.engine.agent import load_agent
+from worker.engine.inprocess import InProcessDispatcher
 
 Serve = Callable[..., tuple[str, MemoryStore]]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 
-from shared.store import Store
+from shared.store.contract import Store
 from shared.task import TERMINAL_STATES, Message, Task, new_task, state_of
 from tests.support.polling import wait_for
 

@@ -6,7 +6,7 @@ import sys
 from collections import deque
 from typing import Any
 
-from shared.stores.memory import MemoryStore
+from shared.stores.memory.store import MemoryStore
 
 
 def held_by(store: MemoryStore) -> int:

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.store import Store
+from shared.store.contract import Store
 from tests.support.compose import Backends, LocalStack, local_stack, store_behind_proxy
 
 

@@ -5,7 +5,7 @@ own transaction, so the notice goes out when (and only if) the write
 commits. A daemon thread here holds a dedicated connection (not one of the
 pool's: a listening session must stay in this process and stay open) and
 wakes this process's waiters for that task with that number (the thread's
-life and the catching up: `shared.stores.listening`).
+life and the catching up: `shared.store.notices`).
 
 When the connection cannot be had (the server is down, or a pooler in
 transaction mode that does not pass LISTEN on), or notices are turned off
@@ -30,7 +30,7 @@ import psycopg
 
 from shared.backoff import Backoff
 from shared.errors import StoreError
-from shared.stores.listening import Listener, Newest
+from shared.store.notices import Listener, Newest
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """ListTasks on PostgreSQL: one statement per page, from the listing indexes.
 
 A task sits where its status time was at the listing's moment (see
-`shared.listing`): tasks whose status time is at or before that moment are
+`shared.store.listing`): tasks whose status time is at or before that moment are
 read in index order (`tasks_by_owner`, `_by_context` or `_by_state`,
 keyset below the cursor); the few that changed since are placed by their
 last status change before the moment (`history`). The page, its tasks and
@@ -16,8 +16,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from shared.listing import Listing, Query
-from shared.store import digest
+from shared.store.contract import digest
+from shared.store.listing import Listing, Query
 from shared.stores.postgres.records import TAIL, record_of
 
 

@@ -1,11 +1,11 @@
-"""Push state on PostgreSQL, beside the tasks (see `shared.push_store`).
+"""Push state on PostgreSQL, beside the tasks (see `shared.push.contract`).
 
 Tables (migrations/0002_push.sql): `push_configs`, `push_cursors`,
 `push_leases` per (task, config), and `push_tasks` (still swept, or when a
 finished task's push state is forgotten). A lease is taken or renewed in
 one statement (an upsert that only overwrites a lease of the same holder, a
 booking or one run out), so two deliveries never both hold a pair; a
-booking's holder is stored with the BOOKED prefix (`shared.push_store`).
+booking's holder is stored with the BOOKED prefix (`shared.push.contract`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import time
 from typing import cast
 
 from shared.codec import decode, encode
-from shared.push_store import BOOKED, Cursor, PushConfig, TooManyConfigs
-from shared.store import require_safe_id
+from shared.push.contract import BOOKED, Cursor, PushConfig, TooManyConfigs
+from shared.store.contract import require_safe_id
 from shared.stores.postgres.store import PostgresStore
 
 _TAKE = """

@@ -6,7 +6,7 @@ from typing import Any, cast
 
 from shared.codec import decode
 from shared.events import fold
-from shared.store import Record
+from shared.store.contract import Record
 from shared.task import Task
 
 # The events after the snapshot of the row `t`, one JSON a line ('' when

@@ -35,9 +35,9 @@ from psycopg_pool import PoolTimeout
 from shared.codec import decode, encode
 from shared.errors import ConfigError, ContextTaken, StoreError
 from shared.events import Event, StatusUpdate, context_of, current_status
-from shared.listing import WINDOW, Listing, Query
-from shared.push_store import Once, PushStore
-from shared.store import (
+from shared.push.contract import Once, PushStore
+from shared.quoting import truncated
+from shared.store.contract import (
     LOG_LIMIT,
     Commit,
     Created,
@@ -47,6 +47,8 @@ from shared.store import (
     is_safe_id,
     require_safe_id,
 )
+from shared.store.listing import WINDOW, Listing, Query
+from shared.store.wakeups import Waiter
 from shared.stores.postgres.listener import PostgresListener
 from shared.stores.postgres.listing import answer
 from shared.stores.postgres.pool import ForkSafePool
@@ -54,8 +56,6 @@ from shared.stores.postgres.records import TAIL, record_of
 from shared.stores.postgres.schema import DEFAULT_SCHEMA, behind, checked_schema
 from shared.stores.postgres.schema import UPGRADE_COMMAND as UPGRADE_HINT
 from shared.task import Task, epoch, is_terminal, state_of
-from shared.text import truncated
-from shared.watching import Waiter
 
 Clock = Callable[[], float]
 # Connections per process. A request holds one only for its statement (a

@@ -11,7 +11,7 @@ newest number of every watched task in one round trip, so only the streams
 that missed something re-read.
 A process with nothing to wait for lets the listener go after a while (and
 its connection with it); the next watch starts it again (the thread's life
-and the catching up: `shared.stores.listening`).
+and the catching up: `shared.store.notices`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 import redis
 
 from shared.backoff import Backoff
-from shared.stores.listening import Listener, Newest
+from shared.store.notices import Listener, Newest
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ The store keeps, per owner, sorted sets of task ids scored by status time:
 all of them, per context and per state (`shared.stores.redis.scripts` updates them
 in the same step as each change). A page is a range read from the narrowest
 of them, below the cursor and at or before the listing's moment (see
-`shared.listing`), merged with the few tasks that changed since that
+`shared.store.listing`), merged with the few tasks that changed since that
 moment, placed where their status history says they were then. Totals are
 range counts. The tasks of the page are read in one round trip.
 """
@@ -17,8 +17,8 @@ import redis
 
 from shared.codec import decode
 from shared.events import fold
-from shared.listing import Listing, Position, Query, as_of, before, matches
-from shared.store import digest
+from shared.store.contract import digest
+from shared.store.listing import Listing, Position, Query, as_of, before, matches
 from shared.task import Task
 
 _CHUNK = 100

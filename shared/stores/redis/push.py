@@ -1,5 +1,5 @@
 """Push state in Redis, beside the tasks, under the same prefix (see
-`shared.push_store`)."""
+`shared.push.contract`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 from typing import TYPE_CHECKING, cast
 
 from shared.codec import decode, encode
-from shared.push_store import BOOKED, Cursor, PushConfig, TooManyConfigs, cursor_text
-from shared.store import digest, require_safe_id
+from shared.push.contract import BOOKED, Cursor, PushConfig, TooManyConfigs, cursor_text
+from shared.store.contract import digest, require_safe_id
 from shared.stores.redis.scripts import load
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ and context; `cj`: its contextId as JSON; `mkey`: the message key that
 created it), a tail string (the
 events since the snapshot, one JSON per line), a stream (the event log,
 entry ids `0-<seq>`), a list of its status changes (`hist`: "ts|state",
-for listings that hold still, see `shared.listing`) and its entries in the
+for listings that hold still, see `shared.store.listing`) and its entries in the
 indexes: the time indexes of working and waiting tasks, and the listing
 indexes of its owner (all, per context, per state) scored by status time.
 The scripts compare `seq` and never decode a task, so a change costs the
@@ -20,7 +20,7 @@ write by another run cannot know whether numbers after `seq` were handed
 out and lost, so it numbers on from the server's clock in microseconds
 (above any number the lost writes could have used: no task gets an event
 per microsecond), a new lineage. A reader holding a number from before
-finds the numbers jump and reads the task instead (`shared.following`).
+finds the numbers jump and reads the task instead (`shared.store.follow`).
 Asking for the run (INFO) costs more than the rest of a write, so it is
 asked only when LASTSAVE (set at start, and by each snapshot) differs from
 the one the task's last write saw (`ls`), or that write (`lw`, microseconds)
@@ -40,7 +40,7 @@ from functools import cache
 from importlib import resources
 from typing import Final
 
-from shared.listing import WINDOW
+from shared.store.listing import WINDOW
 
 _INCLUDE = re.compile(r"^[ \t]*--#include (\w+)[ \t]*$", re.M)
 

@@ -31,9 +31,9 @@ from redis.retry import Retry
 from shared.codec import decode, encode
 from shared.errors import ContextTaken, StoreError
 from shared.events import Event, StatusUpdate, context_of, current_status, fold
-from shared.listing import Listing, Query
-from shared.push_store import Once, PushStore
-from shared.store import (
+from shared.push.contract import Once, PushStore
+from shared.quoting import truncated
+from shared.store.contract import (
     LOG_LIMIT,
     Commit,
     Created,
@@ -43,14 +43,14 @@ from shared.store import (
     is_safe_id,
     require_safe_id,
 )
-from shared.store_spec import POOL_SIZE
+from shared.store.listing import Listing, Query
+from shared.store.spec import POOL_SIZE
+from shared.store.wakeups import Waiter
 from shared.stores.redis.listener import RedisListener
 from shared.stores.redis.listing import RedisListing
 from shared.stores.redis.push import RedisPush
 from shared.stores.redis.scripts import CLAIM, COMMIT, CREATE, FORGET_EXPIRED, READ
 from shared.task import Task, epoch, is_terminal, state_of
-from shared.text import truncated
-from shared.watching import Waiter
 
 Clock = Callable[[], float]
 # The longest a call waits for one of its pooled connections (at least the call's timeout). A
@@ -355,7 +355,7 @@ class RedisStore:
     def _key(self, kind: str, name: str) -> str:
         return f"{self._prefix}{kind}:{name}"
 
-    # --- for rooms that keep their own keys beside the tasks (shared.push_store) ---
+    # --- for rooms that keep their own keys beside the tasks (shared.push.contract) ---
 
     @property
     def prefix(self) -> str:

@@ -1,6 +1,6 @@
 -- Push notifications: each task's webhook configs, the delivery cursor and
 -- lease of each (task, config), and the tasks that may still have something
--- to deliver (see shared/push_store.py).
+-- to deliver (see shared/push/contract.py).
 
 CREATE TABLE push_configs (
     task_id   text COLLATE "C" NOT NULL,

@@ -1,0 +1,118 @@
+"""Turn a store spec into a store; pass anything that is not a string through."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from shared.errors import ConfigError
+from shared.loading import load_object
+from shared.store.adapter import adapt
+from shared.store.contract import is_full_store
+from shared.store.spec import (
+    ALWAYS,
+    POOL_SIZE,
+    POSTGRES_SCHEMES,
+    REDIS_SCHEMES,
+    check_store_spec,
+)
+from shared.stores.file.store import file_store
+from shared.stores.memory.store import memory_store
+from shared.stores.redis.store import redis_store
+
+
+def resolve_store(
+    spec: object = None,
+    *,
+    terminal_ttl: float | None = None,
+    file_fsync: str = ALWAYS,
+    connections: int | None = None,
+    postgres_pool: int | None = None,
+    postgres_notify: bool = True,
+) -> Any:
+    """`None`/"memory" -> memory store; "file:<dir>" -> file store; a Redis URL
+    -> Redis store; a postgresql:// URL -> PostgreSQL store (`shared.stores.postgres`);
+    "package.module:attr" -> that object (called when it is a
+    factory, i.e. a class or function rather than a store); any non-string
+    object -> used as is when it has the whole contract (`shared.store.contract.Store`),
+    else adapted (`shared.store.adapter`). Any other string raises ValueError.
+
+    `terminal_ttl` (seconds) lets the store expire finished tasks;
+    `file_fsync` is the file store's fsync policy (`shared.stores.file.log`).
+    `connections` sizes a Redis store's connection pool (None: its default);
+    a PostgreSQL store's is `postgres_pool` (TOOLNEXUS_PG_POOL) when given,
+    since a server's connections are far fewer than a Redis' and a held call
+    needs one only for its statement; `postgres_notify` (TOOLNEXUS_PG_NOTIFY)
+    False makes it poll instead of LISTEN/NOTIFY.
+    """
+    if spec is None or spec == "memory":
+        return memory_store(terminal_ttl=terminal_ttl)
+    if not isinstance(spec, str):
+        return _whole(spec)
+    check_store_spec(spec)
+    if spec.startswith("file:"):
+        folder = spec.removeprefix("file:")
+        try:
+            return file_store(folder, terminal_ttl=terminal_ttl, fsync=file_fsync)
+        except OSError as error:
+            reason = _unusable_folder(folder, error)
+            raise ConfigError(f"TOOLNEXUS_STORE={spec!r}: {reason}") from None
+    if spec.startswith(POSTGRES_SCHEMES):
+        return _postgres_store(spec, terminal_ttl, postgres_pool or connections, postgres_notify)
+    if spec.startswith(REDIS_SCHEMES):
+        return redis_store(spec, terminal_ttl=terminal_ttl, connections=connections or POOL_SIZE)
+    target = load_object(spec, "TOOLNEXUS_STORE")
+    if isinstance(target, type) or (callable(target) and not _is_store(target)):
+        try:
+            target = target()
+        except Exception as error:  # the user's factory: any failure is a configuration one
+            raise ConfigError(
+                f"TOOLNEXUS_STORE: {spec!r} raised {type(error).__name__}: {error}"
+            ) from error
+    if not _is_store(target):
+        raise ConfigError(
+            f"TOOLNEXUS_STORE: {spec!r} has no get() and save(); it is not a task store"
+        )
+    return _whole(target)
+
+
+def _whole(store: Any) -> Any:
+    """The one place a store's kind is looked at: a store with the whole
+    contract is used as it is; anything else (a user's get/save store) is
+    adapted once, here, so no caller checks what a store can do."""
+    return store if is_full_store(store) else adapt(store)
+
+
+def _postgres_store(
+    spec: str, terminal_ttl: float | None, connections: int | None, notify: bool
+) -> Any:
+    """Imported only when chosen, so a missing psycopg matters only then."""
+    try:
+        from shared.stores.postgres import postgres_store
+    except ImportError as error:
+        if error.name in ("shared.stores.postgres", "shared.stores"):
+            raise ConfigError(
+                "TOOLNEXUS_STORE: a postgresql:// store needs shared.stores.postgres,"
+                " which this installation does not have"
+            ) from None
+        raise ConfigError(
+            f"TOOLNEXUS_STORE: the PostgreSQL store cannot be loaded ({error});"
+            " install toolnexus-serve[postgres]"
+        ) from None
+    return postgres_store(spec, terminal_ttl=terminal_ttl, connections=connections, notify=notify)
+
+
+def _unusable_folder(folder: str, error: OSError) -> str:
+    """Why `folder` cannot hold tasks, in words: the path, or one above it,
+    that is a file; otherwise the system's reason."""
+    path = Path(folder)
+    for candidate in (path, *path.parents):
+        if candidate.exists() and not candidate.is_dir():
+            if candidate == path:
+                return f"{folder!r} is a regular file, not a directory"
+            return f"{folder!r} is under {str(candidate)!r}, a regular file, not a directory"
+    return f"cannot use {folder!r} as the task folder: {error.strerror or error}"
+
+
+def _is_store(candidate: object) -> bool:
+    return callable(getattr(candidate, "get", None)) and callable(getattr(candidate, "save", None))

@@ -1,0 +1,57 @@
+"""What a TOOLNEXUS_STORE spec may look like, checked without importing any store.
+
+Settings are read by every process, including ones (and tools) that never
+open a store, so checking a spec must not import redis, psycopg or the file
+store: this module imports nothing but the error types and the reference
+syntax. `shared.store.resolve` turns an accepted spec into a store.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+from urllib.parse import urlsplit
+
+from shared.loading import is_reference
+
+REDIS_SCHEMES: Final = ("redis://", "rediss://", "unix://")
+POSTGRES_SCHEMES: Final = ("postgresql://", "postgres://")
+
+# The file store's fsync policies (`shared.stores.file.log` applies them).
+ALWAYS: Final = "always"
+EVERYSEC: Final = "everysec"
+NO: Final = "no"
+FSYNC_POLICIES: Final = (ALWAYS, EVERYSEC, NO)
+
+# Connections per process of a store over the network (Redis, PostgreSQL):
+# enough for the commands in flight at once (a waiting request holds none),
+# not one per open request. A worker holding many calls asks for more.
+POOL_SIZE: Final = 64
+
+ACCEPTED_FORMS: Final = (
+    "'memory' (or unset), 'file:<dir>', a redis://, rediss:// or unix:// URL,"
+    " a postgresql:// or postgres:// URL,"
+    " or 'package.module:attr' naming a store or a factory"
+)
+
+
+def check_url_port(url: str) -> None:
+    """ValueError when a URL's port is not a number from 0 to 65535, read now
+    rather than when a client first connects (where no setting is named)."""
+    try:
+        _ = urlsplit(url).port
+    except ValueError as error:
+        raise ValueError(f"bad port in the URL: {error}") from None
+
+
+def check_store_spec(spec: str | None) -> None:
+    """Validate the form of a spec without connecting or creating anything."""
+    if spec is None or spec == "memory":
+        return
+    if spec.startswith(REDIS_SCHEMES + POSTGRES_SCHEMES):
+        check_url_port(spec)
+        return
+    if spec.startswith("file:") and spec != "file:":
+        return
+    if is_reference(spec):
+        return
+    raise ValueError(f"unknown store spec {spec!r}; accepted: {ACCEPTED_FORMS}")

@@ -1,0 +1,1 @@
+"""The memory store: tasks, events and push records in this process's memory."""

@@ -1,0 +1,363 @@
+"""The default store: tasks and their logs in dicts behind one lock, private
+to one process.
+
+Each task is kept as the store's own objects: the task as it stands, folded
+from its events as they are committed, and the log of those events. Folding
+shares what it does not change, so a message or an artifact is held once,
+however many of the task's history, status and log entries point to it (a
+1 MiB reply costs about 1 MiB, not one copy per place it appears). Nothing
+the store holds is ever changed in place: what goes in is copied in (as the
+JSON it will be), what comes out is a fresh copy, so no caller can touch
+another's task. Waiters in this process are woken after each commit.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.codec import decode, encode_bytes
+from shared.errors import ContextTaken
+from shared.events import Event, StatusUpdate, current_status, fold
+from shared.push.contract import Once, PushStore
+from shared.store.contract import (
+    LOG_LIMIT,
+    Commit,
+    Created,
+    Outcome,
+    Record,
+    is_safe_id,
+    require_safe_id,
+)
+from shared.store.listing import Listing, Query, list_by_scan, trimmed
+from shared.store.wakeups import Notifier, Waiter
+from shared.stores.memory.push import MemoryPush
+from shared.task import (
+    INTERRUPTED_STATES,
+    SUBMITTED,
+    WORKING,
+    Task,
+    TaskStatus,
+    epoch,
+    is_terminal,
+    iso_at,
+    state_of,
+)
+from shared.transitions import claim_by_commit
+
+Clock = Callable[[], float]
+
+
+@dataclass
+class _Entry:
+    task: Task  # as it stands, never changed in place
+    seq: int
+    tail: int = 0  # events since the caller last asked for a whole write
+    log: deque[tuple[int, Event]] = field(default_factory=deque)
+    message_key: str | None = None
+    expires: float | None = None
+    # (status time, state) of each status it has had, for listings that hold still
+    statuses: list[tuple[float, str]] = field(default_factory=list)
+
+
+class MemoryStore:
+    lists_by_scan = True
+
+    def __init__(
+        self,
+        clock: Clock = time.time,
+        terminal_ttl: float | None = None,
+        *,
+        log_limit: int = LOG_LIMIT,
+    ) -> None:
+        self._clock = clock
+        self._ttl = terminal_ttl
+        self._log_limit = log_limit
+        self._lock = threading.Lock()
+        self._entries: dict[str, _Entry] = {}
+        self._messages: dict[str, str] = {}  # message key -> task id
+        self._contexts: dict[str, str] = {}  # context id -> owner
+        self._heartbeats: dict[str, float] = {}
+        self._waiting: dict[str, float] = {}
+        self._interrupted: dict[str, float] = {}
+        self._expiries: list[tuple[float, str]] = []  # a heap of (when, task id)
+        self._beat: float | None = None
+        self._notifier = Notifier()
+        self._push = Once()
+        # The latest moment a listing is read as of (shared.store.listing): a status
+        # saved after it must not carry a timestamp at or before it.
+        self._listed_as_of = 0.0
+
+    # --- the contract ------------------------------------------------------
+
+    def get(self, task_id: str) -> Task | None:
+        record = self.read(task_id)
+        return record.task if record is not None else None
+
+    def save(self, task: Task) -> Task:
+        task_id = require_safe_id(task.get("id"))
+        stored = _stored(task)
+        event = current_status(stored)
+        with self._lock:
+            entry = self._entries.get(task_id)
+            if entry is None:
+                entry = self._entries[task_id] = _Entry(stored, 0, log=self._new_log())
+            entry.seq += 1
+            entry.task, entry.tail = stored, 0
+            entry.log.append((entry.seq, event))
+            self._indexed(task_id, entry, state_of(task), _status_time(task))
+            newest = entry.seq
+        self._notifier.notify(task_id, newest)
+        return task
+
+    # --- EventStore ----------------------------------------------------------
+
+    def create(
+        self, task: Task, message_key: str | None = None, supersedes: str | None = None
+    ) -> Created:
+        task_id = require_safe_id(task.get("id"))
+        stored = _stored(task)
+        context, owner = task["contextId"], task.get("owner", "")
+        with self._lock:
+            self._after_listings(stored["status"])
+            event = current_status(stored)
+            self._expire()
+            if message_key is not None and (earlier := self._messages.get(message_key)):
+                entry = self._entries.get(earlier)
+                if entry is not None and earlier != supersedes:
+                    return Created(_copied(entry.task), False)
+            if self._contexts.setdefault(context, owner) != owner:
+                raise ContextTaken(f"context {context} belongs to another caller")
+            entry = _Entry(stored, 1, log=self._new_log(), message_key=message_key)
+            entry.log.append((1, event))
+            self._entries[task_id] = entry
+            if message_key is not None:
+                self._messages[message_key] = task_id
+            self._indexed(task_id, entry, SUBMITTED, _status_time(stored))
+        self._notifier.notify(task_id, 1)
+        return Created(task, True)
+
+    def read(self, task_id: str) -> Record | None:
+        if not is_safe_id(task_id):
+            return None
+        with self._lock:
+            entry = self._entries.get(task_id)
+            if entry is None or self._expired(entry):
+                return None
+            task, seq, tail = entry.task, entry.seq, entry.tail
+        return Record(_copied(task), seq, tail)
+
+    def commit(self, commit: Commit) -> bool:
+        task_id = require_safe_id(commit.task.get("id"))
+        events: list[Event] = _stored(list(commit.events))
+        with self._lock:
+            entry = self._entries.get(task_id)
+            if entry is None or entry.seq != commit.expected or self._expired(entry):
+                return False
+            for event in events:
+                if event["kind"] == "status-update":
+                    self._after_listings(event["status"])
+                entry.seq += 1
+                entry.log.append((entry.seq, event))
+            # `commit.task` is these events folded over the task the caller
+            # read, which is this one: folded here, the task shares their objects.
+            entry.task = fold(entry.task, events)
+            entry.tail = 0 if commit.snapshot else entry.tail + len(events)
+            self._indexed(task_id, entry, state_of(entry.task), _status_time(entry.task))
+            newest = entry.seq
+        self._notifier.notify(task_id, newest)
+        return True
+
+    def events(self, task_id: str, after: int, limit: int | None = None) -> list[tuple[int, Event]]:
+        with self._lock:
+            entry = self._entries.get(task_id) if is_safe_id(task_id) else None
+            logged = _after(entry.log, after, limit) if entry else []
+        return list(zip([seq for seq, _ in logged], _copied([e for _, e in logged]), strict=True))
+
+    def claim(self, task_id: str, from_state: str, event: StatusUpdate) -> Outcome:
+        return claim_by_commit(self, task_id, from_state, event)
+
+    @contextmanager
+    def watch(self, task_id: str) -> Iterator[Waiter]:
+        with self._notifier.watch(task_id) as waiter:
+            yield waiter
+
+    # --- listing and the time indexes ---------------------------------------
+
+    def all(self) -> dict[str, Task]:
+        with self._lock:
+            self._expire()
+            ids = list(self._entries)
+        tasks = {task_id: self.get(task_id) for task_id in ids}
+        return {task_id: task for task_id, task in tasks.items() if task is not None}
+
+    def listing(self, query: Query) -> Listing:
+        with self._lock:
+            self._listed_as_of = max(self._listed_as_of, query.as_of)
+        return list_by_scan(self.all().values(), self._statuses, query)
+
+    def _after_listings(self, status: TaskStatus) -> None:
+        """Under the lock: a status saved now, stamped before a listing's
+        moment, is stamped just after it instead. Its change was computed
+        before that moment but saved after the listing's first page was read
+        without it; with its own timestamp the later pages would place it as
+        of then, where the first page did not have it, and skip it."""
+        if "timestamp" in status and _stamp(status) <= self._listed_as_of:
+            status["timestamp"] = iso_at(max(time.time(), self._listed_as_of + 2e-6))
+
+    def _statuses(self, task_id: str) -> list[tuple[float, str]]:
+        with self._lock:
+            entry = self._entries.get(task_id)
+            return list(entry.statuses) if entry else []
+
+    def heartbeat(self, *task_ids: str) -> None:
+        with self._lock:
+            now = self._clock()
+            for task_id in task_ids:
+                if task_id in self._heartbeats:
+                    self._heartbeats[task_id] = now
+
+    def stale(self, cutoff: float) -> list[str]:
+        with self._lock:
+            return [i for i, beat in self._heartbeats.items() if beat < cutoff]
+
+    def waiting(self, cutoff: float) -> list[str]:
+        with self._lock:
+            return [i for i, sent in self._waiting.items() if sent < cutoff]
+
+    def resent(self, task_id: str) -> None:
+        with self._lock:
+            if task_id in self._waiting:
+                self._waiting[task_id] = self._clock()
+
+    def interrupted(self, cutoff: float) -> list[str]:
+        with self._lock:
+            return [i for i, since in self._interrupted.items() if since < cutoff]
+
+    def record_beat(self) -> None:
+        self._beat = self._clock()
+
+    def last_beat(self) -> float | None:
+        return self._beat
+
+    def context_owner(self, context_id: str) -> str | None:
+        with self._lock:
+            return self._contexts.get(context_id)
+
+    # --- under the lock ------------------------------------------------------
+
+    def _new_log(self) -> deque[tuple[int, Event]]:
+        return deque(maxlen=self._log_limit)
+
+    def _indexed(self, task_id: str, entry: _Entry, state: str, status_time: float) -> None:
+        now = self._clock()
+        if not entry.statuses or entry.statuses[-1] != (status_time, state):
+            entry.statuses.append((status_time, state))
+            trimmed(entry.statuses, now)
+        _place(self._heartbeats, task_id, now, state == WORKING)
+        _place(self._waiting, task_id, now, state == SUBMITTED)
+        _place(self._interrupted, task_id, now, state in INTERRUPTED_STATES)
+        if self._ttl and is_terminal(state):
+            entry.expires = now + self._ttl
+            heapq.heappush(self._expiries, (entry.expires, task_id))
+
+    def _expired(self, entry: _Entry) -> bool:
+        return entry.expires is not None and entry.expires <= self._clock()
+
+    def purge_expired(self) -> int:
+        with self._lock:
+            return self._expire()
+
+    # --- the process itself ------------------------------------------------
+
+    def memory_use(self) -> None:
+        return None  # bounded by the process, not by a limit of its own
+
+    def ping(self) -> None:
+        pass  # this process's memory: always there while anyone can ask
+
+    def close(self) -> None:
+        pass
+
+    def push_store(self, ttl: float | None = None) -> PushStore:
+        return self._push.get(lambda: MemoryPush(ttl))
+
+    def _expire(self) -> int:
+        """Forget finished tasks past their time to live, with their message
+        keys; the number forgotten."""
+        forgotten = 0
+        now = self._clock()
+        while self._expiries and self._expiries[0][0] <= now:
+            _, task_id = heapq.heappop(self._expiries)
+            entry = self._entries.get(task_id)
+            if entry is not None and self._expired(entry):
+                del self._entries[task_id]
+                forgotten += 1
+                if entry.message_key is not None:
+                    self._messages.pop(entry.message_key, None)
+        return forgotten
+
+
+def _copied(value: Any) -> Any:
+    """A fresh copy of JSON-shaped `value`, shared with nothing (JSON is what
+    every other store keeps, so the memory store accepts and returns the same)."""
+    return decode(encode_bytes(value))
+
+
+# Texts at least this long are held once per write, however often it repeats them.
+_LONG_TEXT = 1024
+
+
+def _stored(value: Any) -> Any:
+    """`_copied`, with equal long texts made one object: an agent's reply is
+    often both a status message and an artifact, and need not cost twice."""
+    copy = _copied(value)
+    texts: dict[str, str] = {}
+    pending = [copy]
+    while pending:
+        node = pending.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, item in items:
+            if isinstance(item, str):
+                if len(item) >= _LONG_TEXT:
+                    node[key] = texts.setdefault(item, item)
+            elif isinstance(item, dict | list):
+                pending.append(item)
+    return copy
+
+
+def _after(log: deque[tuple[int, Event]], after: int, limit: int | None) -> list[tuple[int, Event]]:
+    """The entries of `log` numbered above `after`, at most `limit`: numbers
+    run on by one here, so the first is found by arithmetic, not a scan."""
+    if not log:
+        return []
+    start = min(max(0, after + 1 - log[0][0]), len(log))
+    end = len(log) if limit is None else min(len(log), start + limit)
+    return [log[index] for index in range(start, end)]
+
+
+def _status_time(task: Task) -> float:
+    return _stamp(task["status"])
+
+
+def _stamp(status: TaskStatus) -> float:
+    return epoch(status.get("timestamp", ""))
+
+
+def _place(index: dict[str, float], task_id: str, now: float, member: bool) -> None:
+    if member:
+        index[task_id] = now
+    else:
+        index.pop(task_id, None)
+
+
+def memory_store(
+    clock: Clock = time.time, terminal_ttl: float | None = None, *, log_limit: int = LOG_LIMIT
+) -> MemoryStore:
+    return MemoryStore(clock, terminal_ttl, log_limit=log_limit)

@@ -1,0 +1,1 @@
+"""Who is calling: bearer tokens and JWTs, mapped to the principal that owns tasks."""

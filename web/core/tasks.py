@@ -1,0 +1,355 @@
+"""What the A2A methods do, on stored-shape tasks; no wire format here.
+
+Creating a task is the store's `create` (idempotent by messageId); every
+later change (continue, cancel, failing a task that could not be queued) is
+a `shared.transitions.transition`, so it obeys the one state machine and
+never overwrites a terminal state a worker wrote first.
+
+Every task belongs to the caller that created it (`owner`; "" when the
+service runs without auth). Another caller is told the task does not exist.
+Once a task is saved, any error on the way out names it (`TaskError`), so
+the peer can ask GetTask instead of sending again.
+
+Each method has a kind (`SEND`, `GET`, ...): the one name every binding
+(JSON-RPC, HTTP+JSON, gRPC) gives it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from shared.broker.dispatcher import Dispatcher
+from shared.errors import (
+    ContextTaken,
+    InvalidTransition,
+    StoreError,
+    TaskNotCancelable,
+    TaskNotFound,
+)
+from shared.events import Event, message_added, status_update, to_state
+from shared.push.contract import PushConfig, PushStore, TooManyConfigs
+from shared.quoting import shown
+from shared.settings import Settings
+from shared.store.contract import Record, Store, message_key
+from shared.store.follow import follow
+from shared.task import (
+    CANCELED,
+    FAILED,
+    INTERRUPTED_STATES,
+    SUBMITTED,
+    Message,
+    Task,
+    agent_message,
+    is_terminal,
+    latest_user_message,
+    new_task,
+    state_of,
+)
+from shared.transitions import OnTerminal, transition
+from web.core.errors import (
+    BROKER_UNAVAILABLE,
+    ContentTypeNotSupported,
+    InvalidParams,
+    PushNotSupported,
+    TaskError,
+)
+from web.core.media import accepts
+from web.core.params import SendParams, TaskQuery, WebhookParams
+
+log = logging.getLogger(__name__)
+
+# The methods by kind: every binding's names (JSON-RPC's two spellings, the
+# REST routes, the gRPC service's RPCs) map to one of these, and the parsers
+# and runners of `web.jsonrpc.binding` are keyed by them.
+SEND, STREAM, GET, CANCEL, LIST, SUBSCRIBE, CARD = (
+    "send",
+    "stream",
+    "get",
+    "cancel",
+    "list",
+    "subscribe",
+    "card",
+)
+PUSH_SET, PUSH_GET, PUSH_LIST, PUSH_DELETE = "push-set", "push-get", "push-list", "push-delete"
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What a send produced: the task as it stands, the number of its last
+    event (where a stream of it starts), and the agent's direct reply if it
+    answered with a message instead of a task result."""
+
+    task: Task
+    seq: int
+    reply: Message | None = None
+    repeated: bool = False  # an earlier send of the same message made the task
+
+
+def owned(task: Task | None, task_id: str, owner: str) -> Task:
+    """`task` if `owner` created it; otherwise it does not exist for them."""
+    if task is None or task.get("owner", "") != owner:
+        raise TaskNotFound(f"task {task_id} not found")
+    return task
+
+
+class Tasks:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        dispatcher: Dispatcher,
+        hook: OnTerminal | None = None,
+    ) -> None:
+        self.store = store
+        self.dispatcher = dispatcher
+        self.blocking_timeout = settings.blocking_timeout
+        self.keepalive = settings.keepalive
+        self.input_modes = settings.input_modes
+        self.idempotent = settings.idempotent_sends
+        self._hook = hook
+        self.push: PushStore | None = store.push_store(settings.task_ttl) if settings.push else None
+        self.max_webhooks = settings.push_max_configs
+
+    def send(self, params: SendParams, owner: str, *, blocking: bool) -> Sent:
+        # The bound counts from the request, not from the end of saving and
+        # queueing it, which a flood of sends can stretch.
+        deadline = time.monotonic() + self.blocking_timeout
+        sent = self.accept(params, owner)
+        if not blocking:
+            return sent
+        try:
+            return self._settle(sent, deadline)
+        except StoreError as error:
+            raise TaskError(error, sent.task["id"]) from error
+
+    def accept(self, params: SendParams, owner: str) -> Sent:
+        """Save the message as a new task or a follow-up and queue it; a
+        message already accepted (same caller, same messageId) is not
+        accepted again: its task is returned as it stands."""
+        for index, media_type in enumerate(params.media_types):
+            if not accepts(self.input_modes, media_type):
+                raise ContentTypeNotSupported(
+                    f"message.parts[{index}] is {shown(media_type)}; this agent accepts"
+                    f" {', '.join(self.input_modes)}"
+                )
+        if params.task_id is None:
+            sent, fresh = self._create(params, owner)
+        else:
+            sent, fresh = self._resume(params, owner)
+        if fresh:
+            self._enqueue(sent.task)
+        return sent
+
+    def get(self, query: TaskQuery, owner: str) -> Task:
+        return owned(self.store.get(query.task_id), query.task_id, owner)
+
+    def cancel(self, task_id: str, owner: str) -> Task:
+        owned(self.store.get(task_id), task_id, owner)
+        outcome = transition(self.store, task_id, to_state(CANCELED), on_terminal=self._hook)
+        if outcome.task is None:
+            raise TaskNotFound(f"task {task_id} not found")
+        if not outcome.applied:
+            raise TaskNotCancelable(
+                f"task {task_id} is {state_of(outcome.task)}; it can no longer be canceled"
+            )
+        try:
+            self.dispatcher.revoke(task_id)
+        except Exception:  # the stored `canceled` already wins over a late worker
+            log.warning("could not revoke task %s", task_id, exc_info=True)
+        return outcome.task
+
+    # --- push notification configs ----------------------------------------------
+
+    def set_webhook(
+        self, task_id: str, webhook: WebhookParams, owner: str, version: str
+    ) -> PushConfig:
+        push = self._push()
+        owned(self.store.get(task_id), task_id, owner)
+        return self._put_webhook(push, task_id, webhook, version)
+
+    def webhook(self, task_id: str, config_id: str | None, owner: str) -> PushConfig:
+        push = self._push()
+        owned(self.store.get(task_id), task_id, owner)
+        found = push.config(task_id, config_id or task_id)
+        if found is None:
+            raise TaskNotFound(f"task {task_id} has no push notification config {config_id}")
+        return found
+
+    def webhooks(self, task_id: str, owner: str) -> list[PushConfig]:
+        push = self._push()
+        owned(self.store.get(task_id), task_id, owner)
+        return push.configs(task_id)
+
+    def delete_webhook(self, task_id: str, config_id: str | None, owner: str) -> None:
+        """Idempotent: deleting a config that is gone is no error."""
+        push = self._push()
+        owned(self.store.get(task_id), task_id, owner)
+        push.delete(task_id, config_id or task_id)
+
+    def _push(self) -> PushStore:
+        if self.push is None:
+            raise PushNotSupported("push notifications are not supported by this agent")
+        return self.push
+
+    def _put_webhook(
+        self, push: PushStore, task_id: str, webhook: WebhookParams, version: str
+    ) -> PushConfig:
+        config: PushConfig = {
+            "id": webhook.config_id or task_id,
+            "taskId": task_id,
+            "url": webhook.url,
+            "version": version,
+        }
+        if webhook.token is not None:
+            config["token"] = webhook.token
+        if webhook.scheme is not None:
+            config["authentication"] = {
+                "scheme": webhook.scheme,
+                "credentials": webhook.credentials or "",
+            }
+        try:
+            push.put(config, self.max_webhooks)
+        except TooManyConfigs as error:
+            raise InvalidParams(str(error), field="id") from None
+        return config
+
+    def _create(self, params: SendParams, owner: str) -> tuple[Sent, bool]:
+        task = new_task(params.message, params.context_id, owner or None)
+        if params.webhook is not None:
+            # Saved before the task exists, so no event of it can pass unseen
+            # by the sweep; a config whose task is never made is forgotten by it.
+            self._put_webhook(self._push(), task["id"], params.webhook, params.version)
+        key = message_key(owner, params.message["messageId"]) if self.idempotent else None
+        try:
+            created = self.store.create(task, key)
+        except ContextTaken as error:
+            raise InvalidParams(str(error), field="message.contextId") from None
+        if not created.created and _moved_on(created.task, params.message):
+            # The caller continued or canceled the task this message id made:
+            # it cannot be a retry of a lost reply (that caller never knew the
+            # task), so it is a new message that reuses the id.
+            created = self.store.create(task, key, supersedes=created.task["id"])
+        if created.created:
+            return Sent(created.task, 1), True
+        if params.webhook is not None:  # a retry: its webhook goes with the task it made
+            assert self.push is not None
+            self.push.forget(task["id"])
+            self._put_webhook(self.push, created.task["id"], params.webhook, params.version)
+        return self._as_it_stands(created.task["id"]), False
+
+    def _resume(self, params: SendParams, owner: str) -> tuple[Sent, bool]:
+        assert params.task_id is not None
+        task_id = params.task_id
+        task = owned(self.store.get(task_id), task_id, owner)
+        if params.context_id and params.context_id != task.get("contextId"):
+            raise InvalidParams(
+                f"message.contextId does not match task {task_id}'s context",
+                field="message.contextId",
+            )
+
+        def resume(current: Task) -> list[Event]:
+            if self.idempotent and _is_latest(current, params.message):
+                return []  # this very message was applied already
+            return [
+                message_added(current, params.message),
+                status_update(current, SUBMITTED),
+            ]
+
+        outcome = transition(self.store, task_id, resume, from_states=INTERRUPTED_STATES)
+        if outcome.record is None:
+            raise TaskNotFound(f"task {task_id} not found")
+        if outcome.applied:
+            return Sent(outcome.record.task, outcome.record.seq), True
+        if self.idempotent and _is_latest(outcome.record.task, params.message):
+            return self._as_it_stands(task_id), False
+        raise InvalidTransition(
+            f"task {task_id} is {state_of(outcome.record.task)}:"
+            " only a task waiting for input accepts a follow-up message"
+        )
+
+    def _as_it_stands(self, task_id: str) -> Sent:
+        """An earlier message's task, followed from the event after its creation
+        (a blocking send then waits for it, and sees a direct reply too)."""
+        record = self.store.read(task_id)
+        if record is None:
+            raise TaskNotFound(f"task {task_id} not found")
+        return Sent(record.task, 1, repeated=True)
+
+    def _enqueue(self, task: Task) -> None:
+        """Queue fulfilment; if that fails the task is failed with the reason,
+        so no task is ever left `submitted` with nothing queued for it. So is
+        a publish cut short by the request's own end (a greenlet killed at a
+        server's shutdown, an interrupt): the message may or may not be out,
+        and a failed task that a worker then skips says why; one left
+        `submitted` would wait for beat's resend, where beat runs at all."""
+        try:
+            self.dispatcher.enqueue(task["id"])
+        except Exception as error:
+            self._not_queued(task, error)
+            raise TaskError(error, task["id"]) from error
+        except BaseException as interrupted:
+            self._not_queued(task, f"interrupted by {type(interrupted).__name__}")
+            raise
+
+    def _not_queued(self, task: Task, why: object) -> None:
+        reason = f"{BROKER_UNAVAILABLE}: the task could not be queued ({why})"
+        try:
+            transition(
+                self.store,
+                task["id"],
+                to_state(FAILED, agent_message(reason)),
+                on_terminal=self._hook,
+            )
+        except StoreError:
+            # Both down: the task stays `submitted`, and beat resends it from
+            # the store's waiting index once the broker is back.
+            log.warning("task %s: could not be queued nor failed", task["id"])
+
+    def _settle(self, sent: Sent, deadline: float) -> Sent:
+        """Wait until the task is terminal or waits for the peer, or until
+        `deadline`; then return it as it stands (and a direct reply, if any)."""
+        task_id = sent.task["id"]
+        reply: Message | None = None
+        seq = sent.seq
+        quiet = deadline - time.monotonic() + 1  # no idle ticks: nobody to keep alive
+        following = follow(
+            self.store, task_id, sent.seq, deadline=deadline, idle=quiet, reader="wait"
+        )
+        for item in following:
+            if item is None or isinstance(item, Record):
+                continue  # the task as it stands after a gap: read again below
+            seq, event = item
+            if event["kind"] == "message" and event.get("role") == "agent":
+                reply = event
+        record = self.store.read(task_id)
+        if record is None:
+            raise TaskNotFound(f"task {task_id} not found")
+        done = is_terminal(state_of(record.task))
+        return Sent(record.task, max(seq, record.seq), reply if done else None)
+
+
+def _is_latest(task: Task, message: Message) -> bool:
+    """The caller's latest message to `task` is `message` (same id, same parts):
+    sending it again is a retry, not a new word."""
+    latest = latest_user_message(task)
+    return (
+        latest is not None
+        and latest.get("messageId") == message["messageId"]
+        and latest.get("parts") == message["parts"]
+    )
+
+
+def _moved_on(task: Task, message: Message) -> bool:
+    """The caller canceled `task`, or said more to it after `message`."""
+    return state_of(task) == CANCELED or not _is_latest(task, message)
+
+
+def with_history(task: Task, history_length: int | None) -> Task:
+    """historyLength: None keeps all, 0 drops the field, N keeps the last N."""
+    if history_length is None or "history" not in task:
+        return task
+    if history_length == 0:
+        return {key: value for key, value in task.items() if key != "history"}  # type: ignore[return-value]
+    return {**task, "history": task["history"][-history_length:]}

@@ -1,0 +1,266 @@
+"""The gRPC binding on asyncio (grpc.aio): what the gRPC process serves.
+
+The RPCs are `web.grpc.service`'s, run from an event loop:
+
+- a unary call runs the binding's synchronous method (`A2AGrpcService.answer`:
+  the methods layer, its store round trips, its checks) on a thread of a
+  pool, as the synchronous server would (a blocking SendMessage holds its
+  thread while it waits, as it holds a worker of gunicorn's); except
+  GetTask, one store read, which runs on the loop itself while reads stay
+  fast (`OnLoop`): the hand-off to a thread and back cost the process more
+  than the read (bench/grpc_load.py: 888 µs of CPU per GetTask on the pool,
+  503 µs on the loop, the a2a-sdk's in-memory server 313 µs);
+- a stream holds no thread. Its follower is opened with a nudge
+  (`web.core.streaming.Stream.open`): where it would wait for its task's next
+  event it hands back at once, and the store's watch calls the nudge (from
+  whichever thread woke it: the Redis listener, a commit) when there may be
+  more. The stream's coroutine then reads on, a step at a time, on a small
+  pool of its own (so blocking sends never starve streams); between steps
+  it is one parked coroutine, however long the task takes.
+
+A client that cancels its call cancels the coroutine: the follower is
+closed once any step it is in has returned (a generator is never closed
+while it runs), which ends its watch; the call is logged and counted then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from enum import Enum
+from typing import Any, Final, NoReturn
+
+from a2a.types import a2a_pb2, a2a_pb2_grpc
+from google.protobuf import empty_pb2
+from google.protobuf.message import Message as ProtoMessage
+
+from web.core.tasks import (
+    CANCEL,
+    CARD,
+    GET,
+    LIST,
+    PUSH_DELETE,
+    PUSH_GET,
+    PUSH_LIST,
+    PUSH_SET,
+    SEND,
+    STREAM,
+    SUBSCRIBE,
+)
+from web.grpc.service import (
+    A2AGrpcService,
+    Observed,
+    Status,
+    metadata_of,
+    record,
+    streamed,
+)
+from web.grpc.wire import DETAILS_KEY
+from web.http.disconnects import Hangup
+from web.http.metrics import web_metrics
+
+# Threads for unary calls: each holds one for its length (a blocking send
+# for the task's), as a synchronous server's call does.
+UNARY_THREADS: Final = 256
+# Threads that read for streams, one step at a time: reads are short.
+STREAM_THREADS: Final = 8
+# Items a stream reads in one step before the loop sends them.
+STEP: Final = 64
+# Unary calls answered on the loop itself: each is one short store read.
+ON_LOOP: Final = frozenset({"GetTask"})
+# An answer on the loop that took longer than this (a slow or unreachable
+# store) sends the next ones to the pool for COOL_OFF seconds, so a store in
+# trouble stalls the loop, and every stream on it, for one call at most.
+SLOW: Final = 0.005
+COOL_OFF: Final = 1.0
+
+# Each unary RPC: the method it runs, and the message it answers with.
+UNARY: Final[dict[str, tuple[str, type[ProtoMessage]]]] = {
+    "SendMessage": (SEND, a2a_pb2.SendMessageResponse),
+    "GetTask": (GET, a2a_pb2.Task),
+    "ListTasks": (LIST, a2a_pb2.ListTasksResponse),
+    "CancelTask": (CANCEL, a2a_pb2.Task),
+    "CreateTaskPushNotificationConfig": (PUSH_SET, a2a_pb2.TaskPushNotificationConfig),
+    "GetTaskPushNotificationConfig": (PUSH_GET, a2a_pb2.TaskPushNotificationConfig),
+    "ListTaskPushNotificationConfigs": (
+        PUSH_LIST,
+        a2a_pb2.ListTaskPushNotificationConfigsResponse,
+    ),
+    "DeleteTaskPushNotificationConfig": (PUSH_DELETE, empty_pb2.Empty),
+    "GetExtendedAgentCard": (CARD, a2a_pb2.AgentCard),
+}
+STREAMING: Final = {"SendStreamingMessage": STREAM, "SubscribeToTask": SUBSCRIBE}
+
+
+class _Turn(Enum):
+    MORE = "more"  # read on at once
+    WAIT = "wait"  # read on once nudged
+    END = "end"
+
+
+def _advance(items: Iterator[Any]) -> tuple[list[tuple[int, dict[str, Any]]], _Turn]:
+    """One step of a stream, on a pool thread: what it has now, and what next."""
+    batch: list[tuple[int, dict[str, Any]]] = []
+    for item in items:
+        if item is None:
+            return batch, _Turn.WAIT
+        batch.append(item)
+        if len(batch) >= STEP:
+            return batch, _Turn.MORE
+    return batch, _Turn.END
+
+
+class OnLoop:
+    """Whether a short call may run on the event loop now: yes, until one
+    took longer than SLOW; then no for COOL_OFF seconds (then it tries again)."""
+
+    __slots__ = ("_clock", "_pooled_until")
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._pooled_until = 0.0
+
+    def allowed(self) -> bool:
+        return self._clock() >= self._pooled_until
+
+    def took(self, seconds: float) -> None:
+        if seconds > SLOW:
+            self._pooled_until = self._clock() + COOL_OFF
+
+
+class AsyncA2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
+    def __init__(self, service: A2AGrpcService, on_loop: OnLoop | None = None) -> None:
+        self._service = service
+        self._on_loop = on_loop or OnLoop()
+        self._unary_calls = concurrent.futures.ThreadPoolExecutor(
+            UNARY_THREADS, thread_name_prefix="grpc-call"
+        )
+        self._steps = concurrent.futures.ThreadPoolExecutor(
+            STREAM_THREADS, thread_name_prefix="grpc-stream"
+        )
+
+    def close(self) -> None:
+        self._unary_calls.shutdown(wait=False)
+        self._steps.shutdown(wait=False)
+
+    async def unary(
+        self, name: str, kind: str, reply: type[ProtoMessage], request: Any, context: Any
+    ) -> ProtoMessage:
+        loop = asyncio.get_running_loop()
+        metadata = metadata_of(context)
+        if name in ON_LOOP and self._on_loop.allowed():
+            began = time.monotonic()
+            answer = self._service.answer(name, kind, request, metadata, reply)
+            self._on_loop.took(time.monotonic() - began)
+        else:
+            answer = await loop.run_in_executor(
+                self._unary_calls, self._service.answer, name, kind, request, metadata, reply
+            )
+        if isinstance(answer, tuple):
+            await _abort(context, answer)
+        return answer
+
+    async def stream(
+        self, name: str, kind: str, request: Any, context: Any
+    ) -> AsyncIterator[a2a_pb2.StreamResponse]:
+        loop = asyncio.get_running_loop()
+        metadata = metadata_of(context)
+        started, outcome, events = time.monotonic(), "ok", 0
+        # The call's log binding and span live in a context of their own, in
+        # which every step runs and which is left only once the last step has
+        # returned: not in this generator, whose end may run in another task
+        # (asyncio finalizes an abandoned generator in one of its own).
+        bound = contextvars.Context()
+        observed = bound.run(Observed, name, metadata)  # it binds as it is made
+        bound.run(observed.__enter__)
+        opened = self._steps.submit(bound.run, self._service.opened, name, kind, request, metadata)
+        stream = await asyncio.wrap_future(opened)
+        if isinstance(stream, tuple):
+            bound.run(observed.__exit__, None, None, None)
+            await _abort(context, stream)
+        hangup = Hangup()
+        nudged = asyncio.Event()
+        items = stream.open(hangup, _nudge(loop, nudged))
+        step: concurrent.futures.Future[Any] | None = None
+        web_metrics().streams_open.inc()
+        try:
+            turn = _Turn.MORE
+            while turn is not _Turn.END:
+                if turn is _Turn.WAIT:
+                    await nudged.wait()
+                nudged.clear()  # before the step: a wake-up during it nudges again
+                step = self._steps.submit(bound.run, _advance, items)
+                batch, turn = await asyncio.wrap_future(step)
+                for item in batch:
+                    response = streamed(item)
+                    if isinstance(response, tuple):
+                        outcome = response[0].name
+                        await _abort(context, response)
+                    events += 1
+                    yield response
+        finally:
+            hangup.fire()
+            web_metrics().streams_open.dec()
+            ended = (outcome, events)
+
+            def finish() -> None:
+                close: Callable[[], None] = getattr(items, "close", lambda: None)
+                try:
+                    close()  # its watch ends
+                finally:
+                    record(name, ended[0], started, ended[1])
+                    observed.__exit__(None, None, None)
+
+            _after(step, lambda: bound.run(finish))
+
+
+def _nudge(loop: asyncio.AbstractEventLoop, nudged: asyncio.Event) -> Callable[[], None]:
+    def nudge() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: the process stops
+            loop.call_soon_threadsafe(nudged.set)
+
+    return nudge
+
+
+def _after(step: concurrent.futures.Future[Any] | None, then: Callable[[], None]) -> None:
+    """Run `then` once the step the follower may be in has returned (a
+    generator is never closed while it runs)."""
+    if step is not None and not step.done():
+        step.add_done_callback(lambda _: then())
+    else:
+        then()
+
+
+async def _abort(context: Any, status: Status) -> NoReturn:
+    code, message, details = status
+    await context.abort(code, message, trailing_metadata=((DETAILS_KEY, details),))
+    raise AssertionError("grpc's abort returns only by raising")
+
+
+def _unary_rpc(name: str, kind: str, reply: type[ProtoMessage]) -> Any:
+    async def rpc(self: AsyncA2AGrpcService, request: Any, context: Any) -> ProtoMessage:
+        return await self.unary(name, kind, reply, request, context)
+
+    rpc.__name__ = name
+    return rpc
+
+
+def _streaming_rpc(name: str, kind: str) -> Any:
+    # An async generator function itself: grpc.aio tells a streaming handler so.
+    async def rpc(self: AsyncA2AGrpcService, request: Any, context: Any) -> AsyncIterator[Any]:
+        async for response in self.stream(name, kind, request, context):
+            yield response
+
+    rpc.__name__ = name
+    return rpc
+
+
+# The generated registration looks each RPC up by name on the servicer.
+for _name, (_kind, _reply) in UNARY.items():
+    setattr(AsyncA2AGrpcService, _name, _unary_rpc(_name, _kind, _reply))
+for _name, _kind in STREAMING.items():
+    setattr(AsyncA2AGrpcService, _name, _streaming_rpc(_name, _kind))

@@ -1,0 +1,293 @@
+"""The gRPC binding of A2A 1.0: `lf.a2a.v1.A2AService` on the methods layer.
+
+A thin binding, as HTTP+JSON is: each RPC's request message becomes the
+params a JSON-RPC call of the method carries (`web.grpc.wire`), and
+`web.jsonrpc.binding`'s parsers and methods run them, so the three bindings share one
+implementation of every method, its checks (validation, idempotency by
+messageId, media types, owner scoping) and its errors. The generated
+servicer and messages are the ones the a2a-sdk package ships
+(`a2a.types.a2a_pb2_grpc`), from the spec's own `a2a.proto`.
+
+Metadata stands in for HTTP headers: `authorization` (the bearer token,
+checked as on the HTTP edge), `a2a-version` (this interface speaks 1.0
+only: none means 0.3, refused as §3.6.2 says), `x-request-id`, and on the
+streaming RPCs `last-event-id`: resume after that event, as SSE's
+`Last-Event-ID` does. A stream's responses carry their event number in
+their own `metadata` under `toolnexus.eventId` (a gRPC message has no other
+place for it); that is the number to resume after.
+
+Streams follow the task's event log (`web.core.streaming`) and end when the
+task is terminal or stops for the peer; a client that cancels its call
+ends its stream at once (the call's done-callback wakes the follower).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Final, NoReturn, TypeVar
+
+import grpc
+from a2a.types import a2a_pb2, a2a_pb2_grpc
+from google.protobuf import empty_pb2
+from google.protobuf.message import Message as ProtoMessage
+
+from shared.dialects import V10
+from shared.ops.correlation import REQUEST_ID_HEADER, accepted_request_id, bind
+from shared.ops.tracing import serving
+from web.auth.tokens import Authenticator
+from web.core.errors import (
+    InvalidParams,
+    InvalidRequest,
+    VersionNotSupported,
+    describe,
+    status_body,
+)
+from web.core.streaming import Stream
+from web.core.tasks import (
+    CANCEL,
+    CARD,
+    GET,
+    LIST,
+    PUSH_DELETE,
+    PUSH_GET,
+    PUSH_LIST,
+    PUSH_SET,
+    SEND,
+    STREAM,
+    SUBSCRIBE,
+    Tasks,
+)
+from web.grpc.wire import DETAILS_KEY, Undecodable, message_of, params_of, rich_status
+from web.http.disconnects import Hangup
+from web.http.metrics import latency_of, requests_counted, web_metrics
+from web.jsonrpc.binding import (
+    Call,
+    Dialect,
+    parse,
+    run,
+    wire_version,
+)
+
+log = logging.getLogger("web.requests")
+
+GRPC: Final = Dialect("grpc", V10, blocking=True, wraps_send=True, enveloped=False)
+RESUME_KEY: Final = "last-event-id"
+EVENT_ID_FIELD: Final = "toolnexus.eventId"
+SERVICE: Final = "lf.a2a.v1.A2AService"
+_REQUEST_ID_KEY: Final = REQUEST_ID_HEADER.lower()  # gRPC metadata keys are lowercase
+R = TypeVar("R", bound=ProtoMessage)
+# A refusal: the gRPC code, its message, and the serialized google.rpc.Status.
+Status = tuple[grpc.StatusCode, str, bytes]
+# The extended card in a wire version; None: none is offered.
+ExtendedCard = Callable[[str], Mapping[str, Any]]
+
+
+class A2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
+    def __init__(
+        self, tasks: Tasks, authenticator: Authenticator, extended_card: ExtendedCard | None
+    ) -> None:
+        self._tasks = tasks
+        self._authenticator = authenticator
+        self._extended_card = extended_card
+
+    # --- the RPCs ----------------------------------------------------------------
+
+    def SendMessage(self, request: Any, context: Any) -> a2a_pb2.SendMessageResponse:
+        return self._unary("SendMessage", SEND, request, context, a2a_pb2.SendMessageResponse)
+
+    def SendStreamingMessage(self, request: Any, context: Any) -> Iterator[Any]:
+        return self._stream("SendStreamingMessage", STREAM, request, context)
+
+    def GetTask(self, request: Any, context: Any) -> a2a_pb2.Task:
+        return self._unary("GetTask", GET, request, context, a2a_pb2.Task)
+
+    def ListTasks(self, request: Any, context: Any) -> a2a_pb2.ListTasksResponse:
+        return self._unary("ListTasks", LIST, request, context, a2a_pb2.ListTasksResponse)
+
+    def CancelTask(self, request: Any, context: Any) -> a2a_pb2.Task:
+        return self._unary("CancelTask", CANCEL, request, context, a2a_pb2.Task)
+
+    def SubscribeToTask(self, request: Any, context: Any) -> Iterator[Any]:
+        return self._stream("SubscribeToTask", SUBSCRIBE, request, context)
+
+    def CreateTaskPushNotificationConfig(self, request: Any, context: Any) -> Any:
+        name = "CreateTaskPushNotificationConfig"
+        return self._unary(name, PUSH_SET, request, context, a2a_pb2.TaskPushNotificationConfig)
+
+    def GetTaskPushNotificationConfig(self, request: Any, context: Any) -> Any:
+        name = "GetTaskPushNotificationConfig"
+        return self._unary(name, PUSH_GET, request, context, a2a_pb2.TaskPushNotificationConfig)
+
+    def ListTaskPushNotificationConfigs(self, request: Any, context: Any) -> Any:
+        name = "ListTaskPushNotificationConfigs"
+        reply = a2a_pb2.ListTaskPushNotificationConfigsResponse
+        return self._unary(name, PUSH_LIST, request, context, reply)
+
+    def DeleteTaskPushNotificationConfig(self, request: Any, context: Any) -> Any:
+        name = "DeleteTaskPushNotificationConfig"
+        return self._unary(name, PUSH_DELETE, request, context, empty_pb2.Empty)
+
+    def GetExtendedAgentCard(self, request: Any, context: Any) -> a2a_pb2.AgentCard:
+        return self._unary("GetExtendedAgentCard", CARD, request, context, a2a_pb2.AgentCard)
+
+    # --- one way for every RPC ---------------------------------------------------------
+
+    def _unary(
+        self, name: str, kind: str, request: ProtoMessage, context: Any, reply: type[R]
+    ) -> R:
+        answer = self.answer(name, kind, request, metadata_of(context), reply)
+        if isinstance(answer, tuple):
+            _abort(context, answer)
+        return answer
+
+    def answer(
+        self,
+        name: str,
+        kind: str,
+        request: ProtoMessage,
+        metadata: Mapping[str, str],
+        reply: type[R],
+    ) -> R | Status:
+        """One unary call, observed and counted: its reply, or the status it
+        is refused with (for the binding's server to abort the call with)."""
+        started, outcome = time.monotonic(), "ok"
+        with Observed(name, metadata):
+            try:
+                result = run(kind, self._call(metadata), _parsed(kind, request))
+                return message_of(result, reply)
+            except Exception as error:
+                wire = describe(error)
+                outcome = wire.status
+                return rich_status(status_body(wire)["error"])
+            finally:
+                record(name, outcome, started)
+
+    def opened(
+        self, name: str, kind: str, request: ProtoMessage, metadata: Mapping[str, str]
+    ) -> Stream | Status:
+        """A streaming call's checked Stream, or the status it is refused with
+        (counted then: a stream that opens is counted when it ends)."""
+        started = time.monotonic()
+        try:
+            stream = run(kind, self._call(metadata), _parsed(kind, request))
+            assert isinstance(stream, Stream)
+            return stream
+        except Exception as error:
+            wire = describe(error)
+            record(name, wire.status, started)
+            return rich_status(status_body(wire)["error"])
+
+    def _stream(self, name: str, kind: str, request: ProtoMessage, context: Any) -> Iterator[Any]:
+        metadata = metadata_of(context)
+        started, outcome, events = time.monotonic(), "ok", 0
+        with Observed(name, metadata):
+            stream = self.opened(name, kind, request, metadata)
+            if isinstance(stream, tuple):
+                _abort(context, stream)
+            hangup = Hangup()
+            context.add_callback(hangup.fire)
+            web_metrics().streams_open.inc()
+            try:
+                for item in stream.open(hangup):
+                    if item is None:
+                        continue  # HTTP/2 pings keep the connection alive, not comments
+                    response = streamed(item)
+                    if isinstance(response, tuple):
+                        outcome = response[0].name
+                        _abort(context, response)
+                    events += 1
+                    yield response
+            finally:
+                web_metrics().streams_open.dec()
+                record(name, outcome, started, events)
+
+    def _call(self, metadata: Mapping[str, str]) -> Call:
+        owner = self._authenticator.principal(metadata.get("authorization"))
+        if wire_version(metadata.get("a2a-version")) != V10:
+            raise VersionNotSupported(
+                "this gRPC interface speaks A2A 1.0: send the metadata 'a2a-version: 1.0'"
+                " (a call without it is A2A 0.3, which this interface does not serve)"
+            )
+        return Call(self._tasks, GRPC, owner, None, metadata.get(RESUME_KEY), self._extended_card)
+
+
+def metadata_of(context: Any) -> dict[str, str]:
+    """The call's metadata, first value of each key (keys arrive lowercase);
+    binary (`-bin`) entries are not for the methods."""
+    found: dict[str, str] = {}
+    pairs: Sequence[tuple[str, Any]] = context.invocation_metadata() or ()
+    for key, value in pairs:
+        if isinstance(value, str):
+            found.setdefault(key, value)
+    return found
+
+
+def _parsed(kind: str, request: ProtoMessage | Undecodable) -> Any:
+    if isinstance(request, Undecodable):
+        raise InvalidRequest(request.message)
+    params = params_of(request)
+    tenant = params.pop("tenant", "")
+    if tenant:
+        raise InvalidParams(
+            "this agent's card declares no tenant: call without one", field="tenant"
+        )
+    return parse(kind, params)
+
+
+def streamed(item: tuple[int, dict[str, Any]]) -> a2a_pb2.StreamResponse | Status:
+    """One stream item as the response to send, or the status that ends the
+    stream (an item numbered 0 is the stream's end by an error)."""
+    seq, payload = item
+    if not seq:
+        return rich_status(payload["error"])
+    return _numbered(seq, message_of(payload, a2a_pb2.StreamResponse))
+
+
+def _numbered(seq: int, response: a2a_pb2.StreamResponse) -> a2a_pb2.StreamResponse:
+    """`response` with its event's number in the event's metadata, to resume
+    after (set on the message, so the conversion before it stays the same for
+    every subscriber and can be remembered)."""
+    field = response.WhichOneof("payload")
+    if field is not None:
+        getattr(response, field).metadata[EVENT_ID_FIELD] = str(seq)
+    return response
+
+
+def _abort(context: Any, status: tuple[grpc.StatusCode, str, bytes]) -> NoReturn:
+    code, message, details = status
+    context.set_trailing_metadata(((DETAILS_KEY, details),))
+    context.abort(code, message)
+    raise AssertionError("grpc's abort returns only by raising")
+
+
+class Observed:
+    """The request id bound to the call's log lines, and a server span.
+
+    A class, not a `@contextmanager` generator: every call enters one, and a
+    generator costs several times as much to set up and close."""
+
+    __slots__ = ("_binding", "_span")
+
+    def __init__(self, name: str, metadata: Mapping[str, str]) -> None:
+        request_id = accepted_request_id(metadata.get(_REQUEST_ID_KEY))
+        self._span = serving("POST", f"/{SERVICE}/{name}", metadata.items())
+        self._binding = bind(request=request_id)
+
+    def __enter__(self) -> None:
+        self._span.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self._span.__exit__(*exc)
+        finally:
+            self._binding.release()
+
+
+def record(name: str, outcome: str, started: float, events: int | None = None) -> None:
+    elapsed = time.monotonic() - started
+    requests_counted(name, outcome).inc()
+    latency_of(name).observe(elapsed)
+    shown = "" if events is None else f" events={events}"
+    log.info("grpc %s outcome=%s%s duration_ms=%.1f", name, outcome, shown, elapsed * 1000)

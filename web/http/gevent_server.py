@@ -1,0 +1,100 @@
+"""The embedded server: gevent's WSGI server, the serving model of a gunicorn
+gevent worker in one process.
+
+A connection costs a greenlet, not an OS thread, so `toolnexus-serve` holds
+as many open streams and waiting blocking sends as a gunicorn worker does,
+and the app runs on the same request path: gevent, like gunicorn, ends the
+request body itself (`wsgi.input_terminated`, chunked or not), which is
+what `web.http.wsgi.read_body` reads. The standard library must be patched
+(`gevent.monkey.patch_all()`) before anything else is imported, as
+`web.http.gunicorn_conf` does for gunicorn; `worker.cli.main` does it for the embedded
+role.
+
+What the server answers itself is JSON, as on gunicorn: a request line or
+header it cannot read gets the JSON-RPC error of `web.http.errors` with the
+server's own status. A connection that sends nothing, or stalls mid-request,
+for `idle_timeout` seconds is closed.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from gevent.pool import Pool
+from gevent.pywsgi import LoggingLogAdapter, WSGIHandler, WSGIServer
+
+from web.http.disconnects import SOCKET_KEY
+from web.http.errors import framing_error_body, framing_error_response
+from web.http.wsgi import status_line
+
+log = logging.getLogger(__name__)
+# Per process, as gunicorn.conf.py's worker_connections: open streams, waiting
+# blocking sends and idle keep-alive connections all count against it.
+CONNECTIONS: Final = 4096
+
+
+class JsonErrorHandler(WSGIHandler):  # type: ignore[misc]
+    """gevent's handler, answering what it cannot parse with JSON and closing
+    idle connections."""
+
+    idle_timeout: float = 5.0
+
+    def handle(self) -> None:
+        # Every read and write on this connection: a peer that sends nothing
+        # (no request, or a request not sent on) is closed after this long.
+        self.socket.settimeout(self.idle_timeout)
+        super().handle()
+
+    def handle_one_request(self) -> Any:
+        result = super().handle_one_request()
+        if isinstance(result, tuple):  # (status, the raw error page): a request not read
+            status, _ = result
+            return status, framing_error_response(int(status))
+        return result
+
+    def _send_error_response_if_possible(self, error_code: int) -> None:
+        """gevent's hook for a body it could not read (a broken chunk) or an
+        app that failed before answering: the same JSON, not an empty page."""
+        if self.response_length:
+            self.close_connection = True
+            return
+        body = framing_error_body(error_code)
+        headers = [
+            ("Content-Type", "application/json"),
+            ("Content-Length", str(len(body))),
+            ("Connection", "close"),
+        ]
+        try:
+            self.start_response(status_line(error_code), headers)
+            self.write(body)
+        except OSError:
+            self.close_connection = True
+
+    def get_environ(self) -> dict[str, Any]:
+        environ: dict[str, Any] = super().get_environ()
+        environ[SOCKET_KEY] = self.socket
+        path = environ.get("PATH_INFO", "")
+        if path.startswith(("http://", "https://")):
+            # An absolute-form target names the host the request is for, over
+            # any Host header (RFC 9112, 3.2.2): the Host check must see it.
+            target = urlsplit(path)
+            environ["HTTP_HOST"] = target.netloc
+            environ["PATH_INFO"] = target.path or "/"
+        return environ
+
+
+def gevent_server(listener: socket.socket, app: Any, *, idle_timeout: float) -> WSGIServer:
+    """A server for `app` on an already bound and listening socket."""
+    handler = type("Handler", (JsonErrorHandler,), {"idle_timeout": idle_timeout})
+    return WSGIServer(
+        listener,
+        app,
+        handler_class=handler,
+        spawn=Pool(CONNECTIONS),
+        log=None,  # each request is logged once, by web.http.observe
+        # What gevent logs here is a client's broken request: a warning.
+        error_log=LoggingLogAdapter(log, logging.WARNING),
+    )

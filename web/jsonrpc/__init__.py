@@ -1,0 +1,1 @@
+"""The JSON-RPC 2.0 binding at `POST /`: the envelope, dialects and method names."""

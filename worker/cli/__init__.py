@@ -1,0 +1,1 @@
+"""`toolnexus-serve`: the command that starts every role, and its `db` subcommands."""

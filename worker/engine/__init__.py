@@ -1,0 +1,3 @@
+"""The fulfilment engine, free of Celery: loading and calling the agent, its
+results, the claim and heartbeat, the held I/O calls, the reaper and the
+in-process dispatcher."""

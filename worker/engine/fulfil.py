@@ -1,0 +1,158 @@
+"""The fulfilment core, shared by the Celery task and the in-process worker.
+
+One delivery of a task id does this:
+
+1. Claim it: compare-and-set `submitted` -> `working`. Only the delivery
+   whose write wins runs the function. A task that is unknown, terminal
+   (canceled before it started, finished by an earlier delivery), already
+   `working` (a duplicate or redelivered message) or waiting for the peer is
+   left alone. The rule is "the function runs once per submission": a
+   continuation puts the task back in `submitted`, and the next claim runs
+   it once more.
+2. Run the function (see `worker.engine.calling`), heartbeating. Each item a
+   generator yields is saved as it comes, as a change from `working`: if the
+   task was canceled or reaped meanwhile, the save loses and the generator
+   is closed, so the function stops at its next yield.
+3. Save the result as a change *from `working`*, so it loses to a cancel or
+   a reaper that made the task terminal meanwhile.
+
+In an I/O mode (`held=True`, TOOLNEXUS_POOL=threads|asyncio) the call is
+held by `worker.engine.held_calls` meanwhile: its coroutines run on the process's
+event loop, and its time limit and a cancel stop it there.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+
+from shared.backoff import Backoff
+from shared.errors import StoreError
+from shared.events import Change
+from shared.settings import Settings
+from shared.store.contract import Outcome, Record, Store
+from shared.task import SUBMITTED, WORKING, state_of
+from shared.transitions import claim, transition
+from worker.engine.agent import Agent
+from worker.engine.calling import RunAsync, call, run_async
+from worker.engine.heartbeat import heartbeating
+from worker.engine.held_calls import CallStopped, holding, watching
+from worker.engine.results import RunProgress, UnsupportedResult, failed, final_change
+
+log = logging.getLogger(__name__)
+
+
+def fulfil(
+    store: Store,
+    task_id: str,
+    agent: Agent,
+    settings: Settings,
+    *,
+    timeout_errors: tuple[type[BaseException], ...] = (),
+    on_run: Callable[[], object] | None = None,
+    held: bool = False,
+) -> str:
+    """Run one delivery of `task_id`; return the task's state afterwards ("" if unknown).
+
+    `timeout_errors` are the exceptions that mean "out of time" (Celery's
+    SoftTimeLimitExceeded); they fail the task saying it timed out.
+    `on_run()` is called just before the function runs, if this delivery runs it.
+    `held`: one of many calls in this process, held by `worker.engine.held_calls`.
+    """
+    with ExitStack() as stack:
+        # A held call watches its task from before the claim, so that a
+        # cancel saved right after the claim still reaches it.
+        watch = stack.enter_context(watching(store, task_id)) if held else None
+        # The claim reads the task itself: no separate load, one round trip
+        # fewer (and on a store that claims in one step, no separate read either).
+        claimed = claim(store, task_id, to=WORKING, from_state=SUBMITTED)
+        if claimed.record is None:
+            log.warning("task %s: not in the store, nothing to run", task_id)
+            return ""
+        if not claimed.applied:
+            state = state_of(claimed.record.task)
+            log.info("task %s: is %s, not submitted; not running it", task_id, state)
+            return state
+        stack.enter_context(heartbeating(store, task_id, settings.heartbeat))
+        run: RunAsync = run_async
+        if held:
+            call = stack.enter_context(holding(store, claimed.record, agent, settings, watch))
+            run = call.run_async
+        saved = _run(store, agent, claimed.record, settings, timeout_errors, on_run, run)
+    final = state_of(saved.task) if saved.task else ""
+    if not saved.applied:
+        log.info("task %s: became %s while running; result discarded", task_id, final)
+    return final
+
+
+def _run(
+    store: Store,
+    agent: Agent,
+    claimed: Record,
+    settings: Settings,
+    timeout_errors: tuple[type[BaseException], ...],
+    on_run: Callable[[], object] | None,
+    run: RunAsync,
+) -> Outcome:
+    """Drive the function, saving each yielded item, then its result."""
+    if agent.run is None:
+        return _save(store, claimed, failed(agent.problem), agent, settings)
+    task_id = claimed.task["id"]
+    record, progress, produced = claimed, RunProgress(), False
+    if on_run is not None:
+        on_run()
+    outputs = call(agent, claimed.task, run)
+    try:
+        while True:
+            try:
+                item = next(outputs)
+            except StopIteration as stop:
+                finish = final_change(stop.value, after_output=produced)
+                break
+            saved = _save(store, record, progress.change(item), agent, settings)
+            if not saved.applied or saved.record is None:
+                return saved  # canceled or reaped meanwhile: stop the function here
+            record, produced = saved.record, True
+    except timeout_errors:
+        finish = failed(f"timed out after {settings.time_limit:g} s")
+    except CallStopped as stopped:  # its time limit or a cancel (worker.engine.held_calls)
+        finish = failed(str(stopped))
+    except UnsupportedResult as error:
+        finish = failed(str(error))
+    except Exception as error:
+        log.exception("task %s: fulfilment function raised", task_id)
+        finish = failed(f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
+    finally:
+        outputs.close()
+    return _save(store, record, finish, agent, settings)
+
+
+def _save(
+    store: Store, running: Record, change: Change, agent: Agent, settings: Settings
+) -> Outcome:
+    """Save a change as a transition from `working`, retrying through a short
+    store outage: the function has run, so its output is worth waiting for.
+    Heartbeats go on meanwhile; after `stale_after` the reaper would fail the
+    task anyway, so that is how long this tries before giving up."""
+    deadline = time.monotonic() + settings.stale_after
+    backoff = Backoff(initial=0.05, cap=2.0)
+    known: Record | None = running  # heartbeats do not change the stored task
+    while True:
+        try:
+            return transition(
+                store,
+                running.task["id"],
+                change,
+                from_states={WORKING},
+                current=known,
+                on_terminal=agent.on_task,
+            )
+        except StoreError as error:
+            delay = backoff.next()
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("task %s: cannot save yet, retrying: %s", running.task["id"], error)
+            time.sleep(delay)
+            known = None

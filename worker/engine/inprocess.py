@@ -1,0 +1,93 @@
+"""A Dispatcher that runs fulfilment on threads in this process (embedded mode).
+
+`toolnexus-serve` patches the standard library for gevent first (worker.cli.main),
+so there these threads are greenlets, sharing the server's event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+
+from shared.errors import BrokerError
+from shared.ops.correlation import correlated, request_id
+from shared.ops.tracing import current_context, within
+from shared.settings import Settings
+from shared.store.contract import Store
+from worker.engine.agent import Agent
+from worker.engine.observe import observed_fulfil
+
+log = logging.getLogger(__name__)
+
+
+def default_threads(settings: Settings) -> int:
+    # Agent calls mostly wait on I/O (models, APIs), so more threads than cores.
+    return settings.concurrency or min(32, (os.cpu_count() or 1) + 4)
+
+
+class InProcessDispatcher:
+    """Queues task ids for a fixed pool of daemon threads running `fulfil`.
+
+    Threads cannot be killed, so `revoke` stops nothing that has started:
+    a canceled task's function runs to its end and its result is then
+    refused by the transition (canceled is terminal). A task canceled
+    while still queued is skipped when its turn comes, because `fulfil`
+    only runs `submitted` tasks. There are no time limits in this mode.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        agent: Agent,
+        settings: Settings,
+        *,
+        threads: int | None = None,
+    ) -> None:
+        self._store = store
+        self._agent = agent
+        self._settings = settings
+        # (task id, the request id and trace context that queued it), or None: stop.
+        self._queue: queue.SimpleQueue[tuple[str, str | None, object] | None] = queue.SimpleQueue()
+        self._closed = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"toolnexus-worker-{n}", daemon=True)
+            for n in range(threads or default_threads(settings))
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def enqueue(self, task_id: str) -> None:
+        self.check()
+        self._queue.put((task_id, request_id(), current_context()))
+
+    def revoke(self, task_id: str) -> None:
+        log.info("task %s: canceled; a running call finishes, its result is dropped", task_id)
+
+    def check(self) -> None:
+        if self._closed.is_set():
+            raise BrokerError("the in-process worker is shutting down")
+
+    def close(self, timeout: float = 10.0) -> bool:
+        """Stop taking work, let running tasks finish for up to `timeout`
+        seconds; True if every thread ended. Queued tasks stay `submitted`."""
+        self._closed.set()
+        for _ in self._threads:
+            self._queue.put(None)
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in self._threads)
+
+    def _work(self) -> None:
+        while (queued := self._queue.get()) is not None:
+            if self._closed.is_set():
+                continue  # drain without running: shutting down
+            task_id, queued_by, trace_context = queued
+            with correlated(request=queued_by, task=task_id), within(trace_context):
+                try:
+                    observed_fulfil(self._store, task_id, self._agent, self._settings)
+                except Exception:
+                    log.exception("task %s: fulfilment crashed", task_id)

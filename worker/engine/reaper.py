@@ -1,0 +1,184 @@
+"""The reaper: what beat (or the embedded server) runs every few seconds.
+
+1. Fail `working` tasks whose worker stopped heartbeating. A worker that
+   dies (SIGKILL, OOM, lost host) cannot report anything; its task would
+   stay `working` forever. The store's working index says when each running
+   task last heartbeat; anything older than `stale_after` is failed.
+2. Send again every task still `submitted` long after it was queued. Its
+   message may be gone: a broker that lost its data, a worker that died
+   between receiving and claiming it, a delivery rejected while the store
+   was down, a web process killed between saving and publishing. The
+   store's waiting index says when each was last sent; one range query
+   finds them whatever the broker did. A copy of a message that was not
+   lost after all finds the task claimed and does nothing.
+3. Fail tasks left waiting for the peer (input-required, auth-required)
+   longer than the input timeout, saying so in their status, so that a
+   conversation nobody finishes does not keep its task forever.
+4. Purge finished tasks past their time to live, on stores that do not
+   expire them by themselves (Redis does).
+5. Record the time of the run, so every front end can tell (`/readyz`)
+   that the reaper still runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from shared.errors import StoreError
+from shared.store.contract import Store
+from shared.task import INTERRUPTED_STATES, WORKING
+from shared.transitions import OnTerminal, transition
+from worker.engine.metrics import worker_metrics
+from worker.engine.results import failed
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+
+
+def reap_stale(
+    store: Store,
+    now: float,
+    stale_after: float,
+    on_terminal: OnTerminal | None = None,
+) -> list[str]:
+    """Fail every task still `working` whose last heartbeat is older than
+    `now - stale_after`; return the ids this call failed.
+
+    On Redis this is one range query over the working index plus one
+    compare-and-set per stale task. A worker finishing at the same moment
+    races on that compare-and-set: exactly one terminal state is written.
+    """
+    reason = f"worker lost: no heartbeat for {stale_after:g} s"
+    reaped = []
+    for task_id in store.stale(now - stale_after):
+        # Only from `working`: a task that asked for input or finished since
+        # it was listed is no longer the reaper's business.
+        outcome = transition(
+            store, task_id, failed(reason), from_states={WORKING}, on_terminal=on_terminal
+        )
+        if outcome.applied:
+            reaped.append(task_id)
+        elif outcome.task is None:
+            log.warning("reaper: stale entry %s has no readable task", task_id)
+    if reaped:
+        worker_metrics().reaped.inc(len(reaped))
+        log.warning("reaper: failed %d stale task(s) (%s): %s", len(reaped), reason, reaped)
+    return reaped
+
+
+def end_unanswered(
+    store: Store, now: float, timeout: float, on_terminal: OnTerminal | None = None
+) -> list[str]:
+    """Fail every task waiting for the peer since before `now - timeout`; the
+    ids this call failed. Through the state machine, from those states only:
+    an answer that lands at the same moment wins or loses cleanly."""
+    reason = f"no answer from the peer for {timeout:g} s (TOOLNEXUS_INPUT_TIMEOUT): gave up waiting"
+    change = failed(reason)
+    ended = []
+    for task_id in store.interrupted(now - timeout):
+        outcome = transition(
+            store, task_id, change, from_states=INTERRUPTED_STATES, on_terminal=on_terminal
+        )
+        if outcome.applied:
+            ended.append(task_id)
+    if ended:
+        worker_metrics().unanswered.inc(len(ended))
+        log.info("reaper: failed %d task(s) left waiting for input: %s", len(ended), ended)
+    return ended
+
+
+def resend_waiting(
+    store: Store, send: Callable[[str], None], now: float, older_than: float
+) -> list[str]:
+    """Send again each task `submitted` and last sent before `now - older_than`."""
+    resent = []
+    for task_id in store.waiting(now - older_than):
+        send(task_id)
+        store.resent(task_id)
+        resent.append(task_id)
+    if resent:
+        worker_metrics().resent.inc(len(resent))
+        log.info("reaper: sent %d waiting task(s) again: %s", len(resent), resent)
+    return resent
+
+
+def sweep(
+    store: Store,
+    send: Callable[[str], None],
+    now: float,
+    stale_after: float,
+    on_terminal: OnTerminal | None = None,
+    *,
+    input_timeout: float | None = None,
+) -> list[str]:
+    """One run of the reaper: reap, resend, end what waited too long for
+    input (`input_timeout`, None: never), purge, and record that it ran."""
+    reaped = reap_stale(store, now, stale_after, on_terminal)
+    if input_timeout:
+        end_unanswered(store, now, input_timeout, on_terminal)
+    try:
+        resend_waiting(store, send, now, stale_after)
+    except StoreError:
+        raise
+    except Exception as error:  # the broker: /readyz says so; the reaper itself ran
+        log.warning("reaper: could not send waiting tasks again (next run retries): %s", error)
+    if purged := store.purge_expired():
+        log.info("reaper: purged %d finished task(s) past their time to live", purged)
+    store.record_beat()
+    return reaped
+
+
+class ReaperThread:
+    """Runs `sweep` at once and then every `every` seconds in a daemon thread
+    (embedded mode; under Celery, beat runs the same function instead)."""
+
+    def __init__(
+        self,
+        store: Store,
+        send: Callable[[str], None],
+        *,
+        every: float,
+        stale_after: float,
+        on_terminal: OnTerminal | None = None,
+        clock: Clock,
+        input_timeout: float | None = None,
+    ) -> None:
+        self._input_timeout = input_timeout
+        self._store = store
+        self._send = send
+        self._every = every
+        self._stale_after = stale_after
+        self._on_terminal = on_terminal
+        self._clock = clock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="toolnexus-reaper", daemon=True)
+
+    def start(self) -> ReaperThread:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                sweep(
+                    self._store,
+                    self._send,
+                    self._clock(),
+                    self._stale_after,
+                    self._on_terminal,
+                    input_timeout=self._input_timeout,
+                )
+            except StoreError as error:
+                log.warning("reaper: store unavailable, will retry: %s", error)
+            except Exception:
+                log.exception("reaper: unexpected error, will retry")
+            if self._stop.wait(self._every):
+                return
