@@ -5,7 +5,7 @@ idle connections, slowloris.
 
 Runs compose.yaml's web, worker and beat commands as local processes on a
 private redis-server (tests.support.compose.LocalStack: gunicorn with
-gunicorn.conf.py, one `celery worker` with the file's concurrency, beat),
+web.http.gunicorn_conf, one `celery worker` with the file's concurrency, beat),
 with the agent `examples.agents:slow` (a 2 s task), then, one after the other:
 
 1. Flood: --sends concurrent blocking SendMessage requests (A2A 1.0), each a
@@ -324,7 +324,8 @@ def main() -> None:
         bound = float(web_env.get("TOOLNEXUS_BLOCKING_TIMEOUT") or 30.0)
         workers = os.environ.get("WEB_CONCURRENCY", str(os.cpu_count()))
         print(
-            f"default deployment: gunicorn.conf.py ({workers} gevent workers), one Celery worker"
+            f"default deployment: web.http.gunicorn_conf ({workers} gevent workers),"
+            " one Celery worker"
             f" (-c {stack.environments['worker']['TOOLNEXUS_CONCURRENCY']}), beat;"
             f" agent examples.agents:slow",
             flush=True,

@@ -4,7 +4,7 @@ per gRPC process.
 
     python3 bench/grpc_load.py [--rounds 3] [--seconds 3] [--clients 16] [--streams 1000]
 
-This service: `python -m web.grpc.server` on a private Redis (the store
+This service: `python -m web.grpc_process` on a private Redis (the store
 and the broker; no worker runs, so SendMessage with returnImmediately
 measures accepting a task, as the SDK's does before its agent runs), and
 the same process on the memory store, as the SDK's peer keeps its tasks
@@ -138,7 +138,7 @@ def main() -> None:
             "TOOLNEXUS_QUEUE": "bench",
             "TOOLNEXUS_LOG_LEVEL": "WARNING",
         }
-        command = [sys.executable, "-m", "web.grpc.server", "--port", "{port}"]
+        command = [sys.executable, "-m", "web.grpc_process", "--port", "{port}"]
         ours = Server("this service's gRPC process", command, env)
         servers.append(ours)
         in_memory = Server(

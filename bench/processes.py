@@ -87,9 +87,9 @@ class Server:
 def gunicorn(
     app: str, env: Mapping[str, str], what: str | None = None, flags: Sequence[str] = ()
 ) -> Server:
-    """gunicorn with the project's own gunicorn.conf.py (workers, worker class,
+    """gunicorn with the project's own web.http.gunicorn_conf (workers, worker class,
     timeouts); `flags` override it."""
-    command = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "gunicorn.conf.py")]
+    command = [sys.executable, "-m", "gunicorn", "-c", "python:web.http.gunicorn_conf"]
     command += ["-b", "127.0.0.1:{port}", "--log-level", "warning", *flags, app]
     return Server(what or f"gunicorn {app}", command, env)
 

@@ -41,10 +41,11 @@ from shared import Settings
 from shared.codec import encode_bytes
 from shared.dialects import stream_response
 from shared.events import artifact_update
-from shared.push.contract import PushConfig, push_store
+from shared.push.contract import PushConfig
 from shared.store.contract import Commit
 from shared.stores.memory.store import MemoryStore
 from shared.task import new_task
+from tests.support.shortcuts import push_store
 from worker.push.delivery import Policy, PushThread, deliver
 
 

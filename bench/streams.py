@@ -5,8 +5,8 @@
 Two servers, one after the other, each holding the same N streams of the
 same events:
 
-* this service: a private redis-server, gunicorn with the repo's
-  gunicorn.conf.py and ONE worker process (WEB_CONCURRENCY=1), and Celery
+* this service: a private redis-server, gunicorn with the packaged
+  web.http.gunicorn_conf and ONE worker process (WEB_CONCURRENCY=1), and Celery
   workers (--celery-workers processes, the asyncio pool, every task
   running at once) running `bench.agents:streamer`; or, with
   `--events-by direct`, no worker: one plain process writes the same
@@ -428,7 +428,7 @@ def run_ours(args: argparse.Namespace, folder: Path) -> Outcome:
                     env["TOOLNEXUS_STORE"],
                 ]
             )
-        # gunicorn.conf.py allows 4,096 connections per process; one process
+        # web.http.gunicorn_conf allows 4,096 connections per process; one process
         # holding every stream needs more.
         connections = ("--worker-connections", str(max(4096, args.streams + 1000)))
         web = gunicorn("web:create_app()", env, "this service, one gunicorn worker", connections)

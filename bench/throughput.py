@@ -10,7 +10,7 @@ e.g. a RabbitMQ virtual host of its own, which bare Celery then shares)
 and measures, one after the other:
 
 1. Throughput: N SendMessage requests over HTTP to the front end (gunicorn
-   with gunicorn.conf.py, Redis store, Celery dispatcher) served by ONE
+   with web.http.gunicorn_conf, Redis store, Celery dispatcher) served by ONE
    `celery -A worker worker -c 2` (prefork, echo agent), timed from the
    first send until every task is `completed` (read from the store, so
    polling costs the service nothing). Beside it, bare Celery on the same

@@ -10,7 +10,7 @@ redis-server:
   TOOLNEXUS_CONCURRENCY=--tasks, agent `bench.agents:waiting` (an `async
   def` GET on the slow server); the tasks are created and queued as the
   front end does it (store.create, then shared.broker.dispatch's queue), no HTTP;
-- asyncio-http: the same behind gunicorn (gunicorn.conf.py), the tasks sent
+- asyncio-http: the same behind gunicorn (web.http.gunicorn_conf), the tasks sent
   as blocking SendMessage requests, like the peer's;
 - asyncio-64: as asyncio, with the store's pool held at 64 connections
   (bench/capped_worker.py), to see what sizing it from the concurrency buys;

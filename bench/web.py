@@ -4,12 +4,12 @@
                          [--postgres-only] [--paired]
 
 Starts, all at once and each on a free port:
-  * this service: gunicorn with the repo's gunicorn.conf.py (its worker class
+  * this service: gunicorn with the packaged web.http.gunicorn_conf (its worker class
     and worker count) serving `web:create_app()` on a private redis-server
     (store on db 1, the Celery broker on db 2; no Celery worker runs, so a
     send is measured up to its publish, as a peer sees it);
   * the trivial baseline: a Flask app answering POST with one Redis GET of a
-    stored task, under the same gunicorn.conf.py (same serving model);
+    stored task, under the same web.http.gunicorn_conf (same serving model);
   * the a2a-sdk server (bench/sdk_peer.py) in one uvicorn process, on its
     InMemoryTaskStore; its echo agent runs in that process after a
     non-blocking send has been answered;

@@ -41,10 +41,6 @@ def _seconds(value: str) -> float:
     return number
 
 
-def _optional_seconds(value: str) -> float | None:
-    return _seconds(value) if value else None
-
-
 def _seconds_or_never(value: str) -> float | None:
     """Seconds, where `0` (or empty) means never."""
     return None if not value or float(value) == 0 else _seconds(value)
@@ -265,7 +261,7 @@ class Settings:
     # on an amqp:// broker (RabbitMQ): quorum (replicated, the default) or
     # classic queues; an existing queue keeps the type it was made with
     amqp_queue_type: str = _env("AMQP_QUEUE_TYPE", _amqp_queue_type, "quorum")
-    # --- the event log and what it keeps (issue 20) ---
+    # --- the event log and what it keeps ---
     # seconds a finished task is kept (then forgotten, with its log), on every
     # store; 0 keeps it forever
     task_ttl: float | None = _env("TASK_TTL", _seconds_or_never, 7 * 24 * 3600.0)
@@ -286,7 +282,7 @@ class Settings:
     # NOTIFY the front ends (false: they poll the watched tasks instead)
     pg_pool: int = _env("PG_POOL", _count, 10)
     pg_notify: bool = _env("PG_NOTIFY", _flag, True)
-    # --- push notifications (issue 22) ---
+    # --- push notifications ---
     # false: the push-notification methods answer -32003 and the card says so
     push: bool = _env("PUSH", _flag, True)
     # webhook configs one task may hold
@@ -399,7 +395,7 @@ class Settings:
     # collected once. 0: CPython's collector as it is / never thawed
     gc_freeze_every: float | None = _env("GC_FREEZE_EVERY", _seconds_or_never, 1.0)
     gc_thaw_every: float | None = _env("GC_THAW_EVERY", _seconds_or_never, 600.0)
-    # the gRPC binding (`python -m web.grpc.server`): where it listens, the
+    # the gRPC binding (`python -m web.grpc_process`): where it listens, the
     # address the card declares for it (unset: the card lists no GRPC
     # interface; set, the embedded server serves gRPC too), the calls in
     # flight (open streams too, which hold no thread), the largest message

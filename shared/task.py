@@ -224,34 +224,12 @@ def new_task(message: Message, context_id: str | None = None, owner: str | None 
     return task
 
 
-def with_status(
-    task: Task,
-    state: str,
-    *,
-    message: Message | None = None,
-    timestamp: str | None = None,
-) -> Task:
-    """A copy of `task` in `state`, with `message` as `status.message`."""
-    if state not in STATES:
-        raise ValueError(f"unknown task state {state!r}")
-    status: TaskStatus = {"state": state, "timestamp": timestamp or now_iso()}
-    if message is not None:
-        status["message"] = message
-    return {**task, "status": status}
-
-
 def latest_user_message(task: Mapping[str, Any]) -> Message | None:
     """The newest user message in the history, if any."""
     for message in reversed(task.get("history") or []):
         if isinstance(message, Mapping) and message.get("role") == "user":
             return message  # type: ignore[return-value]
     return None
-
-
-def latest_user_text(task: Mapping[str, Any]) -> str:
-    """The text of the newest user message in the history ("" if none)."""
-    message = latest_user_message(task)
-    return message_text(message) if message is not None else ""
 
 
 def message_text(message: Mapping[str, Any]) -> str:

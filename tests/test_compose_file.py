@@ -210,8 +210,8 @@ def test_ports_are_published_on_loopback_unless_configured(services: dict[str, A
 def test_stop_grace_periods_cover_each_graceful_shutdown(
     services: dict[str, Any], tmp_path: Path
 ) -> None:
-    # web: gunicorn's own graceful timeout, read from gunicorn.conf.py itself.
-    code = "import runpy; print(runpy.run_path('gunicorn.conf.py')['graceful_timeout'])"
+    # web: gunicorn's own graceful timeout, read from web.http.gunicorn_conf itself.
+    code = "from web.http import gunicorn_conf; print(gunicorn_conf.graceful_timeout)"
     env = {**environment_of("web"), "TOOLNEXUS_STORE": f"file:{tmp_path}", "PATH": "/usr/bin"}
     probe = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True

@@ -22,11 +22,12 @@ import pytest
 import redis
 import requests
 
-from shared.task import COMPLETED, FAILED, WORKING, new_task, text_message, with_status
+from shared.task import COMPLETED, FAILED, WORKING, new_task, text_message
 from tests.support.a2a import readyz, send_text, wait_ready, wait_state
 from tests.support.compose import ROOT, Backends, LocalStack, compose, dotenv_for, local_stack
 from tests.support.polling import wait_for
 from tests.support.redis_server import RedisServer
+from tests.support.shortcuts import with_status
 
 FLOWER_LOGIN = ("admin", "secret")
 # The .env: short liveness settings so the reaper acts within the test, and

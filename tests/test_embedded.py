@@ -17,10 +17,11 @@ import pytest
 import requests
 
 from shared.stores.file.store import file_store
-from shared.task import new_id, new_task, state_of, text_message, with_status
+from shared.task import new_id, new_task, state_of, text_message
 from tests.support.agents import runs_of
 from tests.support.polling import wait_for
 from tests.support.redis_server import free_port
+from tests.support.shortcuts import with_status
 from worker.embedded import main, parse_args, pool_note, settings_from
 
 ROOT = Path(__file__).resolve().parent.parent

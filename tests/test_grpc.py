@@ -1,5 +1,5 @@
 """The gRPC binding against the distributed deployment: `python -m
-web.grpc.server` beside compose.yaml's gunicorn, Celery worker and beat on
+web.grpc_process` beside compose.yaml's gunicorn, Celery worker and beat on
 a private Redis, running examples.agents:countdown, with bearer tokens.
 
 - the official a2a-sdk 1.x client, which picks the card's GRPC interface:

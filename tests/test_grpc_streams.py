@@ -1,6 +1,6 @@
 """Many open gRPC streams in one gRPC process, without a thread each.
 
-The real gRPC process (`python -m web.grpc.server`, on grpc.aio) on a
+The real gRPC process (`python -m web.grpc_process`, on grpc.aio) on a
 private Redis, with no worker: the tasks it accepts stay `submitted` until
 this test moves them, writing to the same store as a worker would (its
 events reach the process through Redis pub/sub). Also: the process imports no Flask.
@@ -68,7 +68,7 @@ def served(
         "PYTHONPROFILEIMPORTTIME": "1",
     }
     log = tmp_path_factory.mktemp("grpc-streams") / "grpc.log"
-    process = ServiceProcess("grpc", [sys.executable, "-m", "web.grpc.server"], env, ROOT, log)
+    process = ServiceProcess("grpc", [sys.executable, "-m", "web.grpc_process"], env, ROOT, log)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             try:

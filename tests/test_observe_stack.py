@@ -35,13 +35,13 @@ from shared.task import (
     WORKING,
     new_task,
     text_message,
-    with_status,
 )
 from tests.support.a2a import call, result, wait_ready, wait_state
 from tests.support.agents import runs_of
 from tests.support.compose import ROOT, LocalStack, local_stack
 from tests.support.polling import wait_for
 from tests.support.redis_server import free_port
+from tests.support.shortcuts import with_status
 
 FLOWER_LOGIN = ("admin", "secret")
 LIVENESS = {

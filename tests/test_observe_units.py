@@ -39,13 +39,13 @@ from shared.task import (
     agent_message,
     new_task,
     text_message,
-    with_status,
 )
 from tests.support.polling import wait_for
 from tests.support.redis_server import free_port
+from tests.support.shortcuts import with_status
 from tests.test_web_support import NoBroker
 from web import create_app
-from worker.engine.outcome import TaskFailed, celery_result
+from worker.runtime.outcome import TaskFailed, celery_result
 
 ROOT = Path(__file__).resolve().parent.parent
 

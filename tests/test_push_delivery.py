@@ -15,12 +15,13 @@ import pytest
 import requests
 
 from shared.dialects import stream_response
-from shared.push.contract import Cursor, PushStore, push_store
+from shared.push.contract import Cursor, PushStore
 from shared.store.contract import Store
 from tests.support.a2a import wait_ready
 from tests.support.compose import Backends, LocalStack, local_stack
 from tests.support.polling import wait_for
 from tests.support.redis_server import free_port
+from tests.support.shortcuts import push_store
 from tests.support.webhook_receiver import Hit, Receiver
 
 SECRET = "s3cret-credentials"

@@ -13,13 +13,7 @@ from typing import Any
 import pytest
 
 from shared import Settings, memory_store
-from shared.push.contract import (
-    Cursor,
-    PushConfig,
-    PushStore,
-    TooManyConfigs,
-    push_store,
-)
+from shared.push.contract import Cursor, PushConfig, PushStore, TooManyConfigs
 from shared.stores.file.push import FilePush
 from shared.stores.file.store import FileStore
 from shared.stores.memory.push import MemoryPush
@@ -28,6 +22,7 @@ from shared.stores.postgres.push import PostgresPush
 from shared.stores.redis.push import RedisPush
 from shared.stores.redis.store import redis_store
 from tests.support.polling import wait_for
+from tests.support.shortcuts import push_store
 from tests.test_web_support import PlayingDispatcher
 from web import create_app
 
@@ -304,11 +299,13 @@ def test_a_finished_tasks_push_state_goes_after_the_task_ttl(
     if kind == "memory":
         pushes = MemoryPush(ttl=1)
     elif kind == "file":
-        pushes = FilePush(FileStore(tmp_path / "tasks"), ttl=1)
+        pushes = FilePush(FileStore(tmp_path / "tasks").directory, ttl=1)
     elif kind == "postgres":
-        pushes = PostgresPush(postgres_store(request.getfixturevalue("postgres_url")), ttl=1)
+        pg = postgres_store(request.getfixturevalue("postgres_url"))
+        pushes = PostgresPush(pg.statements, ttl=1)
     else:
-        pushes = RedisPush(redis_store(request.getfixturevalue("redis_url")), ttl=1)
+        client = redis_store(request.getfixturevalue("redis_url")).client
+        pushes = RedisPush(client, "toolnexus:", ttl=1)
     pushes.put(config("t1", "a"), cap=2)
     pushes.put(config("t2", "a"), cap=2)
     pushes.done("t1")

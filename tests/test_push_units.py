@@ -13,12 +13,13 @@ from prometheus_client import REGISTRY
 
 from shared import Settings
 from shared.events import artifact_update, status_update
-from shared.push.contract import Cursor, PushStore, push_store
+from shared.push.contract import Cursor, PushStore
 from shared.push.http import Allowed
 from shared.store.contract import Commit
 from shared.stores.memory.store import MemoryStore
 from shared.task import WORKING, Artifact, new_task
 from tests.support.polling import wait_for
+from tests.support.shortcuts import push_store
 from tests.support.webhook_receiver import Receiver
 from worker.push.delivery import GaveUp, Policy, deliver, sweep
 from worker.push.metrics import push_metrics

@@ -54,7 +54,8 @@ from tests.support.strategies import json_values
 from web import create_app
 from web.core.errors import ERROR_INFO
 from web.core.params import MAX_VALUE_DEPTH
-from web.jsonrpc.binding import MAX_DEPTH, METHODS
+from web.http.body import MAX_DEPTH
+from web.jsonrpc.binding import METHODS
 
 MAX_BODY = 16 * 1024  # small, so "beyond the limit" stays cheap
 FUZZ = settings(

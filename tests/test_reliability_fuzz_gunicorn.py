@@ -1,5 +1,5 @@
 """The fuzz suite's representative part against the server users run:
-gunicorn with gunicorn.conf.py and its gevent worker (compose.yaml's web
+gunicorn with web.http.gunicorn_conf and its gevent worker (compose.yaml's web
 command, run here as a local process by tests.support.compose), not the
 Flask test client or Werkzeug's development server.
 

@@ -15,6 +15,7 @@ import pytest
 from shared import ConfigError, Settings
 from shared.store.adapter import Adapted
 from shared.store.resolve import resolve_store
+from shared.store.wiring import open_store
 from shared.stores.file.store import FileStore
 from shared.stores.memory.store import MemoryStore, memory_store
 from shared.stores.redis.store import RedisStore
@@ -77,16 +78,23 @@ def test_a_factory_that_raises_is_a_one_line_configuration_error() -> None:
 
 
 def test_reference_to_a_store_class_is_instantiated() -> None:
-    resolved = resolve_store(f"{__name__}:StoreClass")
+    resolved = open_store(Settings(), f"{__name__}:StoreClass")
     assert isinstance(resolved, Adapted) and isinstance(resolved.inner, StoreClass)
 
 
 def test_a_whole_store_passes_straight_through_and_a_two_method_one_is_adapted() -> None:
     whole = memory_store()
-    assert resolve_store(whole) is whole
+    assert open_store(Settings(), whole) is whole
     mine = SimpleNamespace(get=lambda task_id: None, save=lambda task: task)
-    adapted = resolve_store(mine)
+    adapted = open_store(Settings(), mine)
     assert isinstance(adapted, Adapted) and adapted.inner is mine
+
+
+def test_any_other_object_is_used_as_it_is() -> None:
+    # The seed's contract: anything else is used as-is; the adapter is the wiring's.
+    mine = SimpleNamespace(get=lambda task_id: None, save=lambda task: task)
+    assert resolve_store(mine) is mine
+    assert isinstance(resolve_store(f"{__name__}:StoreClass"), StoreClass)
 
 
 @pytest.mark.parametrize("spec", ["mysql://db/tasks", "file:", "", "memory:", "s3 bucket"])
@@ -119,14 +127,22 @@ def test_reading_the_settings_imports_no_store() -> None:
         " drivers = ('shared.stores', 'redis', 'psycopg');"
         " print(sorted(m for m in sys.modules if m.startswith(drivers)))"
     )
-    # `import shared` imports the stores (the public constructors), so the
-    # module is loaded on its own, as the settings module loads it.
-    runner = (
-        "import importlib.util, sys, types; pkg = types.ModuleType('shared');"
-        f" pkg.__path__ = [{str(ROOT / 'shared')!r}]; sys.modules['shared'] = pkg; exec({code!r})"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("module", ["shared.store.contract", "shared.store", "shared"])
+def test_importing_the_store_contract_imports_no_store(module: str) -> None:
+    # `shared` names the stores' constructors but imports each on first use.
+    code = (
+        f"import sys, {module};"
+        " drivers = ('shared.stores', 'redis', 'psycopg');"
+        " print(sorted(m for m in sys.modules if m.startswith(drivers)))"
     )
     result = subprocess.run(
-        [sys.executable, "-c", runner], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert result.stdout.strip() == "[]"
 

@@ -41,7 +41,14 @@ def one_line_exit(command: list[str], env: dict[str, str]) -> str:
     return lines[0]
 
 
-GUNICORN = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "web:create_app()"]
+GUNICORN = [
+    sys.executable,
+    "-m",
+    "gunicorn",
+    "-c",
+    "python:web.http.gunicorn_conf",
+    "web:create_app()",
+]
 CELERY = [sys.executable, "-m", "celery", "-A", "worker"]
 
 
@@ -144,7 +151,7 @@ def test_gunicorn_gathers_access_lines_only_for_an_access_log() -> None:
         logger.cfg = SimpleNamespace(
             accesslog=accesslog,
             logconfig=None,
-            logconfig_dict={"version": 1},  # gunicorn.conf.py always sets one
+            logconfig_dict={"version": 1},  # web.http.gunicorn_conf always sets one
             logconfig_json=None,
             syslog=False,
             disable_redirect_access_to_syslog=False,

@@ -69,7 +69,14 @@ def test_an_empty_token_setting_still_means_open() -> None:
 
 def start_up(program: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("TOOLNEXUS_")}
-    gunicorn = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "web:create_app()"]
+    gunicorn = [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "-c",
+        "python:web.http.gunicorn_conf",
+        "web:create_app()",
+    ]
     argv = {
         "gunicorn": gunicorn,
         "toolnexus-serve": [*command(), "--port", str(free_port())],

@@ -1,4 +1,4 @@
-"""Issue 12 replayed against the deployment: gunicorn (gunicorn.conf.py, gevent
+"""Issue 12 replayed against the deployment: gunicorn (web.http.gunicorn_conf, gevent
 workers) and a real Celery worker and beat, as compose.yaml runs them, on a
 private Redis; callers with tokens, JWTs from a JWK set the test serves, and
 the official a2a-sdk client."""
@@ -204,7 +204,7 @@ def test_card_url_never_comes_from_an_unchecked_host(
 
 UNREADABLE = (400, "bad HTTP request: the request line or a header could not be read")
 TOO_MANY_HEADERS = (431, "request header fields too large, or too many of them")
-# What gunicorn (behind gunicorn.conf.py) answers each case with: the status
+# What gunicorn (behind web.http.gunicorn_conf) answers each case with: the status
 # and the JSON-RPC error's message, spelled out here, not read from the
 # product, so a wrong or swapped message fails.
 FRAMING_ANSWERS: dict[str, tuple[int, str]] = {

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from shared import Settings, resolve_store
+from shared import Settings
 from shared.events import artifact_update, status_update
 from shared.store.adapter import Adapted, number_of
 from shared.store.contract import Record, is_full_store
 from shared.store.follow import follow
+from shared.store.wiring import open_store
 from shared.stores.file.store import file_store
 from shared.stores.memory.store import memory_store
 from shared.task import COMPLETED, SUBMITTED, WORKING, new_task, state_of, text_message
@@ -44,7 +45,7 @@ def test_the_start_up_line_names_what_a_two_method_store_lacks(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="shared.store.adapter")
-    store = resolve_store(DictStore())
+    store = open_store(Settings(), DictStore())
     assert isinstance(store, Adapted) and is_full_store(store)
     (line,) = [r.getMessage() for r in caplog.records if r.name == "shared.store.adapter"]
     assert "DictStore has only get/save" in line
@@ -55,13 +56,13 @@ def test_the_start_up_line_names_what_a_two_method_store_lacks(
 def test_a_whole_store_is_not_adapted_and_says_nothing(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="shared.store.adapter")
     store = memory_store()
-    assert resolve_store(store) is store
+    assert open_store(Settings(), store) is store
     assert not [r for r in caplog.records if r.name == "shared.store.adapter"]
 
 
 def test_the_state_machine_and_claims_hold_on_an_adapted_store() -> None:
     inner = DictStore()
-    store = resolve_store(inner)
+    store = open_store(Settings(), inner)
     task = store.create(new_task(text_message("user", "hi"))).task
     assert claim(store, task["id"], to=WORKING, from_state=SUBMITTED).applied
     assert not claim(store, task["id"], to=WORKING, from_state=SUBMITTED).applied
@@ -73,7 +74,7 @@ def test_the_state_machine_and_claims_hold_on_an_adapted_store() -> None:
 
 
 def test_numbers_grow_with_each_change_and_a_follower_sees_each_snapshot() -> None:
-    store = resolve_store(DictStore())
+    store = open_store(Settings(), DictStore())
     task = store.create(new_task(text_message("user", "hi"))).task
     first = store.read(task["id"])
     assert first is not None and first.seq % 2 == 0
@@ -114,7 +115,7 @@ def test_a_polling_watch_hears_of_a_change_saved_behind_the_adapter() -> None:
 
 def test_the_service_runs_on_a_two_method_store() -> None:
     inner = DictStore()
-    store = resolve_store(inner)
+    store = open_store(Settings(), inner)
     client = create_app(Settings(), store=inner, dispatcher=PlayingDispatcher(store)).test_client()
     params = {"message": user_message(), "configuration": {"blocking": True}}
     sent = rpc(client, "SendMessage", params)["result"]

@@ -177,7 +177,7 @@ holder.execute("SELECT pg_advisory_lock(%s)", (key,))
 order = []
 
 def locked():
-    store.run("SELECT pg_advisory_xact_lock(%s)", (key,))
+    store.statements.run("SELECT pg_advisory_xact_lock(%s)", (key,))
     order.append("locked")
 
 def read():

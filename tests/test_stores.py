@@ -20,8 +20,10 @@ import redis
 
 from shared import InvalidTaskId, StoreError, transition
 from shared.events import Change, artifact_update, message_added, to_state
+from shared.settings import Settings
 from shared.store.contract import digest, is_full_store
 from shared.store.resolve import resolve_store
+from shared.store.wiring import open_store
 from shared.stores.file.store import FileStore
 from shared.stores.postgres import PostgresStore, postgres_store
 from shared.stores.redis.store import RedisStore, redis_store
@@ -34,10 +36,10 @@ from shared.task import (
     new_task,
     state_of,
     text_message,
-    with_status,
 )
 from tests.support.postgres import execute
 from tests.support.processes import answer_of, answers_of, ended_well
+from tests.support.shortcuts import with_status
 
 HOSTILE_IDS = ["../x", "../../etc/passwd", "a/b", "", "\x00", "a\x00b", ".", "..", "x" * 10_000]
 HOSTILE_IDS += ["é", "x" * 129]
@@ -67,6 +69,8 @@ def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> str | SimpleNa
 
 @pytest.fixture
 def store(store_spec: str | SimpleNamespace) -> Any:
+    if isinstance(store_spec, SimpleNamespace):  # the closures: adapted where they are wired
+        return open_store(Settings(), store_spec)
     return resolve_store(store_spec)
 
 

@@ -28,7 +28,8 @@ import pytest
 import redis
 import requests
 
-from shared.broker.redis_queue import POOL_SIZE, POOL_WAIT
+from shared.broker.redis_queue import POOL_SIZE
+from shared.pooling import POOL_WAIT
 from shared.settings import Settings
 from tests.support.compose import local_stack
 from tests.support.polling import wait_for

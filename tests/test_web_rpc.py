@@ -17,7 +17,8 @@ from tests.support.strategies import json_values
 from tests.test_web_support import PlayingDispatcher, rpc, user_message
 from web import create_app
 from web.core.errors import BAD_REQUEST, ERROR_INFO
-from web.jsonrpc.binding import METHODS, _plain_loads, _plainly_storable, _strict_loads
+from web.http.body import _plain_loads, _plainly_storable, _strict_loads
+from web.jsonrpc.binding import METHODS
 
 
 @pytest.fixture

@@ -22,17 +22,10 @@ from werkzeug.serving import make_server
 from shared.errors import BrokerError
 from shared.events import Event, artifact_update, status_update, to_state
 from shared.store.contract import TaskStore
-from shared.task import (
-    COMPLETED,
-    INPUT_REQUIRED,
-    WORKING,
-    Task,
-    agent_message,
-    latest_user_text,
-    new_id,
-)
+from shared.task import COMPLETED, INPUT_REQUIRED, WORKING, Task, agent_message, new_id
 from shared.transitions import transition
 from tests.support.redis_server import free_port
+from tests.support.shortcuts import latest_user_text
 
 ASK = "ask me"  # a message with this text makes the playing worker ask back
 QUESTION = "What is your name?"

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from shared.stores.redis.store import redis_store
-from shared.task import FAILED, WORKING, new_task, state_of, text_message, with_status
+from shared.task import FAILED, WORKING, new_task, state_of, text_message
 from tests.support.compose import LocalStack
 from tests.support.polling import wait_for
+from tests.support.shortcuts import with_status
 
 
 def test_beat_fails_a_stale_task_with_no_worker_running(redis_url: str, tmp_path: Path) -> None:

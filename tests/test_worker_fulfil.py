@@ -12,18 +12,12 @@ from examples import agents
 from shared.events import message_added, status_update, to_state
 from shared.settings import Settings
 from shared.stores.memory.store import memory_store
-from shared.task import (
-    CANCELED,
-    Task,
-    new_task,
-    state_of,
-    text_message,
-    with_status,
-)
+from shared.task import CANCELED, Task, new_task, state_of, text_message
 from shared.transitions import transition
 from tests.support.clock import MovableClock, wait_for_a_beat_now
 from tests.support.polling import wait_for
 from tests.support.recording_store import RecordingStore
+from tests.support.shortcuts import with_status
 from worker.engine.agent import Agent, agent_or_problem, load_agent
 from worker.engine.fulfil import fulfil
 from worker.engine.reaper import reap_stale

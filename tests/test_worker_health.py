@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.store.resolve import resolve_store
+from shared.settings import Settings
+from shared.store.wiring import open_store
 from shared.stores.file.store import file_store
 from shared.stores.memory.store import memory_store
 from tests.support.compose import ROOT
@@ -42,7 +43,7 @@ def test_a_store_with_no_beat_record_cannot_be_called_healthy() -> None:
         def save(self, task: object) -> object:
             return task
 
-    healthy, reason = beat_verdict(resolve_store(Plain()), 45, now=0.0)  # adapted at wiring
+    healthy, reason = beat_verdict(open_store(Settings(), Plain()), 45, now=0.0)  # adapted
     assert not healthy and "cannot tell" in reason
 
 

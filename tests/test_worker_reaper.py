@@ -10,20 +10,15 @@ from typing import Any
 import pytest
 
 from shared.events import to_state
-from shared.store.resolve import resolve_store
+from shared.settings import Settings
+from shared.store.wiring import open_store
 from shared.stores.file.store import file_store
 from shared.stores.memory.store import memory_store
 from shared.stores.redis.store import redis_store
-from shared.task import (
-    COMPLETED,
-    Task,
-    new_task,
-    state_of,
-    text_message,
-    with_status,
-)
+from shared.task import COMPLETED, Task, new_task, state_of, text_message
 from shared.transitions import transition
 from tests.support.polling import wait_for
+from tests.support.shortcuts import with_status
 from worker.engine.reaper import ReaperThread, reap_stale, sweep
 from worker.engine.results import final_change
 
@@ -167,7 +162,7 @@ def test_a_store_without_a_stale_index_reaps_nothing() -> None:
     tasks: dict[str, Task] = {}
     minimal = type("Minimal", (), {"get": lambda s, i: tasks.get(i), "save": lambda s, t: t})()
 
-    assert reap_stale(resolve_store(minimal), 1e12, 60) == []  # adapted, as the wiring does
+    assert reap_stale(open_store(Settings(), minimal), 1e12, 60) == []  # adapted by the wiring
 
 
 def test_the_reaper_thread_reaps_on_its_interval() -> None:

@@ -1,10 +1,13 @@
-"""The Flask app factory: `gunicorn 'web:create_app()'`.
+"""The HTTP process's app factory: `gunicorn 'web:create_app()'`.
 
-Routes: `POST /` (JSON-RPC, see `web.jsonrpc.binding`; the streaming methods answer
-with Server-Sent Events), the agent card, `/healthz`, `/readyz` and `GET /`
-(where to find the card and how to send a message). Every reply is JSON
-(or an event stream), errors included: no HTML error page and no stack
-trace ever reaches a peer.
+On the parts `web.assembly` builds, two bindings of A2A served straight on
+WSGI, `POST /` (JSON-RPC, `web.jsonrpc`) and the HTTP+JSON routes
+(`web.rest`), whose streaming methods answer with Server-Sent Events; and
+Flask's routes: the agent card, `/healthz`, `/readyz`, the webhook keys,
+the console, and `GET /` (where to find the card and how to send a
+message). The third binding, gRPC, is a process of its own
+(`web.grpc_process`). Every reply is JSON (or an event stream), errors
+included: no HTML error page and no stack trace ever reaches a peer.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.wrappers import Response as BaseResponse
 
-from shared.broker.dispatch import CeleryDispatcher
 from shared.broker.dispatcher import Dispatcher
 from shared.codec import encode_bytes
 from shared.errors import StoreError, Unsupported
@@ -28,11 +30,8 @@ from shared.ops.event_metrics import event_metrics
 from shared.push.signing import JWKS_PATH, signer
 from shared.settings import Settings
 from shared.store.contract import Store
-from shared.store.wiring import load_hook, open_store
-from web.auth.tokens import authenticator_for
+from web.assembly import Assembly, assemble, front
 from web.card.build import MAX_AGE, entity_tag, wanted_version
-from web.card.skills import load_skills
-from web.card.views import CardViews
 from web.console.views import index_page, install_console, wants_html
 from web.core.errors import (
     BROKER_UNAVAILABLE,
@@ -44,18 +43,17 @@ from web.core.errors import (
     error_body,
     status_body,
 )
-from web.core.tasks import Tasks
-from web.http.browsers import browser_policy
+from web.core.versions import VERSION_HEADER, typed_errors, wire_version
+from web.http.body import JSON
 from web.http.disconnects import HangupMonitor
-from web.http.edge import RpcEndpoint, front, refused
-from web.http.metrics import count_queued
 from web.http.observe import observe
-from web.jsonrpc.binding import wire_version
+from web.jsonrpc.endpoint import RpcEndpoint
 from web.rest.binding import RestEndpoint
 
 log = logging.getLogger(__name__)
 
-VERSION_HEADER = "A2A-Version"
+# Where `create_app` keeps its assembly in `app.extensions` (`assembly_of`).
+ASSEMBLY: Final = "toolnexus.assembly"
 CARD_PATH = "/.well-known/agent-card.json"
 LEGACY_CARD_PATH = "/.well-known/agent.json"
 
@@ -75,28 +73,15 @@ def create_app(
     `strict_hosts` refuses Host names that are not loopback or configured
     even without TOOLNEXUS_ALLOWED_HOSTS (see `web.http.browsers`)."""
     settings = settings if settings is not None else Settings.from_env()
-    task_store = open_store(settings, store)
-    dispatcher = (
-        dispatcher if dispatcher is not None else CeleryDispatcher(settings, on_queued=count_queued)
-    )
-    skills = load_skills(settings.skills, settings.skill_names) if settings.skills else []
-    authenticator = authenticator_for(settings)
-    browsers = browser_policy(settings, strict_hosts=strict_hosts)
-    tasks = Tasks(settings, task_store, dispatcher, load_hook(settings))
-    cards = CardViews(
-        settings,
-        skills,
-        browsers,
-        authenticator.card_schemes(),
-        streaming=True,  # every store can be followed (the adapter polls)
-        push=tasks.push is not None,
-        overrides={**(settings.card or {}), **(card or {})},
-        extended_fields=settings.extended_card,
-    )
+    assembly = assemble(settings, store, dispatcher, card=card, strict_hosts=strict_hosts)
+    tasks, authenticator, browsers = assembly.tasks, assembly.authenticator, assembly.browsers
+    task_store, dispatcher = tasks.store, tasks.dispatcher
+    cards = assembly.cards
     started = formatdate(time.time(), usegmt=True)
 
     app = Flask(__name__)
     app.extensions["toolnexus"] = tasks
+    app.extensions[ASSEMBLY] = assembly
     observe(app, authenticator)
 
     @app.before_request
@@ -104,7 +89,7 @@ def create_app(
         try:
             return browsers.screen(request)
         except RequestError as error:
-            return refused(error, request.headers.get(VERSION_HEADER))
+            return _refused(error, request.headers.get(VERSION_HEADER))
 
     app.after_request(lambda response: browsers.with_cors(request, response))
 
@@ -113,7 +98,7 @@ def create_app(
             asked = request.headers.get(VERSION_HEADER) or request.args.get(VERSION_HEADER)
             requested = wire_version(asked)
         except RequestError as error:
-            return refused(error, None)
+            return _refused(error, None)
         version = wanted_version(requested, request.path == LEGACY_CARD_PATH, settings.card_compat)
         document, from_host = cards.public(request, version)
         tag = entity_tag(document)
@@ -122,7 +107,7 @@ def create_app(
         response.set_etag(tag)
         response.headers["Last-Modified"] = started
         response.headers["Cache-Control"] = f"public, max-age={MAX_AGE}"
-        response.vary.add("A2A-Version")
+        response.vary.add(VERSION_HEADER)
         if from_host:
             response.vary.add("Host")
         return response
@@ -188,11 +173,25 @@ def create_app(
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected_error)
     hangups = HangupMonitor()
-    extended = cards.extended if settings.extended_card is not None else None
+    extended = assembly.extended_card
     endpoint = RpcEndpoint(tasks, authenticator, browsers, settings.max_body, hangups, extended)
     rest = RestEndpoint(tasks, authenticator, browsers, settings.max_body, hangups, extended)
     app.wsgi_app = front(app.wsgi_app, endpoint, rest)  # type: ignore[method-assign, assignment]
     return app
+
+
+def assembly_of(app: Flask) -> Assembly:
+    """The parts `create_app` built `app` on (the embedded server serves its
+    gRPC port on them too)."""
+    assembly: Assembly = app.extensions[ASSEMBLY]
+    return assembly
+
+
+def _refused(error: RequestError, version: str | None) -> BaseResponse:
+    """A refusal as a Flask route sends it (the browser screen, the card)."""
+    wire = describe(error)
+    body = encode_bytes(error_body(wire, None, typed_data=typed_errors(version)))
+    return BaseResponse(body, status=wire.http_status, mimetype=JSON)
 
 
 def _readiness(store: Store, dispatcher: Dispatcher, settings: Settings) -> dict[str, str]:

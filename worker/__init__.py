@@ -1,4 +1,7 @@
-"""Workers: the Celery app, the fulfilment core, the reaper and the embedded mode.
+"""Workers: the fulfilment engine, free of Celery (`worker.engine`), the Celery
+runtime that runs it (`worker.runtime`), push delivery (`worker.push`), the
+`toolnexus-serve` command (`worker.cli`) and the one-process embedded mode
+(`worker.embedded`).
 
 `celery -A worker worker` and `celery -A worker beat` find the Celery app as
 `worker.app`. It is built from the `TOOLNEXUS_*` environment on first access

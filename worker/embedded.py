@@ -37,17 +37,19 @@ from shared.ops.startup import masked, startup_line
 from shared.settings import Settings
 from shared.store.wiring import open_store
 from web import create_app
+from web.app import assembly_of
 from web.http.gevent_server import gevent_server
 from web.http.observe import CountingDispatcher
-from worker.cli.main import EMBEDDED_OVERRIDES, PROGRAM
-from worker.cli.main import parse_embedded_args as parse_args
+from worker.command import PROGRAM
+from worker.embedded_flags import EMBEDDED_OVERRIDES
+from worker.embedded_flags import parse_embedded_args as parse_args
 from worker.engine.agent import load_agent
 from worker.engine.inprocess import InProcessDispatcher, default_threads
 from worker.engine.reaper import ReaperThread, resend_waiting
 from worker.push.delivery import push_thread
 
 if TYPE_CHECKING:
-    from web.core.tasks import Tasks
+    from web.assembly import Assembly
     from web.grpc.server import GrpcServer
 
 log = logging.getLogger(__name__)
@@ -92,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             listening_socket(settings.host, settings.port), app, idle_timeout=settings.idle_timeout
         )
         if settings.grpc_url is not None:
-            grpc_server = serve_grpc(settings, app.extensions["toolnexus"])
+            grpc_server = serve_grpc(settings, assembly_of(app))
         if resumed := resend_waiting(store, dispatcher.enqueue, time.time(), 0.0):
             log.info("queued %d task(s) left submitted by a previous run", len(resumed))
     except (ToolnexusError, OSError, RuntimeError) as error:  # bad skills dir, store down,
@@ -167,19 +169,17 @@ def pool_note(env: Mapping[str, str], workers: int) -> str | None:
     )
 
 
-def serve_grpc(settings: Settings, tasks: Tasks) -> GrpcServer:
+def serve_grpc(settings: Settings, assembly: Assembly) -> GrpcServer:
     """The gRPC binding on the app's own methods, started. grpcio and its
     generated code are imported only here: a server without gRPC does not
     load them, and grpcio's gevent mode must be set before its first object."""
     from grpc.experimental import gevent as grpc_gevent
 
     grpc_gevent.init_gevent()
-    from web.auth.tokens import authenticator_for
-    from web.grpc.server import extended_card, serve
-    from web.grpc.service import A2AGrpcService
+    from web.grpc.server import serve
+    from web.grpc_process import service_on
 
-    service = A2AGrpcService(tasks, authenticator_for(settings), extended_card(settings, tasks))
-    return serve(settings, service)
+    return serve(settings, service_on(assembly))
 
 
 def server_urls(settings: Settings, server: WSGIServer) -> list[str]:

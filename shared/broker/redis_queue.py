@@ -1,7 +1,7 @@
 """Fulfilment messages sent straight to a Redis broker: one round trip, no producer.
 
 Celery's send (kombu's producer, its connection retry wrapper, the task-sent
-event through a second producer) cost the front end more CPU per SendMessage
+event through a second producer) costs the front end more CPU per SendMessage
 than the rest of the request, and two round trips to the broker. On Redis a
 queue is a list and an event is a PUBLISH, so this sends both in one
 pipelined round trip instead. Celery itself still makes the message and the
@@ -28,6 +28,7 @@ from redis.retry import Retry
 
 from shared.broker.dispatcher import FULFIL_TASK
 from shared.codec import encode_bytes
+from shared.pooling import POOL_WAIT
 
 # What Celery's task-sent events travel on (its event exchange and routing key).
 EVENT_EXCHANGE: Final = "celeryev"
@@ -37,16 +38,6 @@ PERSISTENT: Final = 2
 TRANSIENT: Final = 1
 # Pooled connections per process: a send holds one for one round trip.
 POOL_SIZE: Final = 64
-# How long a send waits for one of them. Not the connect timeout: a gevent
-# front end taking a burst of a thousand blocking sends has most of them
-# queued behind the 64 in flight while it parses the rest, and on a loaded
-# host that wait passed 1 s for most of the burst, then 5 s ("No connection
-# available", answered "broker unavailable" with Redis up). The wait is for
-# the process's CPU, not for Redis, so it is bounded like a request (30 s,
-# gunicorn's worker timeout). A broker that refuses connections still fails
-# a send at once (its connection goes back to the pool); a stalled one fails
-# each send within this wait plus its socket timeouts.
-POOL_WAIT: Final = 30.0
 
 
 class RedisTaskQueue:

@@ -61,10 +61,6 @@ def use_multiprocess_dir(given: str | None = None) -> Path:
     return directory
 
 
-def multiprocess_dir() -> Path | None:
-    return _directory
-
-
 def process_exited(pid: int) -> None:
     """A counting child ended: drop its live gauges (open streams), keep its counts."""
     if _directory is not None:

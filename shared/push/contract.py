@@ -20,10 +20,13 @@ cursor stands at its last event. What is *due* needs no marker of its own:
 a commit's own event number, beyond a cursor, is the due record, written in
 the same atomic step as the commit by construction.
 
-This module is the contract. Each built-in store makes its own on first use
-(`Store.push_store`), once per store, from its backend's module beside it
-(`shared.stores.memory.push`, `file_push`, `redis.push`, `postgres.push`); a
-user's two-method store keeps none (see `shared.store.adapter`).
+This module is the contract; it imports nothing of the task store's. Each
+built-in store makes its own on first use (`Store.push_store`), once per
+store, from its backend's module beside it (`shared.stores.memory.push`,
+`shared.stores.file.push`, `shared.stores.redis.push`,
+`shared.stores.postgres.push`), handing it only what it needs (the Redis
+client and key prefix, the directory, the statement runner); a user's
+two-method store keeps none (see `shared.store.adapter`).
 """
 
 from __future__ import annotations
@@ -37,8 +40,6 @@ from shared.errors import ToolnexusError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    from shared.store.contract import Store
 
 
 class Authentication(TypedDict):
@@ -160,11 +161,3 @@ class Once:
             if self._made is None:
                 self._made = make()
             return self._made
-
-
-def push_store(store: Store, ttl: float | None = None) -> PushStore | None:
-    """The push state beside `store`'s tasks (`Store.push_store`); None for a
-    store that keeps none, which then serves no push notifications. `ttl`
-    (the task TTL the store was opened with): how long a finished, delivered
-    task's push state is kept, so it goes when the task does."""
-    return store.push_store(ttl)

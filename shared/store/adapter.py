@@ -1,8 +1,8 @@
 """A user's two-method store (`get`/`save`) given the rest of the contract.
 
-The wiring (`shared.store.resolve`) wraps such a store once, here, so every caller
-uses the one interface (`shared.store.contract.Store`) and none checks what a store
-can do. What the adapter gives it:
+The wiring (`shared.store.wiring.open_store`) wraps such a store once, here, so
+every caller uses the one interface (`shared.store.contract.Store`) and none checks
+what a store can do. What the adapter gives it:
 
 - numbered snapshots: every change is saved whole with the user's `save`;
   a task's number is made from the task itself (its status time, then how

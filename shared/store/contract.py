@@ -1,10 +1,14 @@
 """The task store contract.
 
 `Store` is the one interface every caller uses; every built-in store (memory,
-file, Redis, and the ones to come) has all of it. A user's store may be just
-`get` and `save` (`TaskStore`): the wiring (`shared.store.resolve`) wraps such a
-store once in `shared.store.adapter.Adapted`, which gives it the rest and
-says at start-up what it lacks. Nothing checks a capability at run time.
+file, Redis and PostgreSQL, in `shared.stores`) has all of it. A user's store
+may be just `get` and `save` (`TaskStore`): the wiring
+(`shared.store.wiring.open_store`) wraps such a store once in
+`shared.store.adapter.Adapted`, which gives it the rest and says at start-up
+what it lacks. Nothing checks a capability at run time.
+
+The push state a store keeps beside its tasks has its own contract
+(`shared.push.contract`), which imports nothing from this module.
 """
 
 from __future__ import annotations
@@ -135,8 +139,8 @@ class Outcome:
 
 
 class Store(TaskStore, Protocol):
-    """The full contract: what memory, file and Redis stores do, and what the
-    adapter gives a two-method store (saying what it lacks).
+    """The full contract: what the memory, file, Redis and PostgreSQL stores
+    do, and what the adapter gives a two-method store (saying what it lacks).
 
     Tasks as an ordered, replayable log of events:
 

@@ -10,8 +10,9 @@ exists for the whole paging therefore appears exactly once. Each task is
 shown as it stands now.
 
 `Query` and `Listing` are the store-level shapes; `list_by_scan` answers a
-query by reading every task (memory and file stores); the Redis store keeps
-sorted indexes and reads only the page (`shared.stores.redis.listing`).
+query by reading every task (the memory and file stores); the Redis and
+PostgreSQL stores keep indexes and read only the page
+(`shared.stores.redis.listing`, `shared.stores.postgres.listing`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ WINDOW = 600.0
 
 
 def trimmed(history: list[tuple[float, str]], now: float) -> None:
-    """Drop the changes older than WINDOW that a listing no longer needs,
+    """Drop the changes older than WINDOW, which no listing needs,
     keeping the last of them: it is where the task stood when the window began."""
     while len(history) > 1 and history[1][0] < now - WINDOW:
         del history[0]

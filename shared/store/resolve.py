@@ -1,4 +1,8 @@
-"""Turn a store spec into a store; pass anything that is not a string through."""
+"""Turn a store spec into a store; pass anything that is not a string through.
+
+What it returns may be a user's two-method store: the wiring
+(`shared.store.wiring.open_store`) adapts such a store to the whole contract.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,6 @@ from typing import Any
 
 from shared.errors import ConfigError
 from shared.loading import load_object
-from shared.store.adapter import adapt
-from shared.store.contract import is_full_store
 from shared.store.spec import (
     ALWAYS,
     POOL_SIZE,
@@ -33,9 +35,10 @@ def resolve_store(
     """`None`/"memory" -> memory store; "file:<dir>" -> file store; a Redis URL
     -> Redis store; a postgresql:// URL -> PostgreSQL store (`shared.stores.postgres`);
     "package.module:attr" -> that object (called when it is a
-    factory, i.e. a class or function rather than a store); any non-string
-    object -> used as is when it has the whole contract (`shared.store.contract.Store`),
-    else adapted (`shared.store.adapter`). Any other string raises ValueError.
+    factory, i.e. a class or function rather than a store), refused unless it
+    has `get` and `save`; any other non-string object -> that object, as it is.
+    Any other string raises ValueError. Nothing here adapts a store that
+    lacks part of the contract: `shared.store.wiring.open_store` does.
 
     `terminal_ttl` (seconds) lets the store expire finished tasks;
     `file_fsync` is the file store's fsync policy (`shared.stores.file.log`).
@@ -48,7 +51,7 @@ def resolve_store(
     if spec is None or spec == "memory":
         return memory_store(terminal_ttl=terminal_ttl)
     if not isinstance(spec, str):
-        return _whole(spec)
+        return spec
     check_store_spec(spec)
     if spec.startswith("file:"):
         folder = spec.removeprefix("file:")
@@ -73,14 +76,7 @@ def resolve_store(
         raise ConfigError(
             f"TOOLNEXUS_STORE: {spec!r} has no get() and save(); it is not a task store"
         )
-    return _whole(target)
-
-
-def _whole(store: Any) -> Any:
-    """The one place a store's kind is looked at: a store with the whole
-    contract is used as it is; anything else (a user's get/save store) is
-    adapted once, here, so no caller checks what a store can do."""
-    return store if is_full_store(store) else adapt(store)
+    return target
 
 
 def _postgres_store(

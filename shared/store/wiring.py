@@ -1,5 +1,11 @@
 """The one place that turns settings into the objects every process shares:
-the task store and the on_task hook."""
+the task store and the on_task hook.
+
+It is also the one place a store's kind is looked at: a store with the whole
+contract (`shared.store.contract.Store`) is used as it is; anything else (a
+user's get/save store) is adapted once, here (`shared.store.adapter`), so no
+caller checks what a store can do.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,8 @@ from typing import cast
 from shared.errors import ConfigError
 from shared.loading import load_object
 from shared.settings import Settings
-from shared.store.contract import Store
+from shared.store.adapter import adapt
+from shared.store.contract import Store, is_full_store
 from shared.store.resolve import resolve_store
 from shared.transitions import OnTerminal
 
@@ -18,7 +25,8 @@ def open_store(
 ) -> Store:
     """`given` (a store object or spec) or else TOOLNEXUS_STORE, with the task
     TTL and the file store's fsync policy; `connections` sizes a Redis store's
-    pool (a worker holding many calls)."""
+    pool (a worker holding many calls). A store without the whole contract
+    is adapted (`shared.store.adapter.adapt`), which logs what it lacks."""
     spec = settings.store if given is None else given
     store = resolve_store(
         spec,
@@ -28,7 +36,7 @@ def open_store(
         postgres_pool=settings.pg_pool,
         postgres_notify=settings.pg_notify,
     )
-    return cast(Store, store)
+    return cast(Store, store) if is_full_store(store) else adapt(store)
 
 
 def load_hook(settings: Settings) -> OnTerminal | None:

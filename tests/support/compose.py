@@ -340,7 +340,7 @@ def start_grpc(stack: LocalStack, port: int, name: str = "grpc", **env: str) -> 
     service in compose.yaml would have), stopped with the stack."""
     process = ServiceProcess(
         name,
-        [sys.executable, "-m", "web.grpc.server"],
+        [sys.executable, "-m", "web.grpc_process"],
         {**stack.environments["web"], "TOOLNEXUS_GRPC_PORT": str(port), **env},
         ROOT,
         stack.folder / f"{name}.log",

@@ -1,2 +1,4 @@
-"""The transport-free request handler: the `Tasks` methods, the call context,
-the method table every binding reads, params, listing, streams and errors."""
+"""The transport-free request handler (`handler`): the `Tasks` methods, the
+call context (`call`), the method table every binding reads
+(`method_table`), the A2A version asked for, params, listing, streams and
+errors."""

@@ -1,11 +1,14 @@
-"""Every fault a peer can hear about, mapped to its JSON-RPC wire form here and only here.
+"""Every fault a peer can hear about, mapped to its wire forms here and only here.
 
-The faults raised deeper down come from `shared.errors`; the ones only the
-HTTP edge can detect (a body that is not JSON, a bad envelope, bad params,
-an unknown method or version, a missing token) are the `RequestError`
-subclasses below, still rooted in the one `ToolnexusError` hierarchy.
-`describe` turns any exception into a `WireError`; `error_body` renders it
-in the shape the request's dialect expects (A2A 1.0 adds typed `data`).
+The faults raised deeper down come from `shared.errors`; the ones only a
+binding can detect (a body that is not JSON, a bad envelope or route, bad
+params, an unknown method or version, a missing token) are the
+`RequestError` subclasses below, still rooted in the one `ToolnexusError`
+hierarchy. `describe` turns any exception into a `WireError`, which holds
+what each binding sends: `error_body` renders it as a JSON-RPC error in the
+shape the request's dialect expects (A2A 1.0 adds typed `data`),
+`status_body` as HTTP+JSON's google.rpc.Status, which the gRPC binding
+sends as its status (`web.grpc.wire`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """ListTasks (A2A 1.0): the caller's tasks, newest status first, in pages.
 
 The store answers (see `shared.store.listing`): natively when it can read just
-the page (Redis), else by reading all its tasks (memory, file, any store
-with `all()`); any other store answers UnsupportedOperation. The page token
+the page (Redis, PostgreSQL), else by reading all its tasks (memory, file,
+any store with `all()`); any other store answers UnsupportedOperation. The page token
 carries the moment the listing began and the position of the last task
 shown, so the pages of one listing hold still while tasks change.
 """

@@ -9,9 +9,6 @@ Every task belongs to the caller that created it (`owner`; "" when the
 service runs without auth). Another caller is told the task does not exist.
 Once a task is saved, any error on the way out names it (`TaskError`), so
 the peer can ask GetTask instead of sending again.
-
-Each method has a kind (`SEND`, `GET`, ...): the one name every binding
-(JSON-RPC, HTTP+JSON, gRPC) gives it.
 """
 
 from __future__ import annotations
@@ -59,20 +56,6 @@ from web.core.media import accepts
 from web.core.params import SendParams, TaskQuery, WebhookParams
 
 log = logging.getLogger(__name__)
-
-# The methods by kind: every binding's names (JSON-RPC's two spellings, the
-# REST routes, the gRPC service's RPCs) map to one of these, and the parsers
-# and runners of `web.jsonrpc.binding` are keyed by them.
-SEND, STREAM, GET, CANCEL, LIST, SUBSCRIBE, CARD = (
-    "send",
-    "stream",
-    "get",
-    "cancel",
-    "list",
-    "subscribe",
-    "card",
-)
-PUSH_SET, PUSH_GET, PUSH_LIST, PUSH_DELETE = "push-set", "push-get", "push-list", "push-delete"
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,13 @@
 The RPCs are `web.grpc.service`'s, run from an event loop:
 
 - a unary call runs the binding's synchronous method (`A2AGrpcService.answer`:
-  the methods layer, its store round trips, its checks) on a thread of a
+  the handler, its store round trips, its checks) on a thread of a
   pool, as the synchronous server would (a blocking SendMessage holds its
   thread while it waits, as it holds a worker of gunicorn's); except
   GetTask, one store read, which runs on the loop itself while reads stay
-  fast (`OnLoop`): the hand-off to a thread and back cost the process more
-  than the read (bench/grpc_load.py: 888 µs of CPU per GetTask on the pool,
-  503 µs on the loop, the a2a-sdk's in-memory server 313 µs);
+  fast (`OnLoop`): the hand-off to a thread and back costs the process more
+  than the read (bench/grpc_load.py measures both; docs/grpc.md has the
+  figures);
 - a stream holds no thread. Its follower is opened with a nudge
   (`web.core.streaming.Stream.open`): where it would wait for its task's next
   event it hands back at once, and the store's watch calls the nudge (from
@@ -35,23 +35,11 @@ from enum import Enum
 from typing import Any, Final, NoReturn
 
 from a2a.types import a2a_pb2, a2a_pb2_grpc
-from google.protobuf import empty_pb2
 from google.protobuf.message import Message as ProtoMessage
 
-from web.core.tasks import (
-    CANCEL,
-    CARD,
-    GET,
-    LIST,
-    PUSH_DELETE,
-    PUSH_GET,
-    PUSH_LIST,
-    PUSH_SET,
-    SEND,
-    STREAM,
-    SUBSCRIBE,
-)
 from web.grpc.service import (
+    STREAMING,
+    UNARY,
     A2AGrpcService,
     Observed,
     Status,
@@ -77,23 +65,6 @@ ON_LOOP: Final = frozenset({"GetTask"})
 # trouble stalls the loop, and every stream on it, for one call at most.
 SLOW: Final = 0.005
 COOL_OFF: Final = 1.0
-
-# Each unary RPC: the method it runs, and the message it answers with.
-UNARY: Final[dict[str, tuple[str, type[ProtoMessage]]]] = {
-    "SendMessage": (SEND, a2a_pb2.SendMessageResponse),
-    "GetTask": (GET, a2a_pb2.Task),
-    "ListTasks": (LIST, a2a_pb2.ListTasksResponse),
-    "CancelTask": (CANCEL, a2a_pb2.Task),
-    "CreateTaskPushNotificationConfig": (PUSH_SET, a2a_pb2.TaskPushNotificationConfig),
-    "GetTaskPushNotificationConfig": (PUSH_GET, a2a_pb2.TaskPushNotificationConfig),
-    "ListTaskPushNotificationConfigs": (
-        PUSH_LIST,
-        a2a_pb2.ListTaskPushNotificationConfigsResponse,
-    ),
-    "DeleteTaskPushNotificationConfig": (PUSH_DELETE, empty_pb2.Empty),
-    "GetExtendedAgentCard": (CARD, a2a_pb2.AgentCard),
-}
-STREAMING: Final = {"SendStreamingMessage": STREAM, "SubscribeToTask": SUBSCRIBE}
 
 
 class _Turn(Enum):
@@ -259,7 +230,7 @@ def _streaming_rpc(name: str, kind: str) -> Any:
     return rpc
 
 
-# The generated registration looks each RPC up by name on the servicer.
+# The RPCs of `web.grpc.service`'s tables, looked up by name on the servicer.
 for _name, (_kind, _reply) in UNARY.items():
     setattr(AsyncA2AGrpcService, _name, _unary_rpc(_name, _kind, _reply))
 for _name, _kind in STREAMING.items():

@@ -1,12 +1,14 @@
-"""The gRPC binding of A2A 1.0: `lf.a2a.v1.A2AService` on the methods layer.
+"""The gRPC binding of A2A 1.0: `lf.a2a.v1.A2AService` on the transport-free handler.
 
 A thin binding, as HTTP+JSON is: each RPC's request message becomes the
-params a JSON-RPC call of the method carries (`web.grpc.wire`), and
-`web.jsonrpc.binding`'s parsers and methods run them, so the three bindings share one
-implementation of every method, its checks (validation, idempotency by
-messageId, media types, owner scoping) and its errors. The generated
-servicer and messages are the ones the a2a-sdk package ships
-(`a2a.types.a2a_pb2_grpc`), from the spec's own `a2a.proto`.
+params a JSON-RPC call of the method carries (`web.grpc.wire`), and the
+handler (`web.core.handler`) checks and runs them, so the three bindings
+share one implementation of every method, its checks (validation,
+idempotency by messageId, media types, owner scoping) and its errors. The
+RPCs, the method each runs and the message it answers with are the rows of
+`web.core.method_table`. The generated servicer and messages are the ones
+the a2a-sdk package ships (`a2a.types.a2a_pb2_grpc`), from the spec's own
+`a2a.proto`.
 
 Metadata stands in for HTTP headers: `authorization` (the bearer token,
 checked as on the HTTP edge), `a2a-version` (this interface speaks 1.0
@@ -30,13 +32,13 @@ from typing import Any, Final, NoReturn, TypeVar
 
 import grpc
 from a2a.types import a2a_pb2, a2a_pb2_grpc
-from google.protobuf import empty_pb2
 from google.protobuf.message import Message as ProtoMessage
 
 from shared.dialects import V10
 from shared.ops.correlation import REQUEST_ID_HEADER, accepted_request_id, bind
 from shared.ops.tracing import serving
 from web.auth.tokens import Authenticator
+from web.core.call import Call, Dialect, ExtendedCard
 from web.core.errors import (
     InvalidParams,
     InvalidRequest,
@@ -44,31 +46,21 @@ from web.core.errors import (
     describe,
     status_body,
 )
+from web.core.handler import parse, run
+from web.core.method_table import METHOD_TABLE
 from web.core.streaming import Stream
-from web.core.tasks import (
-    CANCEL,
-    CARD,
-    GET,
-    LIST,
-    PUSH_DELETE,
-    PUSH_GET,
-    PUSH_LIST,
-    PUSH_SET,
-    SEND,
-    STREAM,
-    SUBSCRIBE,
-    Tasks,
+from web.core.tasks import Tasks
+from web.core.versions import wire_version
+from web.grpc.wire import (
+    DETAILS_KEY,
+    Undecodable,
+    message_class,
+    message_of,
+    params_of,
+    rich_status,
 )
-from web.grpc.wire import DETAILS_KEY, Undecodable, message_of, params_of, rich_status
 from web.http.disconnects import Hangup
 from web.http.metrics import latency_of, requests_counted, web_metrics
-from web.jsonrpc.binding import (
-    Call,
-    Dialect,
-    parse,
-    run,
-    wire_version,
-)
 
 log = logging.getLogger("web.requests")
 
@@ -80,57 +72,28 @@ _REQUEST_ID_KEY: Final = REQUEST_ID_HEADER.lower()  # gRPC metadata keys are low
 R = TypeVar("R", bound=ProtoMessage)
 # A refusal: the gRPC code, its message, and the serialized google.rpc.Status.
 Status = tuple[grpc.StatusCode, str, bytes]
-# The extended card in a wire version; None: none is offered.
-ExtendedCard = Callable[[str], Mapping[str, Any]]
+# Each unary RPC: the method it runs, and the message it answers with.
+UNARY: Final[Mapping[str, tuple[str, type[ProtoMessage]]]] = {
+    method.name: (method.kind, message_class(method.reply))
+    for method in METHOD_TABLE
+    if not method.streams
+}
+# Each streaming RPC: the method it runs (each response a StreamResponse).
+STREAMING: Final[Mapping[str, str]] = {
+    method.name: method.kind for method in METHOD_TABLE if method.streams
+}
 
 
 class A2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
+    """The A2AService on grpcio's synchronous server; its RPCs, one per entry
+    of `UNARY` and `STREAMING`, are set on the class below."""
+
     def __init__(
         self, tasks: Tasks, authenticator: Authenticator, extended_card: ExtendedCard | None
     ) -> None:
         self._tasks = tasks
         self._authenticator = authenticator
         self._extended_card = extended_card
-
-    # --- the RPCs ----------------------------------------------------------------
-
-    def SendMessage(self, request: Any, context: Any) -> a2a_pb2.SendMessageResponse:
-        return self._unary("SendMessage", SEND, request, context, a2a_pb2.SendMessageResponse)
-
-    def SendStreamingMessage(self, request: Any, context: Any) -> Iterator[Any]:
-        return self._stream("SendStreamingMessage", STREAM, request, context)
-
-    def GetTask(self, request: Any, context: Any) -> a2a_pb2.Task:
-        return self._unary("GetTask", GET, request, context, a2a_pb2.Task)
-
-    def ListTasks(self, request: Any, context: Any) -> a2a_pb2.ListTasksResponse:
-        return self._unary("ListTasks", LIST, request, context, a2a_pb2.ListTasksResponse)
-
-    def CancelTask(self, request: Any, context: Any) -> a2a_pb2.Task:
-        return self._unary("CancelTask", CANCEL, request, context, a2a_pb2.Task)
-
-    def SubscribeToTask(self, request: Any, context: Any) -> Iterator[Any]:
-        return self._stream("SubscribeToTask", SUBSCRIBE, request, context)
-
-    def CreateTaskPushNotificationConfig(self, request: Any, context: Any) -> Any:
-        name = "CreateTaskPushNotificationConfig"
-        return self._unary(name, PUSH_SET, request, context, a2a_pb2.TaskPushNotificationConfig)
-
-    def GetTaskPushNotificationConfig(self, request: Any, context: Any) -> Any:
-        name = "GetTaskPushNotificationConfig"
-        return self._unary(name, PUSH_GET, request, context, a2a_pb2.TaskPushNotificationConfig)
-
-    def ListTaskPushNotificationConfigs(self, request: Any, context: Any) -> Any:
-        name = "ListTaskPushNotificationConfigs"
-        reply = a2a_pb2.ListTaskPushNotificationConfigsResponse
-        return self._unary(name, PUSH_LIST, request, context, reply)
-
-    def DeleteTaskPushNotificationConfig(self, request: Any, context: Any) -> Any:
-        name = "DeleteTaskPushNotificationConfig"
-        return self._unary(name, PUSH_DELETE, request, context, empty_pb2.Empty)
-
-    def GetExtendedAgentCard(self, request: Any, context: Any) -> a2a_pb2.AgentCard:
-        return self._unary("GetExtendedAgentCard", CARD, request, context, a2a_pb2.AgentCard)
 
     # --- one way for every RPC ---------------------------------------------------------
 
@@ -291,3 +254,26 @@ def record(name: str, outcome: str, started: float, events: int | None = None) -
     latency_of(name).observe(elapsed)
     shown = "" if events is None else f" events={events}"
     log.info("grpc %s outcome=%s%s duration_ms=%.1f", name, outcome, shown, elapsed * 1000)
+
+
+def _unary_rpc(name: str, kind: str, reply: type[ProtoMessage]) -> Callable[..., Any]:
+    def rpc(self: A2AGrpcService, request: Any, context: Any) -> ProtoMessage:
+        return self._unary(name, kind, request, context, reply)
+
+    rpc.__name__ = name
+    return rpc
+
+
+def _streaming_rpc(name: str, kind: str) -> Callable[..., Any]:
+    def rpc(self: A2AGrpcService, request: Any, context: Any) -> Iterator[Any]:
+        return self._stream(name, kind, request, context)
+
+    rpc.__name__ = name
+    return rpc
+
+
+# grpcio looks each RPC up by name on the servicer.
+for _name, (_kind, _reply) in UNARY.items():
+    setattr(A2AGrpcService, _name, _unary_rpc(_name, _kind, _reply))
+for _name, _kind in STREAMING.items():
+    setattr(A2AGrpcService, _name, _streaming_rpc(_name, _kind))

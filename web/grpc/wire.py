@@ -1,10 +1,11 @@
 """The gRPC binding's wire: protobuf messages to and from the 1.0 JSON
-shapes the methods layer already speaks, and errors as gRPC statuses.
+shapes the handler already speaks, and errors as gRPC statuses.
 
 A request message becomes the params a JSON-RPC call of the same method
 carries (`google.protobuf.json_format`, camelCase names: ProtoJSON is the
-1.0 JSON binding's own shape), so `web.jsonrpc.binding`'s parsers check it exactly as
-they check JSON-RPC and HTTP+JSON. A result goes back the same road.
+1.0 JSON binding's own shape), so the handler's parsers (`web.core.handler`)
+check it exactly as they check JSON-RPC and HTTP+JSON. A result goes back
+the same road, as the message the method table names (`message_class`).
 
 An error is the google.rpc.Status that HTTP+JSON sends as JSON
 (`web.core.errors.status_body`), with its gRPC code from the same table's code
@@ -22,7 +23,7 @@ from typing import Any, Final, TypeVar
 
 import grpc
 from a2a.types import a2a_pb2
-from google.protobuf import json_format
+from google.protobuf import descriptor_pool, json_format
 from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtoMessage
 from google.protobuf.message_factory import GetMessageClass
@@ -84,6 +85,17 @@ def _lenient(kind: type[ProtoMessage]) -> Any:
     return decode
 
 
+def message_class(name: str) -> type[ProtoMessage]:
+    """The protobuf message a method's row of `web.core.method_table` names:
+    a message of the A2A package ("Task"), or one by its full name
+    ("google.protobuf.Empty")."""
+    full_name = name if "." in name else f"{a2a_pb2.DESCRIPTOR.package}.{name}"
+    kind: type[ProtoMessage] = GetMessageClass(
+        descriptor_pool.Default().FindMessageTypeByName(full_name)
+    )
+    return kind
+
+
 def params_of(request: ProtoMessage) -> dict[str, Any]:
     """A request message as JSON params (camelCase; unset fields left out)."""
     params: dict[str, Any] = json_format.MessageToDict(request)
@@ -94,8 +106,8 @@ def message_of(payload: Mapping[str, Any], kind: type[P]) -> P:
     """A 1.0 JSON result as the protobuf message `kind`. Fields protobuf does
     not know (none are expected) are dropped rather than failing the call.
 
-    `json_format.ParseDict` is pure Python (about 160 µs for a small task,
-    more than the rest of a GetTask), so the conversion of a small payload
+    `json_format.ParseDict` is pure Python (for a small task it costs more
+    than the rest of a GetTask), so the conversion of a small payload
     is remembered by its JSON bytes: a task polled while it does not change,
     or one event sent to many subscribers, is parsed once."""
     encoded = encode_bytes(payload)

@@ -1,3 +1,4 @@
-"""The HTTP edge every binding stands on: WSGI requests and replies, hang-up
-detection, browser screening, request observation, and the gevent and
-gunicorn servers."""
+"""The HTTP edge the JSON-RPC and HTTP+JSON bindings stand on: WSGI requests
+and replies, request bodies, hang-up detection, browser screening, request
+observation and metrics (the gRPC binding shares the last two), and the
+gevent and gunicorn servers."""

@@ -9,7 +9,7 @@ JSON. The message is fixed per status: the unreadable input is never
 echoed back.
 
 - gevent's WSGI server (the embedded server): `web.http.gevent_server.JsonErrorHandler`.
-- gunicorn: `web.http.gunicorn_worker.JsonErrorWorker`, named by gunicorn.conf.py.
+- gunicorn: `web.http.gunicorn_worker.JsonErrorWorker`, named by `web.http.gunicorn_conf`.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from web.http.errors import framing_error_body, framing_error_response
 from web.http.wsgi import status_line
 
 log = logging.getLogger(__name__)
-# Per process, as gunicorn.conf.py's worker_connections: open streams, waiting
+# Per process, as web.http.gunicorn_conf's worker_connections: open streams, waiting
 # blocking sends and idle keep-alive connections all count against it.
 CONNECTIONS: Final = 4096
 

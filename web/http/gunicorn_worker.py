@@ -1,7 +1,7 @@
 """gunicorn's gevent worker, answering requests it cannot parse with JSON,
 and its logger, building access lines only when asked for.
 
-gunicorn.conf.py names these as `worker_class` and `logger_class`. gunicorn
+`web.http.gunicorn_conf` names these as `worker_class` and `logger_class`. gunicorn
 keeps its own judgement (which status a broken request gets, what is
 logged); only the page changes: the HTML it writes is swapped, on its way
 to the socket, for the JSON of `web.http.errors`, with the same status.

@@ -1,11 +1,12 @@
 """What the web tier tells an operator: a request id, one log line and the
 metrics of every request, and `GET /metrics`.
 
-`observe(app, authenticator)` installs it on the Flask routes; the JSON-RPC
-endpoint (`web.http.edge`, outside Flask) calls the same steps itself:
-`begin`, `answered` (what the method answered), `finish`; an event stream
-passes its items through `following(...)`, so it counts as open while it
-lasts and its line is written when it closes, with its whole duration.
+`observe(app, authenticator)` installs it on the Flask routes; the
+endpoints of the edge (`web.jsonrpc.endpoint`, `web.rest.binding`, outside
+Flask) call the same steps themselves: `begin`, then what the method
+answered (`outcome_of`), `finish`; an event stream passes its items through
+`following(...)`, so it counts as open while it lasts and its line is
+written when it closes, with its whole duration.
 
 The request id is the caller's `X-Request-ID` when that is a safe token, or
 a new one; it is echoed in the response, bound for the request's log lines
@@ -15,7 +16,6 @@ and sent to the workers in the Celery message (shared.broker.dispatch).
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -35,7 +35,6 @@ from web.auth.tokens import Authenticator
 from web.core.errors import RequestError
 from web.http.metrics import latency_of, requests_counted, web_metrics
 from web.http.wsgi import HttpRequest
-from web.jsonrpc.binding import METHODS, choose_dialect, wire_version
 
 log = logging.getLogger("web.requests")
 
@@ -44,10 +43,6 @@ _OBSERVED: Final = "toolnexus_observed"
 # Probes and scrapes come every few seconds: logged at DEBUG while they succeed.
 QUIET_PATHS: Final = frozenset({"/healthz", "/readyz", METRICS_PATH})
 _HTTP_METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-# The method name sits near the start of any envelope a client writes; only
-# that much is searched, so a large body costs nothing extra to log.
-_METHOD_FIELD: Final = re.compile(rb'"method"\s*:\s*"([A-Za-z/]{1,64})"')
-_METHOD_SEARCH_LIMIT: Final = 4096
 
 
 @dataclass
@@ -97,17 +92,6 @@ def observe(app: Flask, authenticator: Authenticator) -> None:
     app.add_url_rule(METRICS_PATH, endpoint="metrics", view_func=metrics, methods=["GET"])
 
 
-def answered(observed: Observed, body: bytes, version_header: str | None, answer: object) -> None:
-    """What the JSON-RPC endpoint answered (a `(payload, status)` pair, or a stream)."""
-    observed.rpc_method = rpc_method(body)
-    try:
-        observed.dialect = choose_dialect(wire_version(version_header), observed.rpc_method).name
-    except RequestError:
-        observed.dialect = "unsupported"
-    if isinstance(answer, tuple) and is_mapping(answer[0]):
-        observed.outcome, observed.task_id = outcome_of(answer[0])
-
-
 def following(observed: Observed, items: Iterator[T]) -> Iterator[T]:
     """A stream's items as they flow: they count as an open stream until
     they end, and the request's line is written then."""
@@ -149,13 +133,6 @@ class CountingDispatcher:
 
     def check(self) -> None:
         self.inner.check()
-
-
-def rpc_method(body: bytes) -> str:
-    """The JSON-RPC method named in `body`, if it is one this service knows."""
-    found = _METHOD_FIELD.search(body, 0, _METHOD_SEARCH_LIMIT)
-    name = found.group(1).decode() if found else ""
-    return name if name in METHODS else "unknown"
 
 
 def outcome_of(payload: Mapping[str, Any]) -> tuple[str, str]:

@@ -1,6 +1,6 @@
 """A request read straight from the WSGI environ, and answers written
-straight to the server: what the JSON-RPC endpoint needs of HTTP, without
-building request and response objects on every call.
+straight to the server: what the JSON-RPC and HTTP+JSON endpoints need of
+HTTP, without building request and response objects on every call.
 
 `HttpRequest` is what `web.http.browsers` and `web.http.observe` read of a request;
 werkzeug's (and Flask's) `Request` has the same attributes, so the Flask
@@ -9,7 +9,7 @@ routes pass theirs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from http import HTTPStatus
 from typing import Any, Final, Protocol
@@ -19,12 +19,9 @@ from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
 from werkzeug.wsgi import get_content_length, get_input_stream
 
 Headers = Sequence[tuple[str, str]]
+WSGIApp = Callable[[dict[str, Any], Any], Iterable[bytes]]
 _SPECIAL = {"CONTENT_TYPE": "CONTENT_TYPE", "CONTENT_LENGTH": "CONTENT_LENGTH"}
 _CHUNK: Final = 64 * 1024
-
-
-class HeaderLookup(Protocol):
-    def get(self, key: str, default: Any = None) -> Any: ...
 
 
 class HttpRequest(Protocol):

@@ -1,1 +1,2 @@
-"""The JSON-RPC 2.0 binding at `POST /`: the envelope, dialects and method names."""
+"""The JSON-RPC 2.0 binding at `POST /`: the envelope, dialects and method
+names (`binding`), and its endpoint on the HTTP edge (`endpoint`)."""

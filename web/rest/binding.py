@@ -3,17 +3,19 @@ beside the JSON-RPC endpoint.
 
 A thin binding: the route (`web.rest.routes`) names the method, the path,
 the query and the body make the same params a JSON-RPC request carries,
-and `web.jsonrpc.binding`'s parsers and methods run them, so both bindings share one
-implementation of every method, its checks and its errors. What differs is
-the wire: results are the bare 1.0 JSON shapes, errors the google.rpc.Status
-shape with the HTTP status of `web.core.errors`' table, and stream events bare
-StreamResponses, each keeping its `id:` line so a client can resume with
-`Last-Event-ID` (the official SDK's REST streams carry no ids).
+and the handler (`web.core.handler`) checks and runs them, so every binding
+shares one implementation of every method, its checks and its errors. What
+differs is the wire: results are the bare 1.0 JSON shapes, errors the
+google.rpc.Status shape with the HTTP status of `web.core.errors`' table,
+and stream events bare StreamResponses, each keeping its `id:` line so a
+client can resume with `Last-Event-ID` (the official SDK's REST streams
+carry no ids).
 
-The same edge as `POST /`: Host and Origin screen, CORS, the bearer token,
-the body limit, JSON bodies only, the `A2A-Version` header (this interface
-speaks 1.0 only: no header means 0.3, which it refuses, as §3.6.2 says),
-the request id, one log line and the metrics, a server span.
+The same edge (`web.http.edge`) as `POST /`: Host and Origin screen, CORS,
+the bearer token, the body limit, JSON bodies only, the `A2A-Version`
+header (this interface speaks 1.0 only: no header means 0.3, which it
+refuses, as §3.6.2 says), the request id, one log line and the metrics, a
+server span.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from shared.dialects import V10
 from shared.mappings import is_mapping
 from shared.ops.tracing import serving
 from shared.quoting import shown
+from web.core.call import Call, Dialect
 from web.core.errors import (
     BodyNotJson,
     InvalidParams,
@@ -41,31 +44,20 @@ from web.core.errors import (
     describe,
     status_body,
 )
+from web.core.handler import parse, run
+from web.core.method_table import GET, LIST, PUSH_LIST, SEND, STREAM, SUBSCRIBE
 from web.core.params import camel_name
 from web.core.streaming import Stream
-from web.core.tasks import GET, LIST, PUSH_LIST, SEND, STREAM, SUBSCRIBE
-from web.http.edge import (
-    JSON,
-    VERSION_HEADER,
-    Edge,
-    challenge,
-    open_stream,
-    request_body,
-    require_json,
-)
+from web.core.versions import VERSION_HEADER, wire_version
+from web.http.body import JSON, parse_json, request_body, require_json
+from web.http.edge import Edge, challenge, open_stream
 from web.http.observe import Observed, begin, finish, outcome_of
 from web.http.wsgi import WsgiRequest, answer
-from web.jsonrpc.binding import (
-    HTTP_JSON,
-    Call,
-    parse,
-    parse_json,
-    run,
-    wire_version,
-)
 from web.rest.routes import Route, match
 
 log = logging.getLogger(__name__)
+
+HTTP_JSON: Final = Dialect("http+json", V10, blocking=True, wraps_send=True, enveloped=False)
 
 # Query parameters that are not strings (spec §11.5: decimal and lowercase text).
 _INTEGERS: Final = frozenset({"historyLength", "pageSize"})

@@ -2,6 +2,7 @@
 
     toolnexus-serve [--host H] [--port P] ...   the whole service in one process (embedded)
     toolnexus-serve web [--host H] [--port P]   the front end: gunicorn + gevent workers
+    toolnexus-serve grpc [--host H] [--port P]  the gRPC binding, on web's store and broker
     toolnexus-serve worker                       a Celery worker running the agent
     toolnexus-serve beat                         the one beat: the reaper and the resender
     toolnexus-serve flower [--port P]            Flower, every page behind its login
@@ -19,8 +20,10 @@ line naming it and exit status 2, before gunicorn or Celery start. Options
 this command does not know go on to gunicorn, `celery worker`, `celery beat`
 or Flower unchanged.
 
-Nothing is imported at module level beyond the standard library: the
-embedded and web roles patch it for gevent first of all.
+Nothing is imported at module level beyond the standard library and the
+command's own parsers (`worker.command`, `worker.embedded_flags`,
+standard library only themselves): the embedded and web roles patch it for
+gevent first of all.
 """
 
 from __future__ import annotations
@@ -28,74 +31,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib import metadata
-from typing import NoReturn
 
-PROGRAM = "toolnexus-serve"
-# The embedded role's options -> the variables they override (worker.embedded
-# lays them over the environment; Settings.from_env validates both alike).
-EMBEDDED_OVERRIDES: Mapping[str, str] = {
-    "host": "TOOLNEXUS_HOST",
-    "port": "TOOLNEXUS_PORT",
-    "store": "TOOLNEXUS_STORE",
-    "run": "TOOLNEXUS_RUN",
-    "skills": "TOOLNEXUS_SKILLS",
-}
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, whose refusals are one line and exit status 2 like every
-    other bad setting (argparse's own print the whole usage first)."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
-        raise SystemExit(2)
-
-
-def package_version() -> str:
-    try:
-        return metadata.version("toolnexus-serve")
-    except metadata.PackageNotFoundError:  # run from a checkout that is not installed
-        return "unknown"
-
-
-def parse_embedded_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = OneLineParser(
-        prog=PROGRAM,
-        description=(
-            "Serve an A2A agent in one process: the front end, in-process workers and the"
-            " reaper. The fleet's roles are subcommands: web, worker, beat and flower"
-            f" ({PROGRAM} <role> --help)."
-        ),
-        epilog="Every other setting comes from its TOOLNEXUS_* environment variable.",
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
-    parser.add_argument("--host", help="interface to bind (TOOLNEXUS_HOST, default 127.0.0.1)")
-    parser.add_argument("--port", help="port to listen on (TOOLNEXUS_PORT, default 8080)")
-    parser.add_argument(
-        "--store", help="task store: memory, file:<dir>, ... (TOOLNEXUS_STORE, default memory)"
-    )
-    parser.add_argument("--run", help="fulfilment function package.module:function (TOOLNEXUS_RUN)")
-    parser.add_argument("--skills", help="directory searched for **/SKILL.md (TOOLNEXUS_SKILLS)")
-    parser.add_argument(
-        "--grace",
-        type=_grace,
-        default=10.0,
-        help="seconds running tasks get to finish on shutdown (default 10)",
-    )
-    return parser.parse_args(argv)
-
-
-def _grace(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if not 0 <= seconds < float("inf"):
-        raise argparse.ArgumentTypeError(f"{value!r}: give 0 or more seconds")
-    return seconds
+from worker.command import PROGRAM, OneLineParser
+from worker.embedded_flags import parse_embedded_args
 
 
 @dataclass(frozen=True)
@@ -237,7 +177,7 @@ def _grpc(rest: list[str]) -> int:
         return _refuse(error)
     # The gRPC server's own module takes over this process (as gunicorn loads
     # web:create_app() by name): the launcher imports no web code itself.
-    os.execv(sys.executable, [sys.executable, "-m", "web.grpc.server", *rest])
+    os.execv(sys.executable, [sys.executable, "-m", "web.grpc_process", *rest])
 
 
 def _binds_elsewhere(gunicorn_options: list[str]) -> bool:

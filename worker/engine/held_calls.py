@@ -4,7 +4,7 @@ Celery's consumer and thread pool carry the messages exactly as they do for
 prefork: one message per held call, acknowledged late when its call ends,
 so the claim, late acks, redelivery, retries and Flower's events stay
 Celery's own. Each call parks the pool thread that took its message (a
-blocked thread costs tens of kilobytes: docs/io-workers.md has the
+blocked thread costs memory, not CPU: docs/io-workers.md has the
 figures); the agent itself runs
 
 - as a coroutine (an `async def` or an async generator) on the process's
@@ -20,7 +20,7 @@ watch (the per-process listener) rather than by killing a process:
 - TOOLNEXUS_TIME_LIMIT after the claim (the loop sweeps its calls four
   times a second) the task is failed "timed out" and its coroutine
   cancelled; a blocking call cannot be stopped, so its result is dropped
-  (every save is a change from `working`, which it no longer is);
+  (every save is a change from `working`, which the task has left);
 - when the store says the task left `working` (canceled, reaped), its
   coroutine is cancelled at once, and a blocking call's result dropped.
 

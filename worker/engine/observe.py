@@ -1,8 +1,10 @@
-"""What a worker tells an operator about each delivery: a log line with the
-task id and the request id that created it, and the fulfilment metrics.
+"""What a worker tells an operator about each delivery: a log line and the
+fulfilment metrics.
 
 `observed_fulfil` is `worker.engine.fulfil.fulfil` plus that; the Celery task and
-the in-process dispatcher both call it. Only a delivery that ran the
+the in-process dispatcher both call it, each with the task id and the
+request id that created it bound to its log lines (`worker.runtime.signals`
+for Celery, the dispatcher's own thread for the in-process one). Only a delivery that ran the
 function (the one that claimed the task) is counted: a duplicate or
 redelivered message that finds the task taken counts nothing.
 """
@@ -11,11 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
-from celery import signals
-
-from shared.ops.correlation import CELERY_HEADER, bind
 from shared.ops.logs import fields
 from shared.ops.tracing import span
 from shared.settings import Settings
@@ -26,8 +24,6 @@ from worker.engine.fulfil import fulfil
 from worker.engine.metrics import worker_metrics
 
 log = logging.getLogger(__name__)
-
-_BINDING = "toolnexus_binding"
 
 
 def observed_fulfil(
@@ -67,27 +63,3 @@ def observed_fulfil(
             extra=fields(outcome=state, duration_ms=round(seconds * 1000, 1)),
         )
     return state
-
-
-def bind_deliveries() -> None:
-    """Every Celery task's log lines carry its task id and, when the message
-    brought one, the request id of the web request that queued it."""
-    signals.task_prerun.connect(_bind, weak=False, dispatch_uid="toolnexus-bind")
-    signals.task_postrun.connect(_release, weak=False, dispatch_uid="toolnexus-release")
-
-
-def _bind(task_id: str | None = None, task: Any = None, **_: Any) -> None:
-    if task is None:
-        return
-    request_id = task.request.get(CELERY_HEADER)
-    setattr(
-        task.request,
-        _BINDING,
-        bind(request=request_id if isinstance(request_id, str) else None, task=task_id),
-    )
-
-
-def _release(task: Any = None, **_: Any) -> None:
-    binding = getattr(task.request, _BINDING, None) if task is not None else None
-    if binding is not None:
-        binding.release()

@@ -54,8 +54,8 @@ def reap_stale(
     reason = f"worker lost: no heartbeat for {stale_after:g} s"
     reaped = []
     for task_id in store.stale(now - stale_after):
-        # Only from `working`: a task that asked for input or finished since
-        # it was listed is no longer the reaper's business.
+        # Only from `working`: a task that asked for input or finished after
+        # it was listed is not the reaper's business.
         outcome = transition(
             store, task_id, failed(reason), from_states={WORKING}, on_terminal=on_terminal
         )

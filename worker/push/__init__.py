@@ -1,1 +1,2 @@
-"""Push delivery: the Celery task that sends a task's events to its webhooks."""
+"""Push delivery: a task's events to its webhooks, from a Celery task
+(`worker.runtime.app`) or the embedded server's thread."""

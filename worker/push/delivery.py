@@ -75,9 +75,10 @@ class Policy:
     allowed: Allowed
     signer: Signer | None = None
     # How stale the stored cursor may be while deliveries succeed. Writing it
-    # after every 2xx cost a Redis round trip per event (~40% of a delivery's
-    # time in bench/push.py's profile); a worker that dies re-POSTs at most
-    # this much, from the stored cursor on, in order (at least once).
+    # after every 2xx would cost a store round trip per event (a large share of
+    # a delivery's time: docs/benchmark-figures.md has the profile); a worker
+    # that dies re-POSTs at most this much, from the stored cursor on, in order
+    # (at least once).
     cursor_every: float = 0.05
 
     @classmethod

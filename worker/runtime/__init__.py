@@ -1,2 +1,3 @@
-"""The Celery runtime: the app and its tasks, beat, cancel, the pools, the
-signals, Flower's login and the health probes."""
+"""The Celery runtime: the app and its tasks, what Celery records for each
+delivery, beat, cancel, the pools, the signal handlers, the start-up hooks,
+Flower's login and the health probes."""

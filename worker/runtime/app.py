@@ -48,13 +48,14 @@ from shared.settings import Settings
 from shared.store.contract import Store
 from shared.store.wiring import open_store
 from worker.engine.agent import Agent, agent_or_problem
-from worker.engine.observe import bind_deliveries, observed_fulfil
-from worker.engine.outcome import TaskFailed, celery_result
+from worker.engine.observe import observed_fulfil
 from worker.engine.reaper import sweep
 from worker.push.delivery import GaveUp, Policy, deliver, push_feed
 from worker.push.delivery import sweep as sweep_push
 from worker.runtime.cancel import register_cancel
+from worker.runtime.outcome import TaskFailed, celery_result
 from worker.runtime.pools import celery_pool, concurrency, holds_many, store_connections
+from worker.runtime.signals import bind_deliveries
 
 # Beyond the hard time limit, so the broker never redelivers a running task.
 VISIBILITY_MARGIN = 60.0
@@ -92,7 +93,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_routes": {PUSH_TASK: {"queue": settings.push_queue}},
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
-        # A task whose A2A outcome is failed raises (worker.engine.outcome) so Flower
+        # A task whose A2A outcome is failed raises (worker.runtime.outcome) so Flower
         # shows it failed; its message is still acknowledged, never redelivered.
         "task_acks_on_failure_or_timeout": True,
         # A lost broker connection must not abort running tasks: their

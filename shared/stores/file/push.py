@@ -1,4 +1,5 @@
-"""Push state in files, beside the file store's tasks (see `shared.push.contract`)."""
+"""Push state in files, beside the file store's tasks (see `shared.push.contract`):
+made by the store from its directory."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from shared.push.contract import (
     Cursor,
@@ -20,18 +21,15 @@ from shared.push.contract import (
 )
 from shared.store.contract import require_safe_id
 
-if TYPE_CHECKING:
-    from shared.stores.file.store import FileStore
-
 
 class FilePush(TakenInProcess):
     """`<directory>/.push/<task>.json` holds a task's configs and cursors,
     `.push/<task>.leases.json` its leases; every change is made under one
     flock and lands by rename, so a reader never sees half a file."""
 
-    def __init__(self, store: FileStore, ttl: float | None = None) -> None:
+    def __init__(self, directory: Path, ttl: float | None = None) -> None:
         self._ttl = ttl
-        self._root = store.directory / ".push"
+        self._root = directory / ".push"
         self._root.mkdir(mode=0o700, exist_ok=True)
         self._lock_path = self._root / ".lock"
 

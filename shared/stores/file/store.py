@@ -253,7 +253,7 @@ class FileStore:
         pass  # every file is closed after each call
 
     def push_store(self, ttl: float | None = None) -> PushStore:
-        return self._push.get(lambda: FilePush(self, ttl))
+        return self._push.get(lambda: FilePush(self.directory, ttl))
 
     def ping(self) -> None:
         """Raise StoreError unless the directory is there and writable."""

@@ -23,20 +23,18 @@ comparable with the cutoffs the reaper passes.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg_pool import PoolTimeout
 
 from shared.codec import decode, encode
 from shared.errors import ConfigError, ContextTaken, StoreError
 from shared.events import Event, StatusUpdate, context_of, current_status
 from shared.push.contract import Once, PushStore
-from shared.quoting import truncated
 from shared.store.contract import (
     LOG_LIMIT,
     Commit,
@@ -52,9 +50,10 @@ from shared.store.wakeups import Waiter
 from shared.stores.postgres.listener import PostgresListener
 from shared.stores.postgres.listing import answer
 from shared.stores.postgres.pool import ForkSafePool
+from shared.stores.postgres.push import PostgresPush
 from shared.stores.postgres.records import TAIL, record_of
 from shared.stores.postgres.schema import DEFAULT_SCHEMA, behind, checked_schema
-from shared.stores.postgres.schema import UPGRADE_COMMAND as UPGRADE_HINT
+from shared.stores.postgres.statements import KeyTaken, Statements
 from shared.task import Task, epoch, is_terminal, state_of
 
 Clock = Callable[[], float]
@@ -121,10 +120,10 @@ class PostgresStore:
         self._timeout = timeout
         channel = f"{self.schema}_events"
         self._channel = channel if notify else ""
-        self._checked = False
         self._pool = ForkSafePool(
             self.conninfo, size=connections, timeout=timeout, configure=self._configure
         )
+        self.statements = Statements(self._pool, self.schema, self._where)
         self._listener = PostgresListener(self.conninfo, channel, self._newest, notify=notify)
         self._push = Once()
 
@@ -163,9 +162,9 @@ class PostgresStore:
         )
         for _ in range(_CREATE_ATTEMPTS):
             try:
-                outcome, found = self._one(_CREATE, args)
+                outcome, found = self.statements.one(_CREATE, args)
                 break
-            except _KeyTaken:
+            except KeyTaken:
                 continue  # a concurrent create took the key first: this one now finds it
         else:
             raise StoreError(
@@ -185,7 +184,7 @@ class PostgresStore:
     def read(self, task_id: str) -> Record | None:
         if not is_safe_id(task_id):
             return None
-        row = self._maybe(_READ, (task_id, self._clock()))
+        row = self.statements.maybe(_READ, (task_id, self._clock()))
         return record_of(*row) if row is not None else None
 
     def commit(self, commit: Commit) -> bool:
@@ -216,14 +215,14 @@ class PostgresStore:
             self._log_limit,
             self._channel,
         )
-        outcome, doc, seq, tail = self._one(_CLAIM, args)
+        outcome, doc, seq, tail = self.statements.one(_CLAIM, args)
         record = record_of(doc, seq, tail) if outcome != "unknown" else None
         return Outcome(outcome == "claimed" and record is not None, record)
 
     def events(self, task_id: str, after: int, limit: int | None = None) -> list[tuple[int, Event]]:
         if not is_safe_id(task_id):
             return []
-        rows = self._all(_EVENTS, (task_id, after, self._clock(), limit))
+        rows = self.statements.rows(_EVENTS, (task_id, after, self._clock(), limit))
         return [(int(seq), decode(body)) for seq, body in rows]
 
     def watch(self, task_id: str) -> AbstractContextManager[Waiter]:
@@ -232,7 +231,7 @@ class PostgresStore:
     # --- listing and the time indexes ---------------------------------------
 
     def all(self) -> dict[str, Task]:
-        rows = self._all(
+        rows = self.statements.rows(
             f"SELECT t.id, t.doc, t.seq, {TAIL} FROM tasks t WHERE alive(t.expires, %s::float8)",
             (self._clock(),),
         )
@@ -244,14 +243,14 @@ class PostgresStore:
         return tasks
 
     def listing(self, query: Query) -> Listing:
-        with self._connection() as conn:
+        with self.statements.connection() as conn:
             return answer(conn, query, self._clock())
 
     def heartbeat(self, *task_ids: str) -> None:
         if not task_ids:
             return
         # Only rows still working: a task that left `working` stays out.
-        self._run(
+        self.statements.run(
             "UPDATE tasks SET heartbeat = %s::float8"
             " WHERE id = ANY(%s::text[]) AND heartbeat IS NOT NULL",
             (self._clock(), list(task_ids)),
@@ -267,26 +266,26 @@ class PostgresStore:
         return self._older("interrupted", cutoff)
 
     def resent(self, task_id: str) -> None:
-        self._run(
+        self.statements.run(
             "UPDATE tasks SET sent = %s::float8 WHERE id = %s AND sent IS NOT NULL",
             (self._clock(), task_id),
         )
 
     def record_beat(self) -> None:
-        self._run(
+        self.statements.run(
             "INSERT INTO beat VALUES ('reaper', %s::float8)"
             " ON CONFLICT (name) DO UPDATE SET at = excluded.at",
             (self._clock(),),
         )
 
     def last_beat(self) -> float | None:
-        row = self._maybe("SELECT at FROM beat WHERE name = 'reaper'", ())
+        row = self.statements.maybe("SELECT at FROM beat WHERE name = 'reaper'", ())
         return float(row[0]) if row is not None else None
 
     def purge_expired(self) -> int:
         """Finished tasks past their time, with their logs, histories and
         message keys (on the row); up to 1,000 a run."""
-        return int(self._one(_PURGE, (self._clock(),))[0])
+        return int(self.statements.one(_PURGE, (self._clock(),))[0])
 
     def memory_use(self) -> tuple[int, int] | None:
         return None  # PostgreSQL keeps tasks on disk: no memory limit to warn of
@@ -294,7 +293,7 @@ class PostgresStore:
     def ping(self) -> None:
         """A read and a small write (a standby answers reads but refuses every
         task it would be sent), and the schema's version."""
-        with self._connection() as conn:
+        with self.statements.connection() as conn:
             if reason := behind(conn, self.schema):
                 raise StoreError(
                     f"task store unusable: PostgreSQL at {self._where}: {reason}", reason
@@ -309,23 +308,7 @@ class PostgresStore:
         self._pool.close()
 
     def push_store(self, ttl: float | None = None) -> PushStore:
-        from shared.stores.postgres.push import PostgresPush  # it builds on this module
-
-        return self._push.get(lambda: PostgresPush(self, ttl))
-
-    # --- for rooms that keep their own tables beside the tasks (push state) ---
-
-    def one(self, query: Any, args: Any) -> Any:
-        return self._one(query, args)
-
-    def maybe(self, query: Any, args: Any) -> Any:
-        return self._maybe(query, args)
-
-    def rows(self, query: Any, args: Any) -> list[Any]:
-        return self._all(query, args)
-
-    def run(self, query: Any, args: Any) -> None:
-        self._run(query, args)
+        return self._push.get(lambda: PostgresPush(self.statements, ttl))
 
     # --- internals -----------------------------------------------------------
 
@@ -356,10 +339,12 @@ class PostgresStore:
             self._log_limit,
             self._channel,
         )
-        return self._one(_WRITE, args)[0] is not None
+        return self.statements.one(_WRITE, args)[0] is not None
 
     def _newest(self, task_ids: list[str]) -> list[int | None]:
-        rows = self._all("SELECT id, seq FROM tasks WHERE id = ANY(%s::text[])", (task_ids,))
+        rows = self.statements.rows(
+            "SELECT id, seq FROM tasks WHERE id = ANY(%s::text[])", (task_ids,)
+        )
         found = {task_id: int(seq) for task_id, seq in rows}
         return [found.get(task_id) for task_id in task_ids]
 
@@ -368,76 +353,11 @@ class PostgresStore:
         return status_time, digest(task.get("owner", "")), digest(context_of(task))
 
     def _older(self, column: str, cutoff: float) -> list[str]:
-        rows = self._all(f"SELECT id FROM tasks WHERE {column} < %s::float8", (cutoff,))
+        rows = self.statements.rows(f"SELECT id FROM tasks WHERE {column} < %s::float8", (cutoff,))
         return [task_id for (task_id,) in rows]
-
-    def _one(self, query: Any, args: Any) -> Any:
-        row = self._maybe(query, args)
-        assert row is not None, "the statement returns a row"
-        return row
-
-    def _maybe(self, query: Any, args: Any) -> Any:
-        with self._connection() as conn:
-            return conn.execute(query, args, prepare=True).fetchone()
-
-    def _all(self, query: Any, args: Any) -> list[Any]:
-        with self._connection() as conn:
-            return conn.execute(query, args, prepare=True).fetchall()
-
-    def _run(self, query: Any, args: Any) -> None:
-        with self._connection() as conn:
-            conn.execute(query, args, prepare=True)
-
-    @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection; any failure of PostgreSQL itself is one
-        StoreError naming the cause, and an unmigrated database is refused."""
-        try:
-            with self._pool.connection() as conn:
-                if not self._checked:
-                    if reason := behind(conn, self.schema):
-                        raise StoreError(
-                            f"task store unusable: PostgreSQL at {self._where}: {reason}", reason
-                        )
-                    self._checked = True
-                yield conn
-        except psycopg.errors.UniqueViolation as error:
-            raise _KeyTaken() from error
-        except psycopg.errors.UndefinedTable as error:
-            reason = f"the database has no toolnexus schema: run `{UPGRADE_HINT}`"
-            raise StoreError(
-                f"task store unusable: PostgreSQL at {self._where}: {reason}", reason
-            ) from error
-        except (psycopg.Error, PoolTimeout) as error:
-            detail = truncated(str(error).strip() or type(error).__name__, 200)
-            raise StoreError(
-                f"task store unavailable: PostgreSQL at {self._where}: {detail}", _reason(error)
-            ) from error
-
-
-class _KeyTaken(Exception):
-    """A unique key (a message key) was taken by a concurrent transaction."""
 
 
 _CREATE_ATTEMPTS = 5
-
-
-def _reason(error: Exception) -> str:
-    if isinstance(error, PoolTimeout):
-        return "cannot connect to PostgreSQL"
-    if isinstance(error, psycopg.errors.ReadOnlySqlTransaction):
-        return "PostgreSQL is a read-only standby"
-    if isinstance(error, psycopg.errors.InsufficientPrivilege):
-        return "the PostgreSQL user lacks a permission"
-    if isinstance(
-        error, psycopg.errors.InvalidPassword | psycopg.errors.InvalidAuthorizationSpecification
-    ):
-        return "PostgreSQL refused the credentials"
-    if isinstance(error, psycopg.errors.QueryCanceled):
-        return "PostgreSQL did not answer in time"
-    if isinstance(error, psycopg.OperationalError):
-        return "cannot connect to PostgreSQL"
-    return "PostgreSQL refused the statement"
 
 
 # Stands for the context id in a claim's event text; no context id is this.

@@ -20,8 +20,8 @@ their message keys expire together when a TTL is set.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, cast
 
 import redis
@@ -29,10 +29,10 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from shared.codec import decode, encode
-from shared.errors import ContextTaken, StoreError
+from shared.errors import ContextTaken
 from shared.events import Event, StatusUpdate, context_of, current_status, fold
+from shared.pooling import POOL_WAIT
 from shared.push.contract import Once, PushStore
-from shared.quoting import truncated
 from shared.store.contract import (
     LOG_LIMIT,
     Commit,
@@ -46,6 +46,7 @@ from shared.store.contract import (
 from shared.store.listing import Listing, Query
 from shared.store.spec import POOL_SIZE
 from shared.store.wakeups import Waiter
+from shared.stores.redis.faults import reachable
 from shared.stores.redis.listener import RedisListener
 from shared.stores.redis.listing import RedisListing
 from shared.stores.redis.push import RedisPush
@@ -53,14 +54,6 @@ from shared.stores.redis.scripts import CLAIM, COMMIT, CREATE, FORGET_EXPIRED, R
 from shared.task import Task, epoch, is_terminal, state_of
 
 Clock = Callable[[], float]
-# The longest a call waits for one of its pooled connections (at least the call's timeout). A
-# gevent front end given a burst of a thousand blocking sends on a loaded
-# host had its store calls queue past 2 s, then 5 s, for a connection and
-# answered "task store unavailable" with Redis up: the wait is for the
-# process's CPU, not for Redis, so it is bounded like a request (30 s,
-# gunicorn's worker timeout; tests/test_web_broker_burst.py). A Redis that
-# refuses connections still fails a call at once: the connection goes back.
-POOL_WAIT = 30.0
 
 
 class RedisStore:
@@ -289,7 +282,7 @@ class RedisStore:
         pass  # the pool's connections close with the process; a listener thread is a daemon
 
     def push_store(self, ttl: float | None = None) -> PushStore:
-        return self._push.get(lambda: RedisPush(self, ttl))
+        return self._push.get(lambda: RedisPush(self.client, self._prefix, ttl))
 
     # --- internals -----------------------------------------------------------
 
@@ -355,71 +348,8 @@ class RedisStore:
     def _key(self, kind: str, name: str) -> str:
         return f"{self._prefix}{kind}:{name}"
 
-    # --- for rooms that keep their own keys beside the tasks (shared.push.contract) ---
-
-    @property
-    def prefix(self) -> str:
-        return self._prefix
-
-    def reachable(self) -> AbstractContextManager[None]:
-        """`_reachable`: Redis faults as one StoreError naming the cause."""
-        return self._reachable()
-
-    @contextmanager
-    def _reachable(self) -> Iterator[None]:
-        """Any failure of Redis itself (down, wrong password, out of memory, a
-        read-only replica) is one StoreError that names the cause."""
-        try:
-            yield
-        except redis.RedisError as error:
-            where = self.client.connection_pool.connection_kwargs
-            host = where.get("path") or f"{where.get('host')}:{where.get('port')}"
-            detail = truncated(str(error) or type(error).__name__, 200)
-            raise StoreError(
-                f"task store unavailable: Redis at {host}: {detail}", _reason(error)
-            ) from error
-
-
-# What Redis said, as an operator reads it; the first marker found wins.
-_REASONS = (
-    ("WRONGPASS", "Redis refused the password"),
-    ("NOAUTH", "Redis requires a password"),
-    ("NOPERM", "the Redis user lacks a permission"),
-    ("DENIED", "Redis refuses remote clients (protected mode)"),
-    ("OOM", "Redis is out of memory"),
-    ("READONLY", "Redis is a read-only replica"),
-    ("LOADING", "Redis is loading its data"),
-    ("MISCONF", "Redis cannot persist its data"),
-)
-
-
-# redis-py turns most error replies into classes and drops the marker from
-# the text ("WRONGPASS invalid username-password pair" reads "invalid
-# username-password pair"), so the class decides first.
-_CLASS_REASONS: tuple[tuple[type[redis.RedisError], str], ...] = (
-    (redis.exceptions.NoPermissionError, "the Redis user lacks a permission"),
-    (redis.exceptions.OutOfMemoryError, "Redis is out of memory"),
-    (redis.exceptions.ReadOnlyError, "Redis is a read-only replica"),
-    (redis.exceptions.BusyLoadingError, "Redis is loading its data"),
-)
-
-
-def _reason(error: redis.RedisError) -> str:
-    text = str(error)
-    if isinstance(error, redis.AuthenticationError):
-        wrong = "invalid username-password pair" in text or "WRONGPASS" in text
-        return "Redis refused the password" if wrong else "Redis requires a password"
-    for kind, reason in _CLASS_REASONS:
-        if isinstance(error, kind):
-            return reason
-    for marker, reason in _REASONS:
-        if marker in text:
-            return reason
-    if isinstance(error, redis.TimeoutError):
-        return "Redis did not answer in time"
-    if isinstance(error, redis.ConnectionError):
-        return "cannot connect to Redis"
-    return "Redis refused the command"
+    def _reachable(self) -> AbstractContextManager[None]:
+        return reachable(self.client)
 
 
 # Stands for the context id in a claim's event text; no context id is this.
