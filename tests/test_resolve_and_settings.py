@@ -245,8 +245,9 @@ def test_gunicorn_stops_with_one_line_on_a_bad_setting(
     variable: str, value: str, line: str
 ) -> None:
     root = Path(__file__).parent.parent
+    packaged = "python:web.http.gunicorn_conf"  # what `toolnexus-serve web` runs gunicorn with
     result = subprocess.run(
-        [sys.executable, "-m", "gunicorn", "web:create_app()"],
+        [sys.executable, "-m", "gunicorn", "-c", packaged, "web:create_app()"],
         env={**os.environ, variable: value},
         capture_output=True, text=True, timeout=60, cwd=root,
     )  # fmt: skip

@@ -5,7 +5,8 @@ every binding reads); the bindings are JSON-RPC 2.0 (`web.jsonrpc`),
 HTTP+JSON (`web.rest`) and gRPC (`web.grpc`), the first two on the HTTP
 edge (`web.http`) beside Flask's routes (the agent card, health, the
 console). `web.assembly` builds the parts every process serves on; the HTTP
-process is `gunicorn 'web:create_app()'` (`web.app`), the gRPC one `python
+process is `gunicorn -c python:web.http.gunicorn_conf 'web:create_app()'`
+(`web.app`), the gRPC one `python
 -m web.grpc_process`. web never imports worker: it enqueues by task name
 through a `shared.broker.dispatcher.Dispatcher`.
 
