@@ -6,9 +6,8 @@ HTTP+JSON (`web.rest`) and gRPC (`web.grpc`), the first two on the HTTP
 edge (`web.http`) beside Flask's routes (the agent card, health, the
 console). `web.assembly` builds the parts every process serves on; the HTTP
 process is `gunicorn -c python:web.http.gunicorn_conf 'web:create_app()'`
-(`web.app`), the gRPC one `python
--m web.grpc_process`. web never imports worker: it enqueues by task name
-through a `shared.broker.dispatcher.Dispatcher`.
+(`web.app`), the gRPC one `python -m web.grpc_process`. web never imports
+worker: it enqueues by task name through a `shared.broker.dispatcher.Dispatcher`.
 
 `create_app` is imported on first use, so that `web.http.gunicorn_conf` (gunicorn's
 `-c python:web.http.gunicorn_conf`) can patch the standard library for gevent

@@ -2,9 +2,10 @@
 
 kombu makes a new `redis.Redis` for every publish, and redis-py's
 constructor fills a table of some 170 response callbacks each time: for a
-sent task (its message and its task-sent event) that cost more CPU than the
+sent task (its message and its task-sent event) that costs more CPU than the
 rest of the front end's work on a send. A client is safe to share: every
-command still takes a connection from the channel's pool, as before.
+command still takes a connection from the channel's pool, as with kombu's
+own clients.
 
 Both Celery apps (the front end's dispatcher and the worker's, with beat
 and Flower) select it through `broker_transport` for redis:// and

@@ -3,26 +3,26 @@
 A front end holding 10,000 open streams, or a worker holding 5,000 waiting
 calls, keeps millions of objects alive for minutes. CPython's collector
 scans every one of them in each full (generation 2) collection, with the
-whole process stopped: measured at 10,000 streams, up to 1.6 s per
-collection and 14 collections per benchmark run, which made the delivery
-tail (docs/benchmark-figures.md). Most of those objects are not garbage and
-will not become cyclic garbage while they live; scanning them again and
-again buys nothing.
+whole process stopped: at 10,000 streams those pauses made the delivery
+tail (docs/benchmark-figures.md has the figures). Most of those objects
+are not garbage and will not become cyclic garbage while they live;
+scanning them again and again buys nothing.
 
 So a serving process, once started, runs a `Collector`:
 
 - every `freeze_every` seconds, what survived so far is frozen
   (`gc.freeze()`: moved to the permanent generation, which no automatic
   collection scans; one list splice, no pause). The automatic collections go
-  on as before for everything younger, so the cycles a request makes and
-  drops are collected as ever; a full collection now scans only what
+  on for everything younger, so the cycles a request makes and drops are
+  collected as CPython collects them; a full collection then scans only what
   survived since the last freeze.
 - every `thaw_every` seconds the frozen objects are thawed and collected
   once (`gc.unfreeze()`, `gc.collect()`): the cycles among objects that
   lived longer than `freeze_every` (a stream that ended, a finished call)
-  are reclaimed then. That one collection costs what a full one did before;
-  it comes once per `thaw_every`, not several times a minute, and is logged
-  with what it found, so its cost and what waiting for it holds are seen.
+  are reclaimed then. That one collection costs what a full one costs
+  without the `Collector`; it comes once per `thaw_every`, not several
+  times a minute, and is logged with what it found, so its cost and what
+  waiting for it holds are seen.
 
 `freeze_every` None leaves CPython's collector as it is (nothing runs).
 `thaw_every` None never thaws: for a process whose long-lived objects are

@@ -13,7 +13,7 @@ what a store can do. What the adapter gives it:
   follower reads the task as it stands instead (`shared.store.follow`);
 - compare-and-append by reading the task again before `save`: nothing
   stops another process from saving between the two, so it is
-  last-writer-wins, as the seed's contract always was;
+  last-writer-wins, as the seed's contract is;
 - `create` saves the task: no message-id idempotency, no context check;
 - a polling watch (every `POLL` seconds, in one thread per store);
 - `claim` the long way (read, check, save);

@@ -33,7 +33,7 @@ MAX_ID_LENGTH: Final = 1024  # messageId, contextId: a client's own ids, bounded
 # How deep a client's own JSON (a data part, metadata) may nest. Protobuf
 # parsers (the a2a-sdk's 1.0 types) stop at 100 messages, and each level of
 # a JSON value costs two (Value, then Struct or ListValue): a task holding
-# data 48 levels deep no longer parses as a Task in a ListTasks reply,
+# data 48 levels deep does not parse as a Task in a ListTasks reply,
 # breaking every other client's listing. 32 leaves room for the wrappers.
 MAX_VALUE_DEPTH: Final = 32
 _OPAQUE: Final = frozenset({"metadata", "data"})

@@ -4,10 +4,10 @@ psycopg picks its wait function once, when imported: in a process gevent
 has patched (gunicorn's gevent workers) it takes `wait_poll`, which then
 runs gevent's emulation of `select.poll` on every wait: a poll object, a
 result event, a watcher and a timer for psycopg's 0.1 s interval, each
-made and torn down per call. Measured in process, that doubled a read's
-CPU time in the client (about 105 against 55 µs a `get`). These
-connections wait on one I/O watcher of the hub instead. Elsewhere (Celery's
-children, plain threads) psycopg's own C wait is kept.
+made and torn down per call, which costs every read CPU time in the
+client (docs/postgresql.md has the figures). These connections wait on
+one I/O watcher of the hub instead. Elsewhere (Celery's children, plain
+threads) psycopg's own C wait is kept.
 """
 
 from __future__ import annotations
