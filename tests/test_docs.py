@@ -26,6 +26,18 @@ def test_the_readme_is_at_most_400_lines() -> None:
     )
 
 
+def test_ci_installs_the_extras_the_readmes_test_command_installs() -> None:
+    """The README's second command must pass on a fresh machine as written,
+    so CI, which runs that command's pytest, installs just what it does."""
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    told = re.search(r"^pip install -e '(\.\[[\w,]+\])' && python3 -m pytest", readme, re.M)
+    assert told is not None, "the README's test command is not where it was"
+    installed = re.findall(r"pip install .*-e '(\.\[[\w,]+\])'", ci)
+    assert installed == [told.group(1)]
+    assert re.search(r"^python3 -m pytest$", ci, re.M), "CI runs the README's pytest, exactly"
+
+
 def test_every_relative_link_in_the_readme_names_a_file_of_the_repository() -> None:
     text = (ROOT / "README.md").read_text()
     targets = [m.group(1) for m in _LINK.finditer(text) if "://" not in m.group(1)]
