@@ -5,6 +5,10 @@ name and addresses, never by "0.0.0.0": the start-up line prints URLs built
 from these, and the Host check serves them as it serves loopback. None of
 them is a name a web page's attacker controls (a rebinding domain arrives as
 its own name in `Host`, and is still refused).
+
+The sockets servers listen and answer on are set up here too:
+`listening_socket` for the embedded server's port, `no_delay` on every
+connection a server of the project accepts.
 """
 
 from __future__ import annotations
@@ -78,12 +82,30 @@ class PortInUse(OSError):
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
-    """A socket bound to `host`:`port` and listening; PortInUse when another
-    process (most likely another toolnexus-serve) holds the port."""
+    """A socket bound to `host`:`port` and listening, with TCP_NODELAY set;
+    PortInUse when another process (most likely another toolnexus-serve)
+    holds the port."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        return socket.create_server((host.strip("[]"), port), family=family, backlog=1024)
+        listener = socket.create_server((host.strip("[]"), port), family=family, backlog=1024)
     except OSError as error:
         if error.errno == errno.EADDRINUSE:
             raise PortInUse(f"port {port} on {host} is in use (another toolnexus-serve?)") from None
         raise OSError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+    # On the listener too: Linux gives every connection it accepts the
+    # listener's TCP_NODELAY, so a connection has it from its first byte.
+    no_delay(listener)
+    return listener
+
+
+def no_delay(connection: socket.socket) -> None:
+    """TCP_NODELAY on a TCP socket (IPv4 or IPv6); a Unix socket is left as it is.
+
+    A response leaves in more than one write (its head, then its body or an
+    event), and with Nagle's algorithm on, the last small write waits for the
+    client to acknowledge the first, which a client delaying its ACKs holds
+    back: every request after the first on a keep-alive connection, and every
+    event of a stream, would wait for that delayed ACK.
+    """
+    if connection.family in (socket.AF_INET, socket.AF_INET6):
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

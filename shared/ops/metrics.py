@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import threading
 from collections.abc import Callable, Iterable
@@ -27,6 +28,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from prometheus_client import values as prometheus_values
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+
+from shared.addresses import no_delay
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +104,13 @@ def metrics_app() -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:
 
 class _QuietServer(ThreadingWSGIServer):
     daemon_threads = True
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        connection, address = super().get_request()
+        # The head and the body of a response are separate writes: without
+        # TCP_NODELAY the body waits for the scraper's delayed ACK of the head.
+        no_delay(connection)
+        return connection, address
 
 
 def serve_metrics(host: str, port: int) -> ThreadingWSGIServer | None:

@@ -13,7 +13,9 @@ role.
 What the server answers itself is JSON, as on gunicorn: a request line or
 header it cannot read gets the JSON-RPC error of `web.http.errors` with the
 server's own status. A connection that sends nothing, or stalls mid-request,
-for `idle_timeout` seconds is closed.
+for `idle_timeout` seconds is closed. Every TCP connection has TCP_NODELAY
+set (`shared.addresses.no_delay`), so no write of a response waits for the
+client's ACK of the one before.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from urllib.parse import urlsplit
 from gevent.pool import Pool
 from gevent.pywsgi import LoggingLogAdapter, WSGIHandler, WSGIServer
 
+from shared.addresses import no_delay
 from web.http.disconnects import SOCKET_KEY
 from web.http.errors import framing_error_body, framing_error_response
 from web.http.wsgi import status_line
@@ -46,6 +49,12 @@ class JsonErrorHandler(WSGIHandler):  # type: ignore[misc]
         # Every read and write on this connection: a peer that sends nothing
         # (no request, or a request not sent on) is closed after this long.
         self.socket.settimeout(self.idle_timeout)
+        # A response (or an event of a stream) leaves in more than one write;
+        # without TCP_NODELAY the last of them waits for the client's delayed
+        # ACK of the first. A listener from shared.addresses already gives it
+        # to what it accepts; this holds it on any listener, a TCP one of IPv4
+        # or IPv6 (a Unix socket has no such option).
+        no_delay(self.socket)
         super().handle()
 
     def handle_one_request(self) -> Any:

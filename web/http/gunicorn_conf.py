@@ -52,6 +52,9 @@ except (ToolnexusError, ValueError) as error:
 metrics.use_multiprocess_dir(os.environ.get(metrics.MULTIPROC_VARIABLE))
 
 bind = f"{_settings.host}:{_settings.port}"
+# gunicorn sets TCP_NODELAY on its TCP listeners itself (gunicorn/sock.py) and
+# every connection they accept inherits it: no write of a response waits for
+# a client's delayed ACK (the embedded server sets it in shared.addresses).
 # gevent's worker, answering requests it cannot even parse with JSON, not HTML.
 worker_class = "web.http.gunicorn_worker.JsonErrorWorker"
 # Per process: open streams, waiting blocking sends and idle keep-alive
