@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Generator, Iterator
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
 import redis
@@ -48,17 +49,55 @@ def redis_server_url() -> Iterator[str]:
         server.close()
 
 
+# A `REDIS_URL` given from outside is one server for every xdist worker: each
+# worker (gw0, gw1, ...) has a database of its own there, above those tests
+# name themselves (compose's 0 and 1, 3, 5, 6), so no worker empties another's.
+WORKER_DATABASES = range(8, 16)
+
+
+def worker_database(worker: str | None) -> int | None:
+    """The database of xdist worker `worker` (`PYTEST_XDIST_WORKER`) on a
+    shared Redis; None without xdist."""
+    if worker is None:
+        return None
+    if not (worker.startswith("gw") and worker[2:].isdigit()):
+        raise pytest.UsageError(f"PYTEST_XDIST_WORKER={worker!r}: not an xdist worker name")
+    index = int(worker[2:])
+    if index >= len(WORKER_DATABASES):
+        raise pytest.UsageError(
+            f"REDIS_URL: at most {len(WORKER_DATABASES)} xdist workers share one Redis"
+            f" (databases {WORKER_DATABASES[0]}-{WORKER_DATABASES[-1]}), not {worker}"
+        )
+    return WORKER_DATABASES[index]
+
+
+def on_database(url: str, database: int) -> str:
+    """`url` on `database`: its path for redis:// and rediss://, else its `db` parameter."""
+    parts = urlsplit(url)
+    if parts.scheme in ("redis", "rediss"):
+        return urlunsplit(parts._replace(path=f"/{database}"))
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "db"] + [("db", str(database))]
+    return f"{url.partition('?')[0]}?{urlencode(query)}"
+
+
 @pytest.fixture
 def redis_url(redis_server_url: str) -> Iterator[str]:
-    """A Redis URL on database 0. Our private server is emptied before each
-    test (every database: tests also use db 1 and up); a `REDIS_URL` given
-    from outside only has its database 0 emptied."""
+    """A Redis URL on a database emptied before the test. On our private
+    server (one per xdist worker) it is database 0, and every database is
+    emptied (tests also use db 1 and up). A `REDIS_URL` given from outside is
+    shared by the xdist workers: each has a database of its own there
+    (`worker_database`; without xdist, the URL's, else 0), and only that one
+    is emptied."""
     url = f"{redis_server_url}/0" if redis_server_url.count("/") == 2 else redis_server_url
-    client = redis.Redis.from_url(url)
-    if os.environ.get("REDIS_URL"):
-        client.flushdb()
-    else:
+    if not os.environ.get("REDIS_URL"):
+        client = redis.Redis.from_url(url)
         client.flushall()
+    else:
+        own = worker_database(os.environ.get("PYTEST_XDIST_WORKER"))
+        if own is not None:
+            url = on_database(url, own)
+        client = redis.Redis.from_url(url)
+        client.flushdb()
     yield url
     client.close()
 

@@ -1,8 +1,9 @@
 """The Celery settings an amqp:// broker gets, on the front end and the worker alike.
 
 The queue declarations must match exactly between the two apps (RabbitMQ
-refuses a second declaration that differs); tests/test_amqp_deployment.py
-runs them against the machine's RabbitMQ.
+refuses a second declaration that differs); tests/test_deployment_behaviour.py
+runs both apps (compose's web, worker and beat) against the machine's RabbitMQ,
+on the deployment matrix's amqp broker (tests/support/matrix.py).
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from shared.stores.postgres import postgres_store
 from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, FAILED, INPUT_REQUIRED, WORKING, new_task, state_of, text_message
 from shared.transitions import transition
+from tests.support.polling import wait_for
 from tests.test_stores_events import Clock, kind
 from worker.engine.reaper import sweep
 
@@ -66,7 +67,8 @@ def test_the_default_ttl_forgets_finished_tasks_only(
     clock.now += 6 * DAY
     recent = a_task(store, WORKING, COMPLETED)
     if kind == "redis":
-        # Redis expires keys by its own clock: the TTL it was given is the default.
+        # Redis expires keys by its own clock, not the injected one: the TTL it
+        # was given is the default (that it expires by it: the test below).
         ttl = store.client.ttl(f"toolnexus:task:{old}")
         assert 7 * DAY - 60 < ttl <= 7 * DAY
         assert store.client.ttl(f"toolnexus:task:{running}") == -1  # kept: not finished
@@ -77,6 +79,31 @@ def test_the_default_ttl_forgets_finished_tasks_only(
     assert store.purge_expired() == 1
     assert [store.get(i) is not None for i in (running, waiting, recent)] == [True] * 3
     assert store.events(old, 0) == []
+
+
+def test_redis_forgets_a_finished_task_by_its_own_clock_and_keeps_unfinished_ones(
+    redis_url: str,
+) -> None:
+    """A real, short TTL: Redis's clock is not one a test can move."""
+    store = redis_store(redis_url, terminal_ttl=1)
+    running = a_task(store, WORKING)
+    waiting = a_task(store, WORKING, INPUT_REQUIRED)
+    done = a_task(store, WORKING, COMPLETED)  # finished last: it expires after any other
+    keys = {f"toolnexus:{part}:{done}" for part in ("task", "tail", "log", "hist")}
+    assert store.get(done) is not None
+    assert store.client.exists(*keys) > 0
+
+    def forgotten() -> bool:
+        return store.get(done) is None and store.client.exists(*keys) == 0
+
+    wait_for(forgotten, timeout=30, what="Redis to expire the finished task's keys")
+    assert store.events(done, 0) == []
+    assert state_of(store.get(running)) == WORKING  # unfinished: still there
+    assert state_of(store.get(waiting)) == INPUT_REQUIRED
+    for task_id in (running, waiting):
+        for part in ("task", "log", "hist"):
+            assert store.client.ttl(f"toolnexus:{part}:{task_id}") == -1  # and never to expire
+    assert store.purge_expired() == 1  # its listing entries go with it
 
 
 def test_a_task_left_waiting_for_input_is_failed_after_the_timeout_and_nothing_else(

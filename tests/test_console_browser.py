@@ -48,6 +48,20 @@ SHOTS = ROOT / "docs" / "img"
 TOKENS = {"alice": "alice-token", "bob": "bob-token"}
 WAIT_MS = 20_000
 PAGE = 25  # tasks per page of the list (console.js)
+# Run in each page before its own script: the JSON-RPC id of every answer the
+# page's code has read, in `window.answersRead`.
+ANSWERS_READ = """
+(() => {
+  const read = (window.answersRead = []);
+  const json = Response.prototype.json;
+  Response.prototype.json = function () {
+    return json.call(this).then((reply) => {
+      read.push(reply && reply.id);
+      return reply;
+    });
+  };
+})();
+"""
 expect.set_options(timeout=WAIT_MS)
 
 
@@ -420,6 +434,7 @@ def test_a_sign_out_during_a_slow_load_is_not_undone_by_that_load(
             route.continue_()
 
     page.route(f"{console.base}/", hold_the_signed_in)
+    page.add_init_script(script=ANSWERS_READ)
     page.reload()
     # Its list and one count per state, sent with the token, now held (the
     # probe also pumps Playwright's events: route handlers run inside its calls).
@@ -431,15 +446,23 @@ def test_a_sign_out_during_a_slow_load_is_not_undone_by_that_load(
     page.click("#sign-out")
     page.wait_for_selector("#notice:not([hidden])")
     held = signed[1:]
+    stale = {json.loads(route.request.post_data or "{}")["id"] for route in held}
     for route in held:
         route.continue_()
     for route in held:
-        route.request.response().finished()  # the page has every stale answer
-    # A turn of the page's own event loop after them, so their handlers ran.
-    page.evaluate("() => new Promise((done) => setTimeout(done, 0))")
+        route.request.response().finished()  # the network has given every stale answer
+    # The page's code has read each of them: the rest of its handling (the
+    # drop) runs in that same turn of the page's event loop, before this looks.
+    wait_for(
+        lambda: stale <= set(page.evaluate("window.answersRead")),
+        timeout=30,
+        what="the page to read the stale answers",
+    )
     assert page.locator("#notice").is_visible()
     assert "needs a token" in page.locator("#notice").inner_text()
     assert page.locator("#tasks tbody tr").count() == 0
+    assert page.locator("#counts li").count() == 0
+    assert page.locator("#list-status").inner_text() == "Loading…"
 
 
 def test_the_list_refreshes_by_itself_when_a_task_arrives(console: Console, tab: Tab) -> None:

@@ -5,18 +5,20 @@ a page at a time. On every built-in store."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
 
+from shared import Settings
 from shared.events import artifact_update, to_state
 from shared.store import follow as follow_module
 from shared.store.contract import Record
 from shared.store.follow import follow
 from shared.stores.file.store import file_store
-from shared.stores.memory.store import memory_store
+from shared.stores.memory.store import MemoryStore, memory_store
 from shared.stores.postgres import postgres_store
 from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, WORKING, new_task, text_message
@@ -24,11 +26,16 @@ from shared.transitions import transition
 from tests.support.sse import Stream, results
 from tests.test_stores_events import kind
 from tests.test_web_streaming import Serve, kinds, serve, user
+from tests.test_web_support import live_server
+from web import create_app
+from worker.engine.agent import load_agent
+from worker.engine.inprocess import InProcessDispatcher
 
 __all__ = ["kind", "serve"]  # fixtures of other suites, used here
 
 LIMIT = 50  # a short log, so a test can write past it quickly
 WRITTEN = 400  # events written while the follower is away: well past the limit
+SHORT_LOG = 7  # a served task's kept log: of countdown's 11 events, 5 to 11
 
 
 @pytest.fixture
@@ -116,21 +123,33 @@ def test_a_follower_reads_a_long_log_in_pages(store: Any, monkeypatch: pytest.Mo
     assert asked == [7] * 5  # 32 events: four full pages and a last one
 
 
+@pytest.fixture
+def short_log() -> Iterator[tuple[str, MemoryStore]]:
+    """The app served with countdown over a memory store that keeps only
+    the newest SHORT_LOG events of a task (its own trim, as it appends)."""
+    store = memory_store(log_limit=SHORT_LOG)
+    config = Settings(run="examples.agents:countdown")
+    dispatcher = InProcessDispatcher(store, load_agent(config), config, threads=4)
+    try:
+        with live_server(create_app(config, store=store, dispatcher=dispatcher)) as (url, _):
+            yield url, store
+    finally:
+        dispatcher.close(timeout=5)
+
+
 def test_a_stream_that_resumes_behind_the_trim_gets_the_task_then_the_rest(
-    serve: Serve, monkeypatch: pytest.MonkeyPatch
+    short_log: tuple[str, MemoryStore],
 ) -> None:
-    url, store = serve("examples.agents:countdown")
-    message = user("0.05 6")
+    url, store = short_log
+    message = user("0.05 6")  # 11 events: submitted, 2 working, 7 chunks, completed
     ids = [event.id for event in Stream(url, "SendStreamingMessage", {"message": message})]
     task_id = next(iter(store.all()))
-    # Drop the log's head, as a trim does, then resume from event 2.
-    entry = store._entries[task_id]
-    for _ in range(4):
-        entry.log.popleft()
+    # The store trimmed the log's head as the agent wrote past its limit.
+    assert [seq for seq, _ in store.events(task_id, 0)] == list(range(12 - SHORT_LOG, 12))
     before = gaps("resume")
     resumed = list(Stream(url, "SubscribeToTask", {"id": task_id}, last_event_id=2))
     assert kinds(results(resumed)) == ["task TASK_STATE_COMPLETED"]
-    assert resumed[0].id == ids[-1]
+    assert resumed[0].id == ids[-1] == 11
     assert gaps("resume") == before + 1
 
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import errno
 import json
+import multiprocessing
 import os
+import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ from shared.stores.file.log import Durability
 from shared.stores.file.store import FileStore
 from shared.task import COMPLETED, WORKING, new_task, state_of, text_message
 from shared.transitions import transition
+from tests.support.polling import wait_for
 from tests.support.sse import Stream, results
 
 
@@ -370,28 +374,61 @@ def test_a_file_the_store_cannot_adopt_yet_is_still_read(
     assert [event["status"] for _, event in store.events("seed-1", 0)] == [seed["status"]]
 
 
-def test_a_crash_between_the_log_and_the_rename_loses_nothing_logged(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _complete_and_die_at_the_rename(directory: str, task_id: str, at_rename: Any) -> None:
+    """In a child process: complete the task; at the rename of its task file
+    (its events and the new file's marker logged) say so, and wait there to
+    be killed."""
+    rename = os.replace
+
+    def held(source: Any, target: Any) -> None:
+        if Path(target).name == f"{task_id}.json":
+            at_rename.set()
+            threading.Event().wait()  # the process dies here, by SIGKILL
+        rename(source, target)
+
+    os.replace = held  # this process's own os module only
+    transition(FileStore(directory), task_id, to_state(COMPLETED))
+
+
+def test_a_crash_between_the_log_and_the_rename_loses_nothing_logged(tmp_path: Path) -> None:
     """A whole write appends its events and the new file's marker, then
     renames the file: a crash before the rename leaves the older file, and a
     read folds the logged events over it (once: the older file's own marker
-    says where it stands)."""
+    says where it stands). The crash is a writer process killed at the rename."""
     store = FileStore(tmp_path)
     task_id = working_task_with_chunks(store, 3)
-
-    def crash(*args: Any) -> None:
-        raise KeyboardInterrupt("the process dies here")
-
-    monkeypatch.setattr(os, "replace", crash)
-    with pytest.raises(KeyboardInterrupt):
-        transition(store, task_id, to_state(COMPLETED))  # at rest: written whole
-    monkeypatch.undo()
-    assert not list(tmp_path.glob(".*.tmp"))
+    context = multiprocessing.get_context("spawn")
+    at_rename = context.Event()
+    writer = context.Process(
+        target=_complete_and_die_at_the_rename, args=(str(tmp_path), task_id, at_rename)
+    )
+    writer.start()
+    try:
+        wait_for(
+            lambda: at_rename.is_set() or writer.exitcode is not None,
+            timeout=100,
+            what="the writer to reach the rename",
+        )
+        assert at_rename.is_set(), f"the writer ended (exit {writer.exitcode}) before the rename"
+    finally:
+        writer.kill()  # SIGKILL: no finally, no except, nothing cleans up
+        writer.join(30)
+    assert writer.exitcode == -signal.SIGKILL
+    # What a killed writer leaves: its finished temporary file, never renamed.
+    (left,) = tmp_path.glob(f".{task_id}.json.*.tmp")
+    assert state_of(json.loads(left.read_text())) == COMPLETED
     on_disk = json.loads((tmp_path / f"{task_id}.json").read_text())
     assert state_of(on_disk) != COMPLETED  # the rename never happened
+    # The log holds whole lines only: the write reached it whole before the kill.
+    raw = log_of(store, task_id).read_bytes()
+    assert raw.endswith(b"\n")
+    assert all(json.loads(line) for line in raw.splitlines())
     after = FileStore(tmp_path)  # the next process
     got = after.get(task_id)
     assert got is not None and state_of(got) == COMPLETED  # the logged event counts
     assert texts(got) == ["0", "1", "2"]  # and nothing is folded twice
+    numbers = [seq for seq, _ in after.events(task_id, 0)]
+    assert numbers == list(range(1, len(numbers) + 1))  # each event once, none half-read
+    assert after.events(task_id, 0)[-1][1]["status"]["state"] == COMPLETED
+    assert list(after.all()) == [task_id]  # the stray temporary file is no task
     assert not transition(after, task_id, to_state(WORKING)).applied  # final is final

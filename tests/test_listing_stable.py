@@ -21,7 +21,7 @@ from shared.stores.file.store import file_store
 from shared.stores.memory.store import memory_store
 from shared.stores.postgres import postgres_store
 from shared.stores.redis.store import redis_store
-from shared.task import new_task, text_message
+from shared.task import epoch, new_task, text_message
 from shared.transitions import transition
 from tests.support.polling import wait_for
 from tests.test_web_support import PlayingDispatcher, rpc
@@ -172,7 +172,9 @@ def test_a_change_stamped_before_the_listing_and_saved_after_its_first_page_is_n
     assert record is not None
     change = to_state("working")
     stamped_early = change(record.task)  # its status timestamp: now, before the listing
-    time.sleep(0.01)
+    stamp = epoch(stamped_early[0]["status"]["timestamp"])
+    # The listing's moment is read from this clock: once it is past the stamp, so is that.
+    wait_for(lambda: time.time() > stamp, what="the clock past the change's status timestamp")
     first = rpc(client, "ListTasks", {"pageSize": 3}, version="1.0")["result"]
     assert oldest not in [task["id"] for task in first["tasks"]]
     saved = transition(store, oldest, lambda _: stamped_early)

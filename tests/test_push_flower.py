@@ -7,9 +7,10 @@ script reads it; the tasks page is its datatable over the same records."""
 
 from __future__ import annotations
 
+import ast
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +61,10 @@ def receiver() -> Iterator[Receiver]:
     receiver.stop()
 
 
-def a_task_with_a_webhook(stack: LocalStack, url: str) -> str:
+def a_task_with_a_webhook(stack: LocalStack, url: str, hook_id: str) -> str:
     message = {"role": "ROLE_USER", "messageId": uuid.uuid4().hex, "parts": [{"text": "hi"}]}
     hook = {
+        "id": hook_id,
         "url": url,
         "token": TOKEN,
         "authentication": {"scheme": "Bearer", "credentials": CREDENTIALS},
@@ -105,32 +107,41 @@ def flower_tasks(stack: LocalStack, **query: str) -> dict[str, dict[str, Any]]:
     return found
 
 
-def deliveries_of(
-    stack: LocalStack, task_id: str, state: str, result: str | None = None
+def arguments(record: dict[str, Any]) -> list[Any]:
+    """A record's positional arguments (Flower shows their repr)."""
+    shown = record.get("args")
+    return list(ast.literal_eval(shown)) if isinstance(shown, str) and shown else []
+
+
+def records_of(stack: LocalStack, task_id: str) -> list[dict[str, Any]]:
+    """Every record Flower holds whose arguments begin with `task_id` (its
+    fulfilment and its deliveries), read without any filter of Flower's."""
+    return [r for r in flower_tasks(stack).values() if arguments(r)[:1] == [task_id]]
+
+
+def once_shown(
+    stack: LocalStack, task_id: str, shown: Callable[[dict[str, Any]], bool], what: str
 ) -> list[dict[str, Any]]:
-    """Flower's push deliveries for `task_id` in `state`, once there is one
-    (one answering `result`, when given: another delivery of the same pair,
-    which found it taken, may reach Flower first), those Flower shows with
-    their routing key: beat's task-sent event (which carries it) and the
-    worker's events come over different connections, so Flower may show a
-    delivery's end before it merges in the sending."""
+    """The records of `task_id`, once one of them is `shown`: beat's
+    task-sent event (which alone carries the routing key) and the worker's
+    events come over different connections, so Flower may show a delivery's
+    end before it merges in the sending."""
 
     def seen() -> list[dict[str, Any]] | None:
-        records = flower_tasks(stack, taskname=PUSH_TASK, state=state).values()
-        mine = [
-            r for r in records if task_id in str(r.get("args")) and r.get("routing_key") is not None
-        ]
-        if result is not None and all(r.get("result") != result for r in mine):
-            return None
-        return mine or None
+        records = records_of(stack, task_id)
+        return records if any(shown(record) for record in records) else None
 
-    return wait_for(seen, timeout=60, what=f"Flower to show a {state} delivery of {task_id}")
+    return wait_for(seen, timeout=60, what=f"Flower to show {what} of {task_id}")
+
+
+def routed(record: dict[str, Any]) -> bool:
+    return record.get("routing_key") is not None
 
 
 def test_a_delivery_is_a_push_queue_task_in_flower_without_its_secrets(
     stack: LocalStack, receiver: Receiver
 ) -> None:
-    task_id = a_task_with_a_webhook(stack, receiver.url("/flower-ok"))
+    task_id = a_task_with_a_webhook(stack, receiver.url("/flower-ok"), "flower-ok-hook")
     store = redis_store(stack.store_url)
     wait_for(
         lambda: (
@@ -141,11 +152,24 @@ def test_a_delivery_is_a_push_queue_task_in_flower_without_its_secrets(
         timeout=60,
         what=f"every event of {task_id} delivered",
     )
-    delivered = deliveries_of(stack, task_id, "SUCCESS", result="'delivered'")
-    assert all(record["name"] == PUSH_TASK for record in delivered)
-    # Sent by beat's sweep to the push queue, run by the worker, answered "delivered".
-    assert {record["routing_key"] for record in delivered} == {"push"}, delivered
-    assert "'delivered'" in {record["result"] for record in delivered}, delivered
+    # Another delivery of the same pair, which found it taken, may reach Flower first.
+    records = once_shown(
+        stack,
+        task_id,
+        lambda r: r.get("result") == "'delivered'" and routed(r),
+        "a delivery answered 'delivered'",
+    )
+    delivered = [r for r in records if r.get("result") == "'delivered'" and routed(r)]
+    # Sent by beat's sweep to the push queue as a delivery of this task's
+    # webhook, run by the worker, answered "delivered".
+    for record in delivered:
+        assert (record["name"], record["state"]) == (PUSH_TASK, "SUCCESS"), record
+        assert record["routing_key"] == "push", record
+        assert arguments(record)[:2] == [task_id, "flower-ok-hook"], record
+    # Every delivery of the task went to the push queue, and nothing of it failed.
+    deliveries = [r for r in records if r.get("name") == PUSH_TASK and routed(r)]
+    assert {r["routing_key"] for r in deliveries} == {"push"}, records
+    assert [r for r in records if r.get("state") == "FAILURE"] == [], records
     # The token and credentials are not in Flower: the delivery's arguments
     # name the task and the webhook's id only.
     everything = json.dumps(flower_tasks(stack))
@@ -157,9 +181,22 @@ def test_a_delivery_that_gives_an_event_up_is_failed_in_flower(
     stack: LocalStack, receiver: Receiver
 ) -> None:
     receiver.script("/flower-gone", *[(404, {})] * 10)  # 404: given up at once, never retried
-    task_id = a_task_with_a_webhook(stack, receiver.url("/flower-gone"))
-    failed = deliveries_of(stack, task_id, "FAILURE")
-    assert all(record["name"] == PUSH_TASK for record in failed)
+    task_id = a_task_with_a_webhook(stack, receiver.url("/flower-gone"), "flower-gone-hook")
+    records = once_shown(
+        stack,
+        task_id,
+        lambda r: (r.get("name"), r.get("state")) == (PUSH_TASK, "FAILURE") and routed(r),
+        "a failed delivery",
+    )
+    failed = [r for r in records if r.get("state") == "FAILURE"]
+    # What failed is the delivery of this task's webhook, on the push queue,
+    # for an event it gave up; nothing else of the task (its fulfilment) did.
+    assert {r.get("name") for r in failed} == {PUSH_TASK}, records
+    assert {r["routing_key"] for r in failed if routed(r)} == {"push"}, failed
+    assert all(arguments(r)[:2] == [task_id, "flower-gone-hook"] for r in failed), failed
     assert any("given up" in str(record.get("exception")) for record in failed), failed
-    # Flower's own Failed filter lists it, as the tasks page's filter does.
-    assert {r["uuid"] for r in failed} <= set(flower_tasks(stack, state="FAILURE"))
+    # Flower's own Failed filter lists it, as the tasks page's filter does, and
+    # none of the task's records that succeeded (a record's end state stays).
+    listed = set(flower_tasks(stack, state="FAILURE"))
+    assert {r["uuid"] for r in failed} <= listed
+    assert not {r["uuid"] for r in records if r.get("state") == "SUCCESS"} & listed

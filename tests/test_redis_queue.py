@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,16 +41,30 @@ def dispatcher(broker_url: str) -> Iterator[CeleryDispatcher]:
     dispatcher.close()
 
 
+# Published once `send()` returned: Redis runs commands one at a time and
+# hands a subscriber its messages in that order, so every message before
+# this one's is what `send()` published.
+_AFTER = b"toolnexus-test:after-the-send"
+
+
 def _published(broker_url: str, send: Any) -> list[tuple[bytes, bytes]]:
     """The (channel, data) of every PUBLISH while `send()` runs."""
-    subscriber = redis.Redis.from_url(broker_url).pubsub()
+    client = redis.Redis.from_url(broker_url)
+    subscriber = client.pubsub()
     subscriber.psubscribe("*")
     assert subscriber.get_message(timeout=2) is not None  # the subscription itself
     send()
+    client.publish(_AFTER, b"")
     seen = []
-    while (message := subscriber.get_message(timeout=0.5)) is not None:
-        seen.append((message["channel"], message["data"]))
+    deadline = time.monotonic() + 30
+    while (message := subscriber.get_message(timeout=1)) is None or message["channel"] != _AFTER:
+        if message is not None:
+            seen.append((message["channel"], message["data"]))
+        assert time.monotonic() < deadline, (
+            f"the marker published after the send never came: {seen}"
+        )
     subscriber.close()
+    client.close()
     return seen
 
 

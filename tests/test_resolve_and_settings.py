@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -110,11 +110,46 @@ def test_postgres_urls_are_accepted_forms(spec: str) -> None:
         Settings.from_env({"TOOLNEXUS_STORE": "postgresql://db:port/t"})
 
 
-def test_a_postgres_url_without_the_postgres_store_is_a_config_error() -> None:
-    if importlib.util.find_spec("shared.stores.postgres") is not None:
-        pytest.skip("this installation has shared.stores.postgres (tested with that store)")
-    with pytest.raises(ConfigError, match=r"needs shared\.stores\.postgres"):
-        resolve_store("postgresql://127.0.0.1/tasks")
+def _resolve_without(module: str, spec: str) -> str:
+    """What resolving `spec` raises, as `Type: message`, in a fresh interpreter
+    where importing `module` fails with ImportError (a None in sys.modules)."""
+    code = (
+        "import sys\n"
+        f"sys.modules[{module!r}] = None\n"
+        "from shared.store.resolve import resolve_store\n"
+        "try:\n"
+        f"    resolve_store({spec!r})\n"
+        "except Exception as error:\n"
+        "    print(f'{type(error).__name__}: {error}')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    return result.stdout
+
+
+@pytest.mark.parametrize(
+    ("missing", "expected"),
+    [
+        # The extra's driver is not installed: the error names the extra to install.
+        (
+            "psycopg",
+            r"ConfigError: TOOLNEXUS_STORE: the PostgreSQL store cannot be loaded"
+            r" \(.*psycopg.*\); install toolnexus-serve\[postgres\]",
+        ),
+        # The store's package itself is absent from this installation.
+        (
+            "shared.stores.postgres",
+            r"ConfigError: TOOLNEXUS_STORE: a postgresql:// store needs shared\.stores\.postgres,"
+            r" which this installation does not have",
+        ),
+    ],
+)
+def test_a_postgres_url_without_the_postgres_store_is_a_config_error(
+    missing: str, expected: str
+) -> None:
+    output = _resolve_without(missing, "postgresql://127.0.0.1/tasks")
+    assert re.fullmatch(expected + "\n", output), output
 
 
 def test_reading_the_settings_imports_no_store() -> None:

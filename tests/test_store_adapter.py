@@ -7,6 +7,8 @@ import copy
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -14,13 +16,22 @@ import pytest
 from shared import Settings
 from shared.events import artifact_update, status_update
 from shared.store.adapter import Adapted, number_of
-from shared.store.contract import Record, is_full_store
+from shared.store.contract import Record, Watch, is_full_store
 from shared.store.follow import follow
 from shared.store.wiring import open_store
 from shared.stores.file.store import file_store
 from shared.stores.memory.store import memory_store
-from shared.task import COMPLETED, SUBMITTED, WORKING, new_task, state_of, text_message
+from shared.task import (
+    COMPLETED,
+    SUBMITTED,
+    WORKING,
+    new_task,
+    now_iso,
+    state_of,
+    text_message,
+)
 from shared.transitions import claim, transition
+from tests.support.polling import wait_for
 from tests.test_web_support import PlayingDispatcher, rpc, user_message
 from web import create_app
 
@@ -73,7 +84,9 @@ def test_the_state_machine_and_claims_hold_on_an_adapted_store() -> None:
     assert state_of(inner.get(task["id"])) == COMPLETED
 
 
-def test_numbers_grow_with_each_change_and_a_follower_sees_each_snapshot() -> None:
+def test_numbers_grow_with_each_change_and_a_follower_sees_each_snapshot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     store = open_store(Settings(), DictStore())
     task = store.create(new_task(text_message("user", "hi"))).task
     first = store.read(task["id"])
@@ -85,25 +98,81 @@ def test_numbers_grow_with_each_change_and_a_follower_sees_each_snapshot() -> No
     numbers = [first.seq, store.read(task["id"]).seq]
     assert numbers[1] > numbers[0]
 
-    def finish_later() -> None:
-        time.sleep(0.3)  # a change another thread saves while the follower waits
-        transition(store, task["id"], lambda t: [status_update(t, COMPLETED)])
+    # A change another thread saves once the follower read all there was and waits.
+    waiting = threading.Event()
+    watch = store.watch
 
-    finisher = threading.Thread(target=finish_later)
+    @contextmanager
+    def announcing(task_id: str) -> Iterator[Any]:
+        with watch(task_id) as waiter:
+            yield Announcing(waiter, waiting)
+
+    monkeypatch.setattr(store, "watch", announcing)
+
+    def numbered_above_the_last_now() -> bool:
+        # The adapter numbers a task by its status time, in centiseconds: a
+        # status saved in the centisecond of the one before gets its number,
+        # and no follower tells the two apart.
+        current = store.get(task["id"])
+        assert current is not None
+        stamped_now = {**current, "status": {"state": COMPLETED, "timestamp": now_iso()}}
+        return number_of(stamped_now) > numbers[1]  # type: ignore[arg-type]
+
+    def finish_once_followed() -> None:
+        if waiting.wait(10):  # else nothing is saved, and the follower sees nothing
+            wait_for(numbered_above_the_last_now, what="a status time the adapter tells apart")
+            transition(store, task["id"], lambda t: [status_update(t, COMPLETED)])
+
+    finisher = threading.Thread(target=finish_once_followed)
     finisher.start()
     seen = list(follow(store, task["id"], numbers[1], deadline=time.monotonic() + 10, idle=20))
     finisher.join()
+    assert waiting.is_set(), "the follower never waited"
     assert [state_of(item.task) for item in seen if isinstance(item, Record)] == [COMPLETED]
+
+
+class Announcing:
+    """A waiter that sets `waiting` each time its follower starts a wait."""
+
+    def __init__(self, waiter: Watch, waiting: threading.Event) -> None:
+        self._waiter = waiter
+        self._waiting = waiting
+
+    def wait(self, timeout: float, after: int | None = None) -> bool:
+        self._waiting.set()
+        return self._waiter.wait(timeout, after)
+
+    def wake(self) -> None:
+        self._waiter.wake()
+
+    def on_wake(self, callback: Callable[[], object]) -> None:
+        self._waiter.on_wake(callback)
+
+
+class CountingStore(DictStore):
+    """A DictStore that counts its reads: a poller's look reads each watched task."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gets = 0
+
+    def get(self, task_id: str) -> Any:
+        self.gets += 1
+        return super().get(task_id)
 
 
 def test_a_polling_watch_hears_of_a_change_saved_behind_the_adapter() -> None:
     # Another process saving through its own adapter: only the poller can tell.
-    inner = DictStore()
+    inner = CountingStore()
     store = Adapted(inner, poll=0.02)
     task = store.create(new_task(text_message("user", "hi"))).task
     number = number_of(inner.get(task["id"]))
     with store.watch(task["id"]) as watch:
-        watch.wait(0.2)  # the first poll's wake-up
+        # Two looks of the poller begun since the watch did: the first one
+        # ended, and found nothing to wake the watch for.
+        looked = inner.gets
+        wait_for(lambda: inner.gets >= looked + 2, what="two looks of the poller")
+        assert not watch.wait(0), "woken with nothing changed"
         inner.save(
             {
                 **inner.get(task["id"]),

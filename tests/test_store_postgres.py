@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -201,19 +202,25 @@ def test_without_notifications_the_poller_wakes_a_watch(postgres_url: str) -> No
     store = postgres_store(postgres_url, notify=False)
     writer = postgres_store(postgres_url, notify=False)
     task_id = store.create(a_task()).task["id"]
+    # Listeners on this store's channel only: its schema is the test's own, so
+    # none of another test (they live on for IDLE_EXIT after their store) counts.
+    channel = f"{store.schema}_events"
     with store.watch(task_id) as watch:
-        while watch.wait(0.3, after=1):
-            pass  # the wake-ups of the watch's start
+        quiet_by = time.monotonic() + 30
+        while watch.wait(0.3, after=1):  # the wake-ups of the watch's start
+            assert time.monotonic() < quiet_by, "the watch kept waking with nothing new for 30 s"
         later = threading.Timer(0.2, lambda: transition(writer, task_id, to_state(WORKING)))
         later.start()
         assert watch.wait(30, after=1), "the poller never saw the other store's change"
         later.join()
+        # The watch is live: a listener would be connected now.
+        assert execute(
+            postgres_url,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND query ILIKE 'LISTEN%%' AND position(%s in query) > 0",
+            (channel,),
+        ) == [(0,)]
     assert store.events(task_id, 1)[0][1]["status"]["state"] == WORKING
-    assert execute(
-        postgres_url,
-        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%%'"
-        " AND datname = current_database()",
-    ) == [(0,)]
     store.close()
     writer.close()
 

@@ -24,7 +24,7 @@ from shared.store.spec import POOL_SIZE
 from shared.stores.file.store import file_store
 from shared.stores.memory.store import memory_store
 from shared.stores.redis.store import redis_store
-from shared.task import CANCELED, FAILED, new_task, state_of, text_message
+from shared.task import CANCELED, COMPLETED, FAILED, new_task, state_of, text_message
 from shared.transitions import transition
 from tests.support.polling import wait_for
 from worker.engine.agent import Agent
@@ -58,18 +58,30 @@ def test_a_watch_calls_back_on_every_wake_up_and_at_once_if_already_woken(
     assert is_full_store(event_store)
     task_id = submitted(event_store)
     with event_store.watch(task_id) as watch:
-        assert transition(event_store, task_id, to_state("working")).applied
+        working = transition(event_store, task_id, to_state("working"))
+        assert working.applied and working.record is not None
         early = threading.Event()
         # Woken before anyone asked for a callback: it is called at once (or
         # as soon as the store's own delivery of that wake-up arrives).
         watch.on_wake(early.set)
         assert early.wait(10)
 
-        later = threading.Event()
-        watch.on_wake(later.set)
-        later.clear()
+        # Every wake-up of the task's earlier writes is handled before the
+        # cancel: a later write to another task is heard after them (in the
+        # writer's own call in memory and files, in order on Redis's listener).
+        other_id = submitted(event_store)
+        with event_store.watch(other_id) as other:
+            marked = transition(event_store, other_id, to_state("working"))
+            assert marked.applied and marked.record is not None
+            assert other.wait(10, after=marked.record.seq - 1)
+
+        # A wake-up carries no data: each call reads what the task logged past
+        # `working`, so only a call made once the cancel is logged counts.
+        since = working.record.seq
+        logged: list[bool] = []
+        watch.on_wake(lambda: logged.append(bool(event_store.events(task_id, since))))
         assert transition(event_store, task_id, to_state(CANCELED)).applied
-        assert later.wait(10)
+        wait_for(lambda: any(logged), timeout=10, what="a call back that reads the cancel")
 
 
 # --- held calls, in process -------------------------------------------------------
@@ -184,12 +196,30 @@ def test_each_pool_s_celery_settings_and_store_connections(
 
 
 def test_the_io_pool_reports_the_calls_it_holds() -> None:
+    # The truth is the calls this test started: each one says so as it begins
+    # (inside its hold), and stays until released.
+    release = threading.Event()
+    begun: list[str] = []
+
+    def waits(text: str) -> str:
+        begun.append(text)
+        release.wait(60)
+        return "released"
+
+    store = memory_store()
+    agent, settings = Agent(waits), Settings(time_limit=120)
     # BasePool.info calls the private _get_info; this fails by name if that moves.
     pool = IOPool(limit=3)
     try:
-        info = pool.info
-        assert info["toolnexus-calls-held"] == held_count()
-        assert info["max-concurrency"] == 3
+        assert pool.info["max-concurrency"] == 3
+        outcomes = [run_held(store, submitted(store, name), agent, settings) for name in "ab"]
+        wait_for(lambda: len(begun) == 2, timeout=10, what="both calls to begin")
+        assert pool.info["toolnexus-calls-held"] == 2
+        release.set()
+        wait_for(lambda: all(outcomes), timeout=30, what="both calls to end")
+        assert outcomes == [[COMPLETED], [COMPLETED]]
+        assert pool.info["toolnexus-calls-held"] == 0
         pool.terminate_job(None)  # a revoke's terminate: nothing to kill, no error
     finally:
+        release.set()
         pool.executor.shutdown()
