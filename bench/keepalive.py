@@ -59,7 +59,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         servers = {
             "embedded": Server(
-                "embedded", [*COMMAND, "--port", "{port}"], {"TOOLNEXUS_STORE": "memory"}
+                "embedded",
+                [*COMMAND, "--port", "{port}"],
+                {"TOOLNEXUS_STORE": "memory", "TOOLNEXUS_LOG_LEVEL": "WARNING"},
             ),
             "gunicorn": Server(
                 "gunicorn",
