@@ -339,6 +339,23 @@ def test_a_web_process_loads_no_worker_code() -> None:
     assert result.stdout.strip() == "[]"
 
 
+def test_the_embedded_server_loads_no_celery() -> None:
+    # Its work runs in-process: the broker's client is loaded only where a
+    # process queues through it (web.assembly.celery_dispatcher).
+    code = (
+        "import sys; from shared import Settings; from web import create_app;"
+        " from worker.engine.inprocess import InProcessDispatcher; import worker.embedded;"
+        " from worker.engine.agent import load_agent; s = Settings(store='memory');"
+        " from shared.store.wiring import open_store; store = open_store(s);"
+        " d = InProcessDispatcher(store, load_agent(s), s);"
+        " create_app(s, store=store, dispatcher=d); d.close(timeout=0);"
+        " print(sorted({m.split('.')[0] for m in sys.modules} & {'celery', 'kombu', 'billiard'}))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_the_backend_list_names_every_backend() -> None:
     stores = [module for module in modules() if under(module, ("shared.stores",))]
     assert sorted(set(BACKENDS) - set(stores)) == []
