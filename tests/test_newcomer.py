@@ -1,18 +1,21 @@
 """The newcomer's first run, as the README tells it.
 
-A fresh virtual environment with the package pip-installed into it (a
-wheel built from a copy of the checkout, not an editable install), an agent
+A fresh virtual environment with the package pip-installed into it, an agent
 file in a folder of its own, and from that folder: `toolnexus-serve` for a
 round trip, then `toolnexus-serve web`, `worker` and `beat` on a private
 Redis running 20 tasks. No PYTHONPATH, no file of the repository: the
 serving configuration is the packaged one, and the agent is found in the
 current directory.
 
-The fresh environment borrows this one's installed dependencies (a `.pth`
-file naming its site-packages; the `.pth` files there, among them the
-checkout's editable install, are not read from it), so the test costs
-seconds, not a minute of installing a hundred wheels again; what it checks
-is this package's own start-up, from anywhere.
+The package installs the way a newcomer's does, resolving its declared
+dependencies: `pip wheel` builds a wheelhouse once per run (a wheel of a
+copy of the checkout, not an editable install, and the wheels of what its
+`dependencies` in pyproject.toml resolve to from the package index, pinned
+by constraints.txt as CI and the image are), and the fresh environment, which
+sees nothing of this one's site-packages, gets `pip install --no-index
+--find-links <wheelhouse> toolnexus-serve`: exactly the declared dependencies,
+nothing more. A module the code imports that pyproject.toml does not declare
+is missing there, and the start-up fails on it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,31 +45,46 @@ _NOT_INSTALLED = (
     ".venv", ".git", "site", "build", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis",
     "tests", "bench", "docs", "tasks",
 )  # fmt: skip
+# The first test's setup builds the wheelhouse (some 70 wheels, most from the
+# package index) and installs it: half a minute on an idle machine.
+pytestmark = pytest.mark.timeout(420)
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The bin folder of a fresh virtual environment holding the package."""
-    root = tmp_path_factory.mktemp("newcomer")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The package's wheel and the wheels of its declared dependencies, built once."""
+    root = tmp_path_factory.mktemp("wheelhouse")
     source = root / "source"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*_NOT_INSTALLED))
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    python = venv / "bin" / "python"
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    borrowed = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    Path(site, "borrowed-dependencies.pth").write_text("\n".join(sorted(borrowed)) + "\n")
+    wheels = root / "wheels"
     done = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", str(source)],
+        [
+            *(sys.executable, "-m", "pip", "wheel", "--quiet"),
+            *("-c", str(ROOT / "constraints.txt"), "--wheel-dir", str(wheels), str(source)),
+        ],
         env=newcomer_env(),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=150,
+    )
+    assert done.returncode == 0, done.stderr
+    return wheels
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path) -> Path:
+    """The bin folder of a fresh virtual environment holding the package."""
+    venv = tmp_path_factory.mktemp("newcomer") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=60)
+    done = subprocess.run(
+        [
+            *(str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"),
+            *("--no-index", "--find-links", str(wheelhouse), "toolnexus-serve"),
+        ],
+        env=newcomer_env(),
+        capture_output=True,
+        text=True,
+        timeout=150,
     )
     assert done.returncode == 0, done.stderr
     return venv / "bin"
@@ -171,7 +188,11 @@ def ready(fleet: Started, url: str) -> bool:
 
 
 def test_the_installed_package_is_not_the_checkout(installed: Path, agent_dir: Path) -> None:
-    code = "import worker, web; print(worker.__file__); print(web.__file__)"
+    # The package and its dependencies, all from the fresh environment.
+    code = (
+        "import worker, web, flask, celery\n"
+        "for module in (worker, web, flask, celery): print(module.__file__)"
+    )
     done = subprocess.run(
         [str(installed / "python"), "-c", code],
         cwd=agent_dir,
