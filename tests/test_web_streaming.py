@@ -156,6 +156,13 @@ def test_subscribing_gives_the_task_as_it_stands_then_live_events(serve: Serve) 
 def test_subscribing_to_a_finished_or_unknown_task_is_a_plain_error(serve: Serve) -> None:
     url, _ = serve("examples.agents:echo")
     done = call(url, "SendMessage", {"message": user("x")})["result"]
+    # The toolnexus dialect's send answers before the work: subscribe once it finished.
+    wait_for(
+        lambda: (
+            call(url, "GetTask", {"id": done["id"]})["result"]["status"]["state"] == "completed"
+        ),
+        what="the echo task to finish",
+    )
     finished = Stream(url, "SubscribeToTask", {"id": done["id"]}, version=None)
     assert not finished.is_stream
     assert finished.json()["error"]["code"] == -32004
