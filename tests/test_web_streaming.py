@@ -153,16 +153,22 @@ def test_subscribing_gives_the_task_as_it_stands_then_live_events(serve: Serve) 
     assert [e.id for e in events] == list(range(events[0].id or 0, events[-1].id + 1))  # type: ignore[operator]
 
 
-def test_subscribing_to_a_finished_or_unknown_task_is_a_plain_error(serve: Serve) -> None:
-    url, _ = serve("examples.agents:echo")
-    done = call(url, "SendMessage", {"message": user("x")})["result"]
-    # The toolnexus dialect's send answers before the work: subscribe once it finished.
+def finished_task(url: str) -> dict[str, Any]:
+    """A task sent and seen completed: the toolnexus dialect's send answers
+    before the work, so a test that needs the task finished waits for it."""
+    sent = call(url, "SendMessage", {"message": user("x")})["result"]
     wait_for(
         lambda: (
-            call(url, "GetTask", {"id": done["id"]})["result"]["status"]["state"] == "completed"
+            call(url, "GetTask", {"id": sent["id"]})["result"]["status"]["state"] == "completed"
         ),
-        what="the echo task to finish",
+        what="the task to finish",
     )
+    return dict(sent)
+
+
+def test_subscribing_to_a_finished_or_unknown_task_is_a_plain_error(serve: Serve) -> None:
+    url, _ = serve("examples.agents:echo")
+    done = finished_task(url)
     finished = Stream(url, "SubscribeToTask", {"id": done["id"]}, version=None)
     assert not finished.is_stream
     assert finished.json()["error"]["code"] == -32004
@@ -178,7 +184,7 @@ def test_0_3_streaming_methods_refused_by_the_method_answer_a_stream_of_that_err
     # "text/event-stream", each event a SendStreamingMessageResponse (success or error);
     # the 0.3 SDK's client (httpx-sse) refuses any other content type.
     url, _ = serve("examples.agents:echo")
-    done = call(url, "SendMessage", {"message": user("x")})["result"]
+    done = finished_task(url)
     message = {"kind": "message", "role": "user", "messageId": str(uuid.uuid4())}
     follow_up = {**message, "parts": [{"kind": "text", "text": "again"}], "taskId": "no-such"}
     for method, params, code in (
