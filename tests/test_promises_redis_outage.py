@@ -7,6 +7,9 @@ stopped and started again:
   each on a fresh connection, get the JSON-RPC error `task store
   unavailable` (-32603) within about the store timeout (2 s); once Redis
   returns, the next send succeeds, with no restart;
+- while Redis is paused (SIGSTOP: it accepts connections and never
+  answers), the same calls get the same error within three store timeouts
+  (6 s: the try and its two retries), and `/healthz` still answers 200;
 - `/healthz` stays 200 throughout, while `/readyz` answers 503 naming the
   store, and 200 again once Redis is back.
 """
@@ -40,6 +43,10 @@ STORE_TIMEOUT = 2.0  # the promise's "about the store timeout (2 s)"
 # test processes take turns). A call that waits out its 2 s socket timeout,
 # or retries against a Redis that is gone, answers later than this.
 DEADLINE = STORE_TIMEOUT + 1.0
+# A Redis that accepts and never answers: every try waits out its socket
+# timeout, three tries in all (the promise's 6 s), plus the margin for each
+# try's wake-up on shared cores.
+HUNG_DEADLINE = 3 * STORE_TIMEOUT + 1.5
 # How long a request may take before the client gives up: well past the
 # deadline, so a late answer is measured and reported rather than cut off.
 CLIENT_TIMEOUT = 30.0
@@ -64,6 +71,17 @@ def redis_down(redis: RedisServer) -> Iterator[None]:
         yield
     finally:
         redis.start()
+
+
+@contextmanager
+def redis_paused(redis: RedisServer) -> Iterator[None]:
+    """Redis stopped by SIGSTOP for the block (a hung host: connections are
+    accepted by the kernel, nothing is answered), resumed after it."""
+    redis.pause()
+    try:
+        yield
+    finally:
+        redis.resume()
 
 
 def timed_call(url: str, method: str, params: dict[str, Any]) -> tuple[float, dict[str, Any]]:
@@ -134,3 +152,36 @@ def test_healthz_stays_200_while_readyz_names_the_store_during_a_redis_outage(
     # is part of readiness); /healthz never changed.
     wait_for(lambda: readyz(url) == 200, timeout=30, what="/readyz 200 after Redis returned")
     assert requests.get(f"{url}/healthz", timeout=CLIENT_TIMEOUT).status_code == 200
+
+
+def test_every_request_gets_a_store_error_within_three_store_timeouts_while_redis_hangs(
+    served: tuple[RedisServer, LocalStack],
+) -> None:
+    redis, stack = served
+    url = stack.web_url
+    known = send_text(url, "before the hang")["id"]
+    calls = {
+        "GetTask": {"id": known},
+        "SendMessage": non_blocking_send("during the hang"),
+        "ListTasks": {"pageSize": 10},
+    }
+    with redis_paused(redis):
+        answers = {method: timed_call(url, method, params) for method, params in calls.items()}
+        started = time.monotonic()
+        healthz = requests.get(f"{url}/healthz", timeout=CLIENT_TIMEOUT)
+        healthz_took = time.monotonic() - started
+    figures = ", ".join(f"{method} {took:.3f} s" for method, (took, _) in answers.items())
+    print(f"\nanswered while Redis hung: {figures}, /healthz {healthz_took:.3f} s")
+    for method, (took, reply) in answers.items():
+        assert "error" in reply, (method, reply)
+        assert reply["error"]["code"] == -32603, (method, reply)
+        assert reply["error"]["message"].startswith(STORE_UNAVAILABLE), (method, reply)
+        assert took <= HUNG_DEADLINE, (
+            f"{method} answered after {took:.2f} s (deadline {HUNG_DEADLINE} s)"
+        )
+    assert healthz.status_code == 200, healthz.text
+    assert healthz_took <= DEADLINE, f"/healthz took {healthz_took:.2f} s while Redis hung"
+    # Resumed: the next send succeeds on the same front end.
+    took, reply = timed_call(url, "SendMessage", non_blocking_send("after the hang"))
+    assert "result" in reply, reply
+    assert reply["result"]["status"]["state"] == "submitted", reply

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -80,6 +81,8 @@ class RedisServer:
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
+            # A paused server acts on SIGTERM only once it runs again.
+            self.process.send_signal(signal.SIGCONT)
             self.process.terminate()
             self.process.wait(10)
         self.process = None
@@ -90,6 +93,16 @@ class RedisServer:
             self.process.kill()
             self.process.wait(10)
         self.process = None
+
+    def pause(self) -> None:
+        """SIGSTOP: the server keeps its port, and the kernel keeps accepting
+        connections on it, but nothing is ever answered (a hung host)."""
+        assert self.process is not None and self.process.poll() is None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
 
     def close(self) -> None:
         self.stop()
