@@ -60,6 +60,14 @@ def _count(value: str) -> int:
     return number
 
 
+def _count_or_zero(value: str) -> int:
+    """A whole number of at least 0 (0 turns the thing off)."""
+    number = int(value)
+    if number < 0:
+        raise ValueError("must be a whole number of at least 0")
+    return number
+
+
 def _optional_count(value: str) -> int | None:
     return _count(value) if value else None
 
@@ -358,6 +366,9 @@ class Settings:
     allowed_origins: tuple[str, ...] = _env("ALLOWED_ORIGINS", _origins, ())
     max_body: int = _env("MAX_BODY", _count, 1024 * 1024)
     blocking_timeout: float = _env("BLOCKING_TIMEOUT", _seconds, 30.0)
+    # MiB of finished tasks (as JSON) each front-end process answers GetTask
+    # for from its own memory; 0 asks the store every time
+    finished_cache_mb: int = _env("FINISHED_CACHE_MB", _count_or_zero, 32)
     # a message id a caller already sent names the same message (a retry);
     # false for peers that reuse message ids for different messages
     idempotent_sends: bool = _env("IDEMPOTENT_SENDS", _flag, True)

@@ -52,6 +52,7 @@ from web.core.errors import (
     PushNotSupported,
     TaskError,
 )
+from web.core.finished import FinishedTasks
 from web.core.media import accepts
 from web.core.params import SendParams, TaskQuery, WebhookParams
 
@@ -94,6 +95,8 @@ class Tasks:
         self._hook = hook
         self.push: PushStore | None = store.push_store(settings.task_ttl) if settings.push else None
         self.max_webhooks = settings.push_max_configs
+        budget = settings.finished_cache_mb * 2**20
+        self.finished = FinishedTasks(budget, settings.task_ttl) if budget else None
 
     def send(self, params: SendParams, owner: str, *, blocking: bool) -> Sent:
         # The bound counts from the request, not from the end of saving and
@@ -126,7 +129,15 @@ class Tasks:
         return sent
 
     def get(self, query: TaskQuery, owner: str) -> Task:
-        return owned(self.store.get(query.task_id), query.task_id, owner)
+        """The task as it stands; a finished one this process has read before
+        comes from its memory (`web.core.finished`), checked as any other."""
+        finished = self.finished
+        task = finished.get(query.task_id) if finished is not None else None
+        if task is None:
+            task = self.store.get(query.task_id)
+            if finished is not None and task is not None:
+                finished.keep(task)
+        return owned(task, query.task_id, owner)
 
     def cancel(self, task_id: str, owner: str) -> Task:
         owned(self.store.get(task_id), task_id, owner)
@@ -310,6 +321,8 @@ class Tasks:
         if record is None:
             raise TaskNotFound(f"task {task_id} not found")
         done = is_terminal(state_of(record.task))
+        if done and self.finished is not None:
+            self.finished.keep(record.task)  # the caller's GetTask after it, likely
         return Sent(record.task, max(seq, record.seq), reply if done else None)
 
 

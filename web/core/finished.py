@@ -1,0 +1,107 @@
+"""Finished tasks a front end answers GetTask for from its own memory.
+
+A task in a terminal state never changes again: the one state machine
+refuses every later write, whichever process tries. So once this process
+has read a finished task it can answer for it without asking the store,
+until the store itself forgets the task (`TOOLNEXUS_TASK_TTL` after it
+finished, counted here from the task's own status timestamp, and never
+longer than a TTL from now). Each process keeps its own; nothing is shared.
+
+Only terminal tasks. A running task changes in another process, and the
+notice of a change reaches this one after the change was acknowledged to
+whoever made it, so an answer from what this process last heard could miss
+a change that had already happened.
+
+Bounded by the tasks' size as JSON (their Python objects take a few times
+that): the least recently read go first, and a task larger than a tenth of
+the budget is not kept at all. Callers get the stored object itself and
+must not change it (the memory store hands its own out the same way).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import NamedTuple
+
+from shared.codec import encode_bytes
+from shared.task import Task, is_terminal, state_of
+
+
+class _Kept(NamedTuple):
+    task: Task
+    size: int
+    expires: float  # on the wall clock; inf: kept until pushed out
+
+
+class FinishedTasks:
+    def __init__(
+        self, budget: int, ttl: float | None, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.budget = budget
+        self._ttl = ttl
+        self._clock = clock
+        self._largest = budget // 10
+        self._kept: OrderedDict[str, _Kept] = OrderedDict()
+        self._lock = threading.Lock()
+        self.size = 0  # the JSON bytes of the tasks kept now
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def get(self, task_id: str) -> Task | None:
+        """The finished task, if this process has it and the store still would."""
+        with self._lock:
+            kept = self._kept.get(task_id)
+            if kept is None:
+                return None
+            if kept.expires <= self._clock():
+                self._drop(task_id)
+                return None
+            self._kept.move_to_end(task_id)
+            return kept.task
+
+    def keep(self, task: Task) -> None:
+        """Remember `task` if it is finished and fits; anything else is ignored."""
+        if not is_terminal(state_of(task)):
+            return
+        try:
+            size = len(encode_bytes(task))
+        except TypeError:  # not plain JSON (a user's store may hold anything)
+            return
+        if size > self._largest:
+            return
+        expires = self._expiry(task)
+        with self._lock:
+            if task["id"] in self._kept:
+                self._drop(task["id"])
+            self._kept[task["id"]] = _Kept(task, size, expires)
+            self.size += size
+            while self.size > self.budget:
+                self._drop(next(iter(self._kept)))
+
+    def _drop(self, task_id: str) -> None:
+        self.size -= self._kept.pop(task_id).size
+
+    def _expiry(self, task: Task) -> float:
+        if self._ttl is None:
+            return float("inf")
+        now = self._clock()
+        finished = _timestamp(task)
+        return min(finished, now) + self._ttl if finished is not None else now + self._ttl
+
+
+def _timestamp(task: Task) -> float | None:
+    """When the task reached its state, from its status, in wall-clock seconds."""
+    status = task.get("status")
+    stamp = status.get("timestamp") if isinstance(status, dict) else None
+    if not isinstance(stamp, str):
+        return None
+    try:
+        when = datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
