@@ -1,0 +1,110 @@
+"""The embedded server sends a plain response in one write: its head and
+its body together (gevent's own handler sends them apart). Counted on the
+server's end of a real connection, in this process: every `sendall` of a
+socket whose local port is the server's.
+
+The handler reaches into two private methods of gevent's `WSGIHandler`
+(`_write_with_headers`, `_sendall`); the first test fails by name when
+gevent renames or drops them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import gevent.socket
+import pytest
+from gevent.pywsgi import WSGIHandler
+
+from web.http.gevent_server import gevent_server
+
+StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+
+
+def test_gevent_still_has_the_methods_the_handler_overrides() -> None:
+    for name, parameters in (
+        ("_write_with_headers", ["self", "data"]),
+        ("_sendall", ["self", "data"]),
+    ):
+        method = getattr(WSGIHandler, name, None)
+        assert method is not None, f"gevent.pywsgi.WSGIHandler.{name} is gone"
+        assert list(inspect.signature(method).parameters) == parameters, name
+
+
+def app(environ: dict[str, Any], start_response: StartResponse) -> Any:
+    path = environ["PATH_INFO"]
+    if path == "/plain":
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "5")])
+        return [b"hello"]
+    if path == "/empty":
+        start_response("204 No Content", [])
+        return []
+    # Streamed: no length, so chunked, three chunks.
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return iter([b"one", b"two", b"three"])
+
+
+@contextmanager
+def counting_sends(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[int, list[bytes]]]:
+    """A server on a free port, and what its end of each connection sent,
+    one item per `sendall` call."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    sent: list[bytes] = []
+    original = gevent.socket.socket.sendall
+
+    def sendall(self: Any, data: Any, flags: int = 0) -> Any:
+        if self.getsockname()[1] == port:
+            sent.append(bytes(data))
+        return original(self, data, flags)
+
+    monkeypatch.setattr(gevent.socket.socket, "sendall", sendall)
+    server = gevent_server(listener, app, idle_timeout=30)
+    server.start()
+    try:
+        yield port, sent
+    finally:
+        server.stop(timeout=1)
+        listener.close()
+
+
+def ask(port: int, path: str) -> bytes:
+    """One request on a connection of its own; the whole response."""
+    connection = gevent.socket.create_connection(("127.0.0.1", port), timeout=10)
+    with connection:
+        connection.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_a_plain_response_leaves_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    with counting_sends(monkeypatch) as (port, sent):
+        answer = ask(port, "/plain")
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"\r\n\r\nhello")
+    assert sent == [answer], sent
+
+
+def test_a_response_without_a_body_sends_its_head_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    with counting_sends(monkeypatch) as (port, sent):
+        answer = ask(port, "/empty")
+    assert answer.startswith(b"HTTP/1.1 204 No Content\r\n") and answer.endswith(b"\r\n\r\n")
+    assert sent == [answer], sent
+
+
+def test_a_streamed_response_sends_its_head_with_the_first_chunk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with counting_sends(monkeypatch) as (port, sent):
+        answer = ask(port, "/stream")
+    assert b"".join(sent) == answer
+    head, first, *rest = [*sent[0].split(b"\r\n\r\n", 1), *sent[1:]]
+    assert head.startswith(b"HTTP/1.1 200 OK") and b"Transfer-Encoding: chunked" in head
+    assert first == b"3\r\none\r\n"
+    assert rest == [b"3\r\ntwo\r\n", b"5\r\nthree\r\n", b"0\r\n\r\n"]
