@@ -1,7 +1,7 @@
 """Front-end requests per second, beside baselines and the official a2a-sdk server.
 
     python3 bench/web.py [--rounds 5] [--seconds 5] [--connections 32] [--quick] [--rest-only]
-                         [--postgres-only] [--paired]
+                         [--postgres-only] [--js] [--paired]
 
 Starts, all at once and each on a free port:
   * this service: gunicorn with the packaged web.http.gunicorn_conf (its worker class
@@ -30,6 +30,12 @@ in-memory a2a-sdk server's REST app. `--rest-only` measures just those
 (this service's two bindings and the in-memory SDK's), for a short run;
 `--postgres-only` just the four on PostgreSQL (this service's and the
 DatabaseTaskStore's GetTask and SendMessage), to iterate on that store;
+`--js` measures this service against the official JavaScript SDK's server
+instead (bench/js/peer.mjs: express, its InMemoryTaskStore, the echo agent
+in the same node process; `npm ci` in bench/js first): the gunicorn front
+end on Redis and the embedded server (`toolnexus-serve`, memory store, the
+echo agent in process), GetTask of a finished task (and, for gunicorn, of
+one still running) and SendMessage, all over JSON-RPC 1.0.
 `--paired` also drives the two loads of each ratio at the same time (Python
 threads, the connections shared), which on a machine others are loading
 compares them under the same conditions. Every response is checked:
@@ -274,6 +280,16 @@ Generator = Callable[[Load, float, int, str], float]
 # --- the servers -----------------------------------------------------------------------
 
 
+def service_env(redis_url: str) -> dict[str, str]:
+    """This service's settings here: the store on db 1, the broker on db 2."""
+    return {
+        "TOOLNEXUS_STORE": f"{redis_url}/1",
+        "TOOLNEXUS_BROKER_URL": f"{redis_url}/2",
+        "TOOLNEXUS_QUEUE": "bench",
+        "TOOLNEXUS_LOG_LEVEL": "WARNING",
+    }
+
+
 @dataclass
 class Fleet:
     loads: dict[str, Load]
@@ -290,12 +306,7 @@ def start_all(
     rest_only: bool = False,
     postgres_only: bool = False,
 ) -> Fleet:
-    env = {
-        "TOOLNEXUS_STORE": f"{redis_url}/1",
-        "TOOLNEXUS_BROKER_URL": f"{redis_url}/2",
-        "TOOLNEXUS_QUEUE": "bench",
-        "TOOLNEXUS_LOG_LEVEL": "WARNING",
-    }
+    env = service_env(redis_url)
     if postgres_only:
         ours_on_postgres = _toolnexus_on_postgres(postgres, env, servers, callbacks)
         workers = len(ours_on_postgres.workers())
@@ -347,6 +358,72 @@ def start_all(
         *on_postgres,
     ]
     return _checked(loads, workers)
+
+
+def start_js(redis_url: str, servers: list[Server]) -> Fleet:
+    """The gunicorn front end on Redis, the embedded server on memory and
+    the a2a-js express server, and GetTask and SendMessage on each."""
+    peer_dir = Path(__file__).resolve().parent / "js"
+    if not (peer_dir / "node_modules").is_dir():
+        raise SystemExit("bench/js has no node_modules: run `npm ci` in bench/js first")
+    env = service_env(redis_url)
+    web = gunicorn("web:create_app()", env, "this service")
+    servers.append(web)
+    workers = len(web.workers())
+    running = post(web.port, fresh(send_v10()), A2A_10)["result"]["task"]["id"]
+    finished = post(web.port, fresh(send_v10()), A2A_10)["result"]["task"]["id"]
+    _finish_on_redis(f"{redis_url}/1", finished)
+    embedded = Server(
+        "the embedded server",
+        [sys.executable, "-m", "worker.cli.main", "--port", "{port}", "--store", "memory"],
+        {"TOOLNEXUS_LOG_LEVEL": "WARNING"},
+    )
+    servers.append(embedded)
+    js = Server("the a2a-js express server", ["node", str(peer_dir / "peer.mjs"), "{port}"], {})
+    servers.append(js)
+    loads = [
+        Load("toolnexus GetTask, finished", web.port, _get_body(finished), A2A_10),
+        Load("toolnexus GetTask, running", web.port, _get_body(running), A2A_10),
+        Load("toolnexus SendMessage", web.port, send_v10(), A2A_10),
+        Load("embedded GetTask, finished", embedded.port, _finished_get(embedded), A2A_10),
+        Load("embedded SendMessage", embedded.port, send_v10(), A2A_10),
+        Load("a2a-js GetTask, finished", js.port, _finished_get(js), A2A_10),
+        Load("a2a-js SendMessage", js.port, send_v10(), A2A_10),
+    ]
+    return _checked(loads, workers)
+
+
+def _get_body(task_id: str) -> bytes:
+    return rpc_body("GetTask", {"id": task_id})
+
+
+def _finish_on_redis(store_url: str, task_id: str) -> None:
+    """Move a submitted task to completed through the store contract, as
+    the worker that no benchmark here runs would."""
+    from shared.events import to_state
+    from shared.store.resolve import resolve_store
+    from shared.task import COMPLETED, WORKING
+    from shared.transitions import transition
+
+    store = resolve_store(store_url)
+    try:
+        for state in (WORKING, COMPLETED):
+            assert transition(store, task_id, to_state(state)).applied, state
+    finally:
+        store.close()
+
+
+def _finished_get(server: Server) -> bytes:
+    """GetTask of a task sent to `server` just now, once its in-process agent
+    finished it."""
+    task_id = post(server.port, fresh(send_v10()), A2A_10)["result"]["task"]["id"]
+    body = _get_body(task_id)
+    deadline = time.monotonic() + 10
+    while post(server.port, body, A2A_10)["result"]["status"]["state"] != "TASK_STATE_COMPLETED":
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{server.what}: task {task_id} did not complete")
+        time.sleep(0.05)
+    return body
 
 
 def _peer_get(server: Server) -> bytes:
@@ -486,6 +563,36 @@ RATIOS = (
         5.0,
     ),
     (
+        "gunicorn on Redis vs a2a-js: GetTask, finished",
+        "toolnexus GetTask, finished",
+        "a2a-js GetTask, finished",
+        1.0,
+    ),
+    (
+        "gunicorn on Redis vs a2a-js: GetTask, running",
+        "toolnexus GetTask, running",
+        "a2a-js GetTask, finished",
+        None,
+    ),
+    (
+        "gunicorn on Redis vs a2a-js: SendMessage",
+        "toolnexus SendMessage",
+        "a2a-js SendMessage",
+        0.8,
+    ),
+    (
+        "embedded on memory vs a2a-js: GetTask",
+        "embedded GetTask, finished",
+        "a2a-js GetTask, finished",
+        1.0,
+    ),
+    (
+        "embedded on memory vs a2a-js: SendMessage",
+        "embedded SendMessage",
+        "a2a-js SendMessage",
+        1.0,
+    ),
+    (
         "toolnexus dialect: GetTask vs trivial",
         "toolnexus GetTask, toolnexus dialect",
         "trivial GetTask",
@@ -570,6 +677,11 @@ def main() -> None:
         help="only GetTask and SendMessage on PostgreSQL, here and on the a2a-sdk's database store",
     )
     parser.add_argument(
+        "--js",
+        action="store_true",
+        help="against the a2a-js express server: gunicorn on Redis and the embedded server",
+    )
+    parser.add_argument(
         "--paired",
         action="store_true",
         help="also drive each ratio's two loads at the same time, sharing the connections",
@@ -590,14 +702,18 @@ def main() -> None:
     callbacks: list[Any] = []
     table = f"bench_sdk_{uuid.uuid4().hex[:8]}"
     try:
-        fleet = start_all(
-            redis_server.url,
-            args.postgres,
-            table,
-            servers,
-            callbacks,
-            rest_only=args.rest_only,
-            postgres_only=args.postgres_only,
+        fleet = (
+            start_js(redis_server.url, servers)
+            if args.js
+            else start_all(
+                redis_server.url,
+                args.postgres,
+                table,
+                servers,
+                callbacks,
+                rest_only=args.rest_only,
+                postgres_only=args.postgres_only,
+            )
         )
         rates = measure_all(fleet, generator, args.rounds, args.seconds, args.connections)
         paired = (
