@@ -25,6 +25,7 @@ from tests.support.polling import wait_for
 from tests.support.shortcuts import push_store
 from tests.test_web_support import PlayingDispatcher
 from web import create_app
+from worker.push.delivery import sweep
 
 HOOK = "https://receiver.example/hook"
 
@@ -157,6 +158,45 @@ def test_a_webhook_given_with_the_send_is_saved_with_its_task(
     task = client.task(**configuration)
     listed = client.result("ListTaskPushNotificationConfigs", {"taskId": task})
     assert [(c["id"], c["url"]) for c in listed["configs"]] == [(shown, HOOK)]
+
+
+def test_a_sweep_during_a_send_with_a_webhook_never_forgets_the_webhook(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Beat's sweep forgets the webhooks of a task it cannot find (one that
+    expired). A sweep run right before the store creates the task, and right
+    after, must leave the send's webhook in place, and the next hand it on."""
+    store = memory_store()
+    push = store.push_store()
+    assert push is not None
+    handed: list[tuple[str, str]] = []
+    creating = store.create
+
+    def hand_on(task_id: str, config_id: str, holder: str) -> None:
+        handed.append((task_id, config_id))
+
+    def create(*args: Any, **kwargs: Any) -> Any:
+        sweep(store, push, hand_on, 30)
+        created = creating(*args, **kwargs)
+        sweep(store, push, hand_on, 30)
+        return created
+
+    monkeypatch.setattr(store, "create", create)
+    app = create_app(Settings(), store=store, dispatcher=PlayingDispatcher(store, auto=False))
+    message = {"role": "ROLE_USER", "messageId": "m1", "parts": [{"text": "hi"}]}
+    configuration = {"returnImmediately": True, "taskPushNotificationConfig": {"url": HOOK}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {"message": message, "configuration": configuration},
+    }
+    reply = app.test_client().post("/", json=body, headers={"A2A-Version": "1.0"}).get_json()
+    task = reply["result"]["task"]["id"]
+    sweep(store, push, hand_on, 30)
+    assert [config["url"] for config in push.configs(task)] == [HOOK]
+    assert task in push.pushing()
+    assert handed == [(task, task)]
 
 
 def test_unknown_tasks_and_configs_are_task_not_found() -> None:

@@ -211,10 +211,7 @@ class Tasks:
 
     def _create(self, params: SendParams, owner: str) -> tuple[Sent, bool]:
         task = new_task(params.message, params.context_id, owner or None)
-        if params.webhook is not None:
-            # Saved before the task exists, so no event of it can pass unseen
-            # by the sweep; a config whose task is never made is forgotten by it.
-            self._put_webhook(self._push(), task["id"], params.webhook, params.version)
+        push = self._push() if params.webhook is not None else None  # refused before anything
         key = message_key(owner, params.message["messageId"]) if self.idempotent else None
         try:
             created = self.store.create(task, key)
@@ -225,12 +222,14 @@ class Tasks:
             # it cannot be a retry of a lost reply (that caller never knew the
             # task), so it is a new message that reuses the id.
             created = self.store.create(task, key, supersedes=created.task["id"])
+        if push is not None and params.webhook is not None:
+            # Saved once the task exists (a retry's goes with the task it made)
+            # and before it is queued: the feed starts at the task's first
+            # event, so none passes unseen, and the sweep, which forgets the
+            # webhooks of a task it cannot find, never sees one without its task.
+            self._put_webhook(push, created.task["id"], params.webhook, params.version)
         if created.created:
             return Sent(created.task, 1), True
-        if params.webhook is not None:  # a retry: its webhook goes with the task it made
-            assert self.push is not None
-            self.push.forget(task["id"])
-            self._put_webhook(self.push, created.task["id"], params.webhook, params.version)
         return self._as_it_stands(created.task["id"]), False
 
     def _resume(self, params: SendParams, owner: str) -> tuple[Sent, bool]:

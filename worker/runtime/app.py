@@ -31,7 +31,7 @@ from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.entity import Queue
 
-from shared.broker.amqp import amqp_config, is_amqp
+from shared.broker.amqp import CONFIRM_TIMEOUT, amqp_config, is_amqp
 from shared.broker.dispatcher import (
     FULFIL_TASK,
     PUSH_SWEEP_TASK,
@@ -215,7 +215,13 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
     def send(task_id: str) -> None:
         # The reaper's resend: a Celery id of its own, so that a copy never
         # shares the running message's entry in a worker (shared.broker.dispatcher).
-        app.send_task(FULFIL_TASK, args=[task_id], task_id=resend_id(task_id), queue=settings.queue)
+        app.send_task(
+            FULFIL_TASK,
+            args=[task_id],
+            task_id=resend_id(task_id),
+            queue=settings.queue,
+            confirm_timeout=CONFIRM_TIMEOUT,  # beat must not wait on RabbitMQ for ever
+        )
 
     @app.task(name=REAP_TASK, shared=False)  # type: ignore[untyped-decorator]
     def reap_task() -> list[str]:
@@ -254,7 +260,12 @@ def register_push(app: Celery, settings: Settings, runtime: ProcessRuntime) -> N
         return deliver(store, push, task_id, config_id, holder, policy)
 
     def send(task_id: str, config_id: str, holder: str) -> None:
-        app.send_task(PUSH_TASK, args=[task_id, config_id, holder], queue=settings.push_queue)
+        app.send_task(
+            PUSH_TASK,
+            args=[task_id, config_id, holder],
+            queue=settings.push_queue,
+            confirm_timeout=CONFIRM_TIMEOUT,  # beat must not wait on RabbitMQ for ever
+        )
 
     @app.task(name=PUSH_SWEEP_TASK, shared=False)  # type: ignore[untyped-decorator]
     def push_sweep_task() -> int:
