@@ -33,6 +33,7 @@ from gevent.pywsgi import LoggingLogAdapter, WSGIHandler, WSGIServer
 from shared.addresses import no_delay
 from web.http.disconnects import SOCKET_KEY
 from web.http.errors import framing_error_body, framing_error_response
+from web.http.request_headers import parse_request_headers
 from web.http.wsgi import status_line
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,9 @@ class JsonErrorHandler(WSGIHandler):  # type: ignore[misc]
         # or IPv6 (a Unix socket has no such option).
         no_delay(self.socket)
         super().handle()
+
+    def MessageClass(self, fp: Any, *args: Any) -> Any:  # gevent reads the headers with this
+        return parse_request_headers(fp)
 
     def _write_with_headers(self, data: bytes) -> None:
         # gevent sends the head, then (if any) the first body chunk: held in
