@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import requests
 
+from shared.codec import encode_bytes
 from shared.events import to_state
 from shared.store.contract import Store
 from shared.store.resolve import resolve_store
@@ -172,18 +173,23 @@ def finished_task(text: str, timestamp: str | None = None) -> Any:
 
 def test_the_memory_keeps_within_its_budget_dropping_the_least_recently_read() -> None:
     tasks = [finished_task(f"task {n:03}") for n in range(100)]
-    one = len(__import__("orjson").dumps(tasks[0]))
+    one = len(encode_bytes(tasks[0]))
     kept = FinishedTasks(budget=10 * one + one // 2, ttl=None)
     for task in tasks[:10]:
         kept.keep(task)
     assert len(kept) == 10 and kept.size <= kept.budget
-    assert kept.get(tasks[0]["id"]) is tasks[0]  # read: now the most recent
+    # Each caller gets a copy of its own: changing one changes nothing kept.
+    copy = kept.get(tasks[5]["id"])
+    assert copy == tasks[5] and copy is not tasks[5]
+    copy["status"]["state"] = WORKING
+    assert kept.get(tasks[5]["id"]) == tasks[5]
+    assert kept.get(tasks[0]["id"]) == tasks[0]  # read: now the most recent
     for task in tasks[10:]:
         kept.keep(task)
         assert kept.size <= kept.budget
     assert len(kept) == 10
     assert kept.get(tasks[0]["id"]) is None  # pushed out by ninety later ones
-    assert kept.get(tasks[99]["id"]) is tasks[99]
+    assert kept.get(tasks[99]["id"]) == tasks[99]
     # A task larger than a tenth of the budget is not kept at all.
     large = finished_task("x" * (kept.budget // 10))
     kept.keep(large)
@@ -205,7 +211,7 @@ def test_the_memory_counts_the_time_to_live_from_when_the_task_finished() -> Non
         kept.keep(task)
     now[0] += 11  # past the old one's 60 s, counted from its timestamp
     assert kept.get(old["id"]) is None
-    assert kept.get(fresh["id"]) is fresh and kept.get(unstamped["id"]) is unstamped
+    assert kept.get(fresh["id"]) == fresh and kept.get(unstamped["id"]) == unstamped
     now[0] += 50
     assert kept.get(fresh["id"]) is None and kept.get(unstamped["id"]) is None
     assert len(kept) == 0 and kept.size == 0

@@ -12,10 +12,10 @@ notice of a change reaches this one after the change was acknowledged to
 whoever made it, so an answer from what this process last heard could miss
 a change that had already happened.
 
-Bounded by the tasks' size as JSON (their Python objects take a few times
-that): the least recently read go first, and a task larger than a tenth of
-the budget is not kept at all. Callers get the stored object itself and
-must not change it (the memory store hands its own out the same way).
+Each task is kept as its JSON, so the budget is what it holds (as parsed
+objects a task takes several times its JSON), and every caller gets a
+copy of its own. The least recently read go first, and a task larger than
+a tenth of the budget is not kept at all.
 """
 
 from __future__ import annotations
@@ -27,13 +27,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import NamedTuple
 
-from shared.codec import encode_bytes
+from shared.codec import decode, encode_bytes
 from shared.task import Task, is_terminal, state_of
 
 
 class _Kept(NamedTuple):
-    task: Task
-    size: int
+    task: bytes  # its JSON
     expires: float  # on the wall clock; inf: kept until pushed out
 
 
@@ -47,7 +46,7 @@ class FinishedTasks:
         self._largest = budget // 10
         self._kept: OrderedDict[str, _Kept] = OrderedDict()
         self._lock = threading.Lock()
-        self.size = 0  # the JSON bytes of the tasks kept now
+        self.size = 0  # the bytes of the tasks kept now
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -62,29 +61,33 @@ class FinishedTasks:
                 self._drop(task_id)
                 return None
             self._kept.move_to_end(task_id)
-            return kept.task
+        found: Task = decode(kept.task)
+        return found
 
     def keep(self, task: Task) -> None:
         """Remember `task` if it is finished and fits; anything else is ignored."""
         if not is_terminal(state_of(task)):
             return
         try:
-            size = len(encode_bytes(task))
+            encoded = encode_bytes(task)
         except TypeError:  # not plain JSON (a user's store may hold anything)
             return
-        if size > self._largest:
+        # orjson's bytes keep the buffer they were written into (4 KiB at
+        # least); a copy is the JSON's own size.
+        raw = bytes(memoryview(encoded))
+        if len(raw) > self._largest:
             return
         expires = self._expiry(task)
         with self._lock:
             if task["id"] in self._kept:
                 self._drop(task["id"])
-            self._kept[task["id"]] = _Kept(task, size, expires)
-            self.size += size
+            self._kept[task["id"]] = _Kept(raw, expires)
+            self.size += len(raw)
             while self.size > self.budget:
                 self._drop(next(iter(self._kept)))
 
     def _drop(self, task_id: str) -> None:
-        self.size -= self._kept.pop(task_id).size
+        self.size -= len(self._kept.pop(task_id).task)
 
     def _expiry(self, task: Task) -> float:
         if self._ttl is None:
