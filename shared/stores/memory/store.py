@@ -35,7 +35,8 @@ from shared.store.contract import (
     is_safe_id,
     require_safe_id,
 )
-from shared.store.listing import Listing, Query, list_by_scan, trimmed
+from shared.store.listing import Listing, Query, trimmed
+from shared.store.ordered import OrderedIndex
 from shared.store.wakeups import Notifier, Waiter
 from shared.stores.memory.push import MemoryPush
 from shared.task import (
@@ -67,7 +68,7 @@ class _Entry:
 
 
 class MemoryStore:
-    lists_by_scan = True
+    lists_by_scan = False  # ListTasks reads the page from ordered indexes
 
     def __init__(
         self,
@@ -90,6 +91,7 @@ class MemoryStore:
         self._beat: float | None = None
         self._notifier = Notifier()
         self._push = Once()
+        self._order = OrderedIndex()
         # The latest moment a listing is read as of (shared.store.listing): a status
         # saved after it must not carry a timestamp at or before it.
         self._listed_as_of = 0.0
@@ -200,7 +202,19 @@ class MemoryStore:
     def listing(self, query: Query) -> Listing:
         with self._lock:
             self._listed_as_of = max(self._listed_as_of, query.as_of)
-        return list_by_scan(self.all().values(), self._statuses, query)
+            self._expire()
+            found = self._order.answer(query, self._statuses_of, self._stored_tasks)
+        # Copied once the lock is let go: the page is the store's own objects.
+        return Listing(_copied(found.tasks), found.total, found.last)
+
+    def _statuses_of(self, task_id: str) -> list[tuple[float, str]]:
+        """Under the lock: the task's status changes."""
+        entry = self._entries.get(task_id)
+        return entry.statuses if entry else []
+
+    def _stored_tasks(self, task_ids: list[str]) -> list[Task]:
+        """Under the lock: the tasks themselves, of those still here."""
+        return [self._entries[i].task for i in task_ids if i in self._entries]
 
     def _after_listings(self, status: TaskStatus) -> None:
         """Under the lock: a status saved now, stamped before a listing's
@@ -210,11 +224,6 @@ class MemoryStore:
         of then, where the first page did not have it, and skip it."""
         if "timestamp" in status and _stamp(status) <= self._listed_as_of:
             status["timestamp"] = iso_at(max(time.time(), self._listed_as_of + 2e-6))
-
-    def _statuses(self, task_id: str) -> list[tuple[float, str]]:
-        with self._lock:
-            entry = self._entries.get(task_id)
-            return list(entry.statuses) if entry else []
 
     def heartbeat(self, *task_ids: str) -> None:
         with self._lock:
@@ -266,6 +275,8 @@ class MemoryStore:
         if self._ttl and is_terminal(state):
             entry.expires = now + self._ttl
             heapq.heappush(self._expiries, (entry.expires, task_id))
+        task = entry.task
+        self._order.place(task_id, task.get("owner", ""), task.get("contextId"), state, status_time)
 
     def _expired(self, entry: _Entry) -> bool:
         return entry.expires is not None and entry.expires <= self._clock()
@@ -298,6 +309,7 @@ class MemoryStore:
             entry = self._entries.get(task_id)
             if entry is not None and self._expired(entry):
                 del self._entries[task_id]
+                self._order.remove(task_id)
                 forgotten += 1
                 if entry.message_key is not None:
                     self._messages.pop(entry.message_key, None)
