@@ -1,7 +1,7 @@
 """Store costs beside raw baselines measured in the same run.
 
     python3 bench/stores.py [--ops 5000] [--commits 200] [--chunks 1000]
-                            [--list-max 100000] [--quick]
+                            [--list-max 100000] [--quick] [--listing-only]
 
 For the memory, file and Redis stores (Redis: a private redis-server):
 
@@ -26,6 +26,8 @@ For the memory, file and Redis stores (Redis: a private redis-server):
    issue's aim: p50 at 100,000 <= 1.5x p50 at 1,000.
 5. The Redis stale query (the reaper's) over the 100,000 tasks of 4, with
    1,000 live working tasks and 10 stale ones, beside a PING.
+
+`--listing-only` runs 4 alone.
 
 Ratios, not absolute numbers, are what to compare across machines:
 everything here shares one noisy box.
@@ -436,6 +438,7 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="smoke run: fewer of everything, ListTasks to 10,000"
     )
+    parser.add_argument("--listing-only", action="store_true", help="only the ListTasks figures")
     args = parser.parse_args()
     exit_on_sigterm()
     if args.quick:
@@ -453,6 +456,9 @@ def main() -> None:
             stores = Stores(Path(folder), f"{server.url}/0", lambda: clock[0] or time.time())
             for kind in KINDS:
                 creating_hangs(kind, stores)
+            if args.listing_only:
+                bench_listing(stores, args.list_max, args.list_budget)
+                return
             bench_pairs(stores, args.ops)
             bench_commits(stores, args.commits)
             bench_chatty(stores, args.chunks)
