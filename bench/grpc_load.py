@@ -32,6 +32,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ if str(ROOT) not in sys.path:
 import grpc  # noqa: E402
 from a2a.types import a2a_pb2, a2a_pb2_grpc  # noqa: E402
 
-from bench.processes import Server, cpu_seconds, rss_kib  # noqa: E402
+from bench.processes import Server, cpu_seconds, finish_task, rss_kib  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 
 METADATA = (("a2a-version", "1.0"),)
@@ -84,16 +85,36 @@ def drive(address: str, call: Callable[[Any], Any], clients: int, seconds: float
     return sum(counts) / (time.monotonic() - began)
 
 
-def loads(address: str) -> dict[str, Callable[[Any], Any]]:
+def loads(address: str, finish: Callable[[str], None] | None) -> dict[str, Callable[[Any], Any]]:
+    """GetTask (of a task left submitted: no worker runs here), SendMessage,
+    and GetTask of a finished task where there is one: `finish` completes a
+    task in this service's store; the SDK's echo agent finishes its own."""
     with grpc.insecure_channel(address) as channel:
         stub = a2a_pb2_grpc.A2AServiceStub(channel)
         task = stub.SendMessage(send_request(), metadata=METADATA, timeout=10).task
         assert stub.GetTask(a2a_pb2.GetTaskRequest(id=task.id), metadata=METADATA).id == task.id
+        done = stub.SendMessage(send_request(), metadata=METADATA, timeout=10).task
+        if finish is not None:
+            finish(done.id)
+        get_done = a2a_pb2.GetTaskRequest(id=done.id)
+        deadline = time.monotonic() + 10
+        while (
+            stub.GetTask(get_done, metadata=METADATA).status.state != a2a_pb2.TASK_STATE_COMPLETED
+        ):
+            if time.monotonic() > deadline:
+                get_done = None  # nothing finishes it: no such figure for this server
+                break
+            time.sleep(0.05)
     get = a2a_pb2.GetTaskRequest(id=task.id)
-    return {
+    found: dict[str, Callable[[Any], Any]] = {
         "GetTask": lambda stub: stub.GetTask(get, metadata=METADATA, timeout=10),
         "SendMessage": lambda stub: stub.SendMessage(send_request(), metadata=METADATA, timeout=10),
     }
+    if get_done is not None:
+        found["GetTask, finished"] = lambda stub: stub.GetTask(
+            get_done, metadata=METADATA, timeout=10
+        )
+    return found
 
 
 async def open_streams(address: str, count: int, server_pid: int) -> dict[str, Any]:
@@ -155,23 +176,27 @@ def main() -> None:
             "toolnexus-memory": f"127.0.0.1:{in_memory.port}",
             "sdk": f"127.0.0.1:{peer.port}",
         }
-        calls = {name: loads(address) for name, address in targets.items()}
+        finishers = {"toolnexus": partial(finish_task, f"{redis.url}/1")}
+        calls = {name: loads(address, finishers.get(name)) for name, address in targets.items()}
         pids = {
             "toolnexus": (ours.process.pid, redis.process.pid),
             "toolnexus-memory": (in_memory.process.pid,),
             "sdk": (peer.process.pid,),
         }
-        for method in ("GetTask", "SendMessage"):
-            rates: dict[str, list[float]] = {name: [] for name in targets}
-            costs: dict[str, list[float]] = {name: [] for name in targets}
+        for method in ("GetTask", "GetTask, finished", "SendMessage"):
+            measured = {name: address for name, address in targets.items() if method in calls[name]}
+            rates: dict[str, list[float]] = {name: [] for name in measured}
+            costs: dict[str, list[float]] = {name: [] for name in measured}
             for _ in range(args.rounds):
-                for name, address in targets.items():
+                for name, address in measured.items():
                     before = sum(map(cpu_seconds, pids[name]))
                     rate = drive(address, calls[name][method], args.clients, args.seconds)
                     spent = sum(map(cpu_seconds, pids[name])) - before
                     rates[name].append(rate)
                     costs[name].append(spent / (rate * args.seconds) * 1e6)
             for ours_name in ("toolnexus", "toolnexus-memory"):
+                if ours_name not in measured:
+                    continue
                 ratios = [a / b for a, b in zip(rates[ours_name], rates["sdk"], strict=True)]
                 shown = ", ".join(f"{r:.2f}" for r in ratios)
                 print(

@@ -68,7 +68,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.processes import Server, exit_on_sigterm, gunicorn, uvicorn
+from bench.processes import Server, exit_on_sigterm, finish_task, gunicorn, uvicorn
 from tests.support.redis_server import RedisServer
 
 BASELINE_KEY = "bench:task"
@@ -372,7 +372,7 @@ def start_js(redis_url: str, servers: list[Server]) -> Fleet:
     workers = len(web.workers())
     running = post(web.port, fresh(send_v10()), A2A_10)["result"]["task"]["id"]
     finished = post(web.port, fresh(send_v10()), A2A_10)["result"]["task"]["id"]
-    _finish_on_redis(f"{redis_url}/1", finished)
+    finish_task(f"{redis_url}/1", finished)
     embedded = Server(
         "the embedded server",
         [sys.executable, "-m", "worker.cli.main", "--port", "{port}", "--store", "memory"],
@@ -395,22 +395,6 @@ def start_js(redis_url: str, servers: list[Server]) -> Fleet:
 
 def _get_body(task_id: str) -> bytes:
     return rpc_body("GetTask", {"id": task_id})
-
-
-def _finish_on_redis(store_url: str, task_id: str) -> None:
-    """Move a submitted task to completed through the store contract, as
-    the worker that no benchmark here runs would."""
-    from shared.events import to_state
-    from shared.store.resolve import resolve_store
-    from shared.task import COMPLETED, WORKING
-    from shared.transitions import transition
-
-    store = resolve_store(store_url)
-    try:
-        for state in (WORKING, COMPLETED):
-            assert transition(store, task_id, to_state(state)).applied, state
-    finally:
-        store.close()
 
 
 def _finished_get(server: Server) -> bytes:
