@@ -395,6 +395,10 @@ class Settings:
     # fields laid over the public card for callers past the bearer check;
     # unset: none is offered
     extended_card: Mapping[str, Any] | None = _env("EXTENDED_CARD", _json_object, None)
+    # a PEM private key (RSA or EC P-256), inline or @path: the agent cards
+    # then carry a signature (A2A's signed cards), verified by the public key
+    # at /.well-known/jwks.json
+    card_signing_key: str | None = _env("CARD_SIGNING_KEY", _optional_file_text, None)
     # waiting agents: prefork runs one call per pool process; threads and
     # asyncio run TOOLNEXUS_CONCURRENCY calls at once in one worker process
     # (docs/io-workers.md), with time limits and cancels enforced by the worker

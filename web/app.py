@@ -148,12 +148,16 @@ def create_app(
         )
 
     push_signer = signer(settings) if tasks.push is not None else None
-    if push_signer is not None:
-        published = push_signer.jwks()
+    keys = [*(push_signer.jwks()["keys"] if push_signer is not None else [])]
+    if cards.signer is not None and cards.signer.key.kid not in {k["kid"] for k in keys}:
+        keys.append(cards.signer.key.jwk())
+    if keys:
+        published = {"keys": keys}
 
         @app.get(JWKS_PATH)
-        def push_keys() -> Response:
-            """The public keys that verify this agent's signed webhook POSTs."""
+        def public_keys() -> Response:
+            """The public keys that verify this agent's signed webhook POSTs
+            and its signed cards."""
             return _json(published, 200)
 
     @app.get("/healthz")

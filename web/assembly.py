@@ -23,6 +23,7 @@ from shared.broker.dispatcher import Dispatcher
 from shared.settings import Settings
 from shared.store.wiring import load_hook, open_store
 from web.auth.tokens import Authenticator, authenticator_for
+from web.card.signing import card_signer
 from web.card.skills import load_skills
 from web.card.views import CardViews
 from web.core.call import ExtendedCard
@@ -61,6 +62,7 @@ class Assembly:
             push=self.tasks.push is not None,
             overrides=self.card_overrides,
             extended_fields=settings.extended_card,
+            signer=card_signer(settings),
         )
 
     @property

@@ -18,6 +18,7 @@ from typing import Any
 from shared.dialects import V03
 from shared.settings import Settings
 from web.card.build import build_card, with_v03_fields
+from web.card.signing import CardSigner
 from web.card.skills import Skill
 from web.http.browsers import BrowserPolicy
 from web.http.wsgi import HttpRequest
@@ -33,6 +34,7 @@ class CardViews:
     push: bool
     overrides: Mapping[str, Any]
     extended_fields: Mapping[str, Any] | None
+    signer: CardSigner | None = None  # TOOLNEXUS_CARD_SIGNING_KEY: every card signed
 
     def public(self, request: HttpRequest, version: str) -> tuple[dict[str, Any], bool]:
         """The card for `request` in `version`, and whether its URL came from
@@ -41,7 +43,7 @@ class CardViews:
         document = self._card(url, self.overrides)
         if version == V03:
             document = with_v03_fields(document, self.security)
-        return document, from_host
+        return self._signed(document), from_host
 
     def extended(self, request: HttpRequest, version: str) -> dict[str, Any]:
         """The extended card in `version` (0.3's authenticated extended card
@@ -54,7 +56,12 @@ class CardViews:
         binding has no HTTP request to take it from)."""
         assert self.extended_fields is not None
         document = self._card(url, {**self.overrides, **self.extended_fields})
-        return with_v03_fields(document, self.security) if version == V03 else document
+        if version == V03:
+            document = with_v03_fields(document, self.security)
+        return self._signed(document)
+
+    def _signed(self, document: dict[str, Any]) -> dict[str, Any]:
+        return self.signer.signed(document) if self.signer is not None else document
 
     def _card(self, url: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
         return build_card(
