@@ -108,28 +108,38 @@ def non_blocking_send(text: str) -> dict[str, Any]:
     return {"message": message(text), "configuration": {"blocking": False}}
 
 
+def three_calls(known: str, when: str) -> dict[str, dict[str, Any]]:
+    """GetTask of a task saved before, a non-blocking send, and a listing."""
+    return {
+        "GetTask": {"id": known},
+        "SendMessage": non_blocking_send(f"during the {when}"),
+        "ListTasks": {"pageSize": 10},
+    }
+
+
+def assert_store_errors(answers: dict[str, tuple[float, dict[str, Any]]], deadline: float) -> None:
+    """Each answer is `task store unavailable` (-32603), within `deadline` seconds."""
+    for method, (took, reply) in answers.items():
+        assert "error" in reply, (method, reply)
+        assert reply["error"]["code"] == -32603, (method, reply)
+        assert reply["error"]["message"].startswith(STORE_UNAVAILABLE), (method, reply)
+        assert took <= deadline, f"{method} answered after {took:.2f} s (deadline {deadline} s)"
+
+
 def test_every_request_gets_a_store_error_within_the_store_timeout_while_redis_is_down(
     served: tuple[RedisServer, LocalStack],
 ) -> None:
     redis, stack = served
     url = stack.web_url
     known = send_text(url, "before the outage")["id"]
-    calls = {
-        "GetTask": {"id": known},
-        "SendMessage": non_blocking_send("during the outage"),
-        "ListTasks": {"pageSize": 10},
-    }
+    calls = three_calls(known, "outage")
     with redis_down(redis):
         answers = {method: timed_call(url, method, params) for method, params in calls.items()}
     figures = ", ".join(f"{method} {took:.3f} s" for method, (took, _) in answers.items())
     print(f"\nanswered while Redis was down: {figures} (deadline {DEADLINE} s)")
-    for method, (took, reply) in answers.items():
-        assert "error" in reply, (method, reply)
-        assert reply["error"]["code"] == -32603, (method, reply)
-        assert reply["error"]["message"].startswith(STORE_UNAVAILABLE), (method, reply)
-        assert took <= DEADLINE, f"{method} answered after {took:.2f} s (deadline {DEADLINE} s)"
+    assert_store_errors(answers, DEADLINE)
     # Redis is back: the next send succeeds, on the same front end.
-    took, reply = timed_call(url, "SendMessage", non_blocking_send("after the outage"))
+    _, reply = timed_call(url, "SendMessage", non_blocking_send("after the outage"))
     assert "result" in reply, reply
     assert reply["result"]["status"]["state"] == "submitted", reply
     assert reply["result"]["id"] != known
@@ -160,11 +170,7 @@ def test_every_request_gets_a_store_error_within_three_store_timeouts_while_redi
     redis, stack = served
     url = stack.web_url
     known = send_text(url, "before the hang")["id"]
-    calls = {
-        "GetTask": {"id": known},
-        "SendMessage": non_blocking_send("during the hang"),
-        "ListTasks": {"pageSize": 10},
-    }
+    calls = three_calls(known, "hang")
     with redis_paused(redis):
         answers = {method: timed_call(url, method, params) for method, params in calls.items()}
         started = time.monotonic()
@@ -172,16 +178,10 @@ def test_every_request_gets_a_store_error_within_three_store_timeouts_while_redi
         healthz_took = time.monotonic() - started
     figures = ", ".join(f"{method} {took:.3f} s" for method, (took, _) in answers.items())
     print(f"\nanswered while Redis hung: {figures}, /healthz {healthz_took:.3f} s")
-    for method, (took, reply) in answers.items():
-        assert "error" in reply, (method, reply)
-        assert reply["error"]["code"] == -32603, (method, reply)
-        assert reply["error"]["message"].startswith(STORE_UNAVAILABLE), (method, reply)
-        assert took <= HUNG_DEADLINE, (
-            f"{method} answered after {took:.2f} s (deadline {HUNG_DEADLINE} s)"
-        )
+    assert_store_errors(answers, HUNG_DEADLINE)
     assert healthz.status_code == 200, healthz.text
     assert healthz_took <= DEADLINE, f"/healthz took {healthz_took:.2f} s while Redis hung"
     # Resumed: the next send succeeds on the same front end.
-    took, reply = timed_call(url, "SendMessage", non_blocking_send("after the hang"))
+    _, reply = timed_call(url, "SendMessage", non_blocking_send("after the hang"))
     assert "result" in reply, reply
     assert reply["result"]["status"]["state"] == "submitted", reply

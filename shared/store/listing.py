@@ -90,6 +90,21 @@ def before(position: Position, after: Position | None) -> bool:
     return after is None or position < after
 
 
+def merged_page(
+    found: Iterable[Position], changed: Iterable[Position], query: Query
+) -> tuple[list[Position], bool]:
+    """One page from an index's positions (`found`, already below the cursor)
+    and those of the tasks that changed since the listing's moment, placed
+    where they were then: newest first, each task once; and whether more follow."""
+    shown: dict[str, Position] = {}
+    for position in sorted([*found, *(p for p in changed if before(p, query.after))], reverse=True):
+        shown.setdefault(position[1], position)
+        if len(shown) > query.size:
+            break
+    page = list(shown.values())
+    return page[: query.size], len(page) > query.size
+
+
 def list_by_scan(
     tasks: Iterable[Task],
     history: Callable[[str], StatusHistory],

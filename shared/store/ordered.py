@@ -20,7 +20,16 @@ from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shared.store.listing import Listing, Position, Query, StatusHistory, as_of, before, matches
+from shared.store.listing import (
+    Listing,
+    Position,
+    Query,
+    StatusHistory,
+    as_of,
+    before,
+    matches,
+    merged_page,
+)
 from shared.task import Task
 
 # Above every safe task id (they are ASCII): (t, _LAST) sorts after every task at time t.
@@ -105,16 +114,7 @@ class OrderedIndex:
             if len(found) > query.size:
                 break
         changed = self._changed(scoped, query, history)
-        shown: dict[str, Position] = {}
-        for position in sorted(
-            [*found, *(p for p in changed if before(p, query.after))], reverse=True
-        ):
-            shown.setdefault(position[1], position)
-            if len(shown) > query.size:
-                break
-        page = list(shown.values())
-        more = len(page) > query.size
-        page = page[: query.size]
+        page, more = merged_page(found, changed, query)
         total = self._count(entries, query, check_state) + len(changed)
         tasks = read([task_id for _, task_id in page])
         return Listing(tasks, total, page[-1] if more and page else None)

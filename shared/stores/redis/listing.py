@@ -18,7 +18,7 @@ import redis
 from shared.codec import decode
 from shared.events import fold
 from shared.store.contract import digest
-from shared.store.listing import Listing, Position, Query, as_of, before, matches
+from shared.store.listing import Listing, Position, Query, as_of, before, matches, merged_page
 from shared.task import Task
 
 _CHUNK = 100
@@ -55,16 +55,7 @@ class RedisListing:
                 *self._client.zrangebyscore(scope, f"({query.as_of!r}", "+inf"),
             }
         changed = self._placed([i.decode() for i in changed_ids], query)
-        shown: dict[str, Position] = {}
-        for position in sorted(
-            [*main, *(p for p in changed if before(p, query.after))], reverse=True
-        ):
-            shown.setdefault(position[1], position)
-            if len(shown) > query.size:
-                break
-        page = list(shown.values())
-        more = len(page) > query.size
-        page = page[: query.size]
+        page, more = merged_page(main, changed, query)
         if check_state:
             counted = self._count_in_state(index, query, low)
         tasks = self._tasks([task_id for _, task_id in page])
