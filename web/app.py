@@ -148,11 +148,12 @@ def create_app(
         )
 
     push_signer = signer(settings) if tasks.push is not None else None
-    keys = [*(push_signer.jwks()["keys"] if push_signer is not None else [])]
-    if cards.signer is not None and cards.signer.key.kid not in {k["kid"] for k in keys}:
-        keys.append(cards.signer.key.jwk())
+    # The webhook key and the card key, each once (they may be the same key).
+    keys = {key["kid"]: key for key in (push_signer.jwks()["keys"] if push_signer else [])}
+    if cards.signer is not None:
+        keys.setdefault(cards.signer.key.kid, cards.signer.key.jwk())
     if keys:
-        published = {"keys": keys}
+        published = {"keys": list(keys.values())}
 
         @app.get(JWKS_PATH)
         def public_keys() -> Response:

@@ -24,11 +24,10 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import NamedTuple
 
 from shared.codec import decode, encode_bytes
-from shared.task import Task, is_terminal, state_of
+from shared.task import Task, epoch, is_terminal, state_of
 
 
 class _Kept(NamedTuple):
@@ -98,13 +97,7 @@ class FinishedTasks:
 
 
 def _timestamp(task: Task) -> float | None:
-    """When the task reached its state, from its status, in wall-clock seconds."""
+    """When the task reached its state, from its status (None: it says not)."""
     status = task.get("status")
     stamp = status.get("timestamp") if isinstance(status, dict) else None
-    if not isinstance(stamp, str):
-        return None
-    try:
-        when = datetime.fromisoformat(stamp)
-    except ValueError:
-        return None
-    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+    return (epoch(stamp) or None) if isinstance(stamp, str) else None
