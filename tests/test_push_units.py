@@ -4,6 +4,7 @@ failure Flower shows for a give-up, and the SSRF rules' address checks."""
 from __future__ import annotations
 
 import ipaddress
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -17,7 +18,7 @@ from shared.push.contract import Cursor, PushStore
 from shared.push.http import Allowed
 from shared.store.contract import Commit
 from shared.stores.memory.store import MemoryStore
-from shared.task import WORKING, Artifact, new_task
+from shared.task import COMPLETED, WORKING, Artifact, new_task
 from tests.support.polling import wait_for
 from tests.support.shortcuts import push_store
 from tests.support.webhook_receiver import Receiver
@@ -34,7 +35,7 @@ def receiver() -> Iterator[Receiver]:
     receiver.stop()
 
 
-def a_task(store: MemoryStore, receiver: Receiver, path: str) -> str:
+def a_task(store: MemoryStore, receiver: Receiver, path: str, *, started: bool = True) -> str:
     message = {
         "kind": "message",
         "role": "user",
@@ -43,7 +44,8 @@ def a_task(store: MemoryStore, receiver: Receiver, path: str) -> str:
     }
     task = new_task(message, None, None)  # type: ignore[arg-type]
     store.create(task)
-    store.commit(Commit(task, [status_update(task, WORKING)], 1, snapshot=False))
+    if started:
+        store.commit(Commit(task, [status_update(task, WORKING)], 1, snapshot=False))
     push = push_store(store)
     assert push is not None
     push.put({"id": "c", "taskId": task["id"], "url": receiver.url(path), "version": "1.0"}, 10)
@@ -171,6 +173,38 @@ def test_events_trimmed_before_delivery_arrive_as_the_task(receiver: Receiver) -
     assert [(hit.event_id, list(hit.body)) for hit in hits] == [(6, ["task"])]
     assert hits[0].body["task"]["id"] == task_id
     assert [a["parts"][0]["text"] for a in hits[0].body["task"]["artifacts"]] == ["3"]
+
+
+def test_a_delivery_follows_a_running_task_but_not_a_queued_one(receiver: Receiver) -> None:
+    """A delivery holds a worker slot: lingering on tasks that wait in the
+    queue could take every slot from the fulfilment that would start them."""
+    store = MemoryStore()
+    push = push_store(store)
+    assert push is not None
+    policy = replace(Policy.of(SETTINGS), linger=60.0)
+
+    queued = a_task(store, receiver, "/queued", started=False)
+    delivery = threading.Thread(target=deliver, args=(store, push, queued, "c", "me", policy))
+    delivery.start()
+    delivery.join(10)  # far short of the linger: it did not wait for the task to start
+    assert not delivery.is_alive()
+    assert [hit.event_id for hit in receiver.delivered("/queued")] == [1]
+
+    running = a_task(store, receiver, "/running")
+    outcome: list[str] = []
+    delivery = threading.Thread(
+        target=lambda: outcome.append(deliver(store, push, running, "c", "me", policy))
+    )
+    delivery.start()
+    wait_for(lambda: len(receiver.delivered("/running")) == 2, timeout=10, what="the events so far")
+    record = store.read(running)
+    assert record is not None
+    assert store.commit(
+        Commit(record.task, [status_update(record.task, COMPLETED)], record.seq, snapshot=False)
+    )
+    delivery.join(10)  # the same delivery, still following, sent the end and stopped
+    assert outcome == ["delivered"]
+    assert [hit.event_id for hit in receiver.delivered("/running")] == [1, 2, 3]
 
 
 class CountedCursors:

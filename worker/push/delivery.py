@@ -8,9 +8,11 @@ as it stands, never a silent gap), POSTs each event in order and moves the
 cursor only after a 2xx. Beat's sweep (`sweep`) finds every pair whose
 task has events past its cursor and whose lease is free (never taken, let
 go, run out because its worker died, or parked until a retry is due),
-books it and sends a delivery for it on the push queue. So a lost message,
-a dead worker or a receiver that is down only delays an event; it never
-drops one.
+books it and sends a delivery for it on the push queue. A delivery follows
+its task for a while (TOOLNEXUS_PUSH_LINGER), unless the task is still
+queued: then it sends what is there and leaves the rest to a later sweep.
+So a lost message, a dead worker or a receiver that is down only delays an
+event; it never drops one.
 
 A booking is not a running delivery's lease: the first delivery to run
 takes the pair over any booking, whoever's. Were the sweep to take the
@@ -46,7 +48,7 @@ from shared.push.signing import SIGNATURE_HEADER, Signer, signer
 from shared.settings import Settings
 from shared.store.contract import Record, Store
 from shared.store.follow import follow
-from shared.task import is_terminal, state_of
+from shared.task import SUBMITTED, is_terminal, state_of
 from worker.push.metrics import push_metrics
 
 log = logging.getLogger(__name__)
@@ -169,8 +171,11 @@ def deliver(
     webhook = Webhook(config["url"], policy.allowed, policy.connect_timeout, policy.read_timeout)
     gave_up = cursor.given_up
     try:
-        # Follows for `linger` s at most; what comes later, the next sweep hands on.
-        deadline = time.monotonic() + policy.linger
+        # Follows for `linger` s at most; what comes later, the next sweep hands
+        # on. A task still in the queue is not waited for: a delivery holds a
+        # worker slot, and lingering deliveries of queued tasks could take
+        # every slot from the fulfilment that would start them.
+        deadline = time.monotonic() + (0.0 if _queued(store, task_id) else policy.linger)
         idle = max(0.5, min(policy.linger, policy.lease / 3))
         for item in follow(
             store, task_id, cursor.delivered, deadline=deadline, idle=idle, reader="push"
@@ -209,6 +214,12 @@ def deliver(
             f"task {task_id}: webhook {config_id}: {cursor.given_up - gave_up} event(s) given up"
         )
     return "delivered"
+
+
+def _queued(store: Store, task_id: str) -> bool:
+    """Whether the task waits for a worker to start it."""
+    record = store.read(task_id)
+    return record is not None and state_of(record.task) == SUBMITTED
 
 
 def _attempt(
