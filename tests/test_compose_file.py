@@ -519,3 +519,41 @@ def test_compose_config_with_both_profiles(tmp_path: Path) -> None:
         environment = deployed[name]["environment"]
         assert environment["TOOLNEXUS_STORE"] == POSTGRES_STORE, name
         assert urlsplit(environment["TOOLNEXUS_BROKER_URL"]).hostname == "rabbitmq", name
+
+
+def test_the_sentinel_override_points_every_service_at_the_sentinels(tmp_path: Path) -> None:
+    deployed = compose(DOTENV, "compose.sentinel.yaml")["services"]
+    for name in ALL_APP_SERVICES:
+        environment = container_environment(deployed[name], DOTENV)
+        for variable, db in (("TOOLNEXUS_STORE", 1), ("TOOLNEXUS_BROKER_URL", 0)):
+            url = environment[variable]
+            assert url == (
+                f"redis+sentinel://:{PASSWORD}@sentinel-1:26379,sentinel-2:26379,"
+                f"sentinel-3:26379/toolnexus/{db}"
+            ), name
+        settings = Settings.from_env(environment)
+        assert settings.redis_min_replicas == 1, name
+        for sentinel in ("sentinel-1", "sentinel-2", "sentinel-3"):
+            assert deployed[name]["depends_on"][sentinel]["condition"] == "service_healthy"
+    # The Sentinels watch compose's Redis, by name, with its password, and
+    # agree by two of three; the replica follows it, and both log in to
+    # whichever is master later.
+    for sentinel in ("sentinel-1", "sentinel-2", "sentinel-3"):
+        script = deployed[sentinel]["command"][-1]
+        assert "sentinel monitor toolnexus redis 6379 2" in script
+        assert "sentinel auth-pass toolnexus $REDIS_PASSWORD" in script
+        assert "sentinel announce-hostnames yes" in script
+        assert deployed[sentinel]["environment"]["REDIS_PASSWORD"] == PASSWORD
+    replica = deployed["redis-replica"]["command"]
+    assert replica[-3:] == ["--replicaof", "redis", "6379"]
+    for node, name in ((deployed["redis"]["command"], "redis"), (replica, "redis-replica")):
+        assert node[node.index("--masterauth") + 1] == PASSWORD
+        assert node[node.index("--replica-announce-ip") + 1] == name
+    cli = needs_cli()
+    result = cli_config(
+        cli, tmp_path, {**DOTENV, "COMPOSE_PROFILES": "sentinel"}, "compose.sentinel.yaml"
+    )
+    assert result.returncode == 0, result.stderr
+    assert {"redis-replica", "sentinel-1", "sentinel-2", "sentinel-3"} <= set(
+        yaml.safe_load(result.stdout)["services"]
+    )
