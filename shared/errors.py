@@ -52,3 +52,8 @@ class InvalidTransition(ToolnexusError):
 
 class ContextTaken(ToolnexusError):
     """A new task named a context that another caller's tasks already use."""
+
+
+class NotReplicated(StoreError):
+    """A write the store's master took but too few replicas confirmed in time:
+    it may vanish in a failover, so it is not acknowledged as done."""

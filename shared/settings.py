@@ -276,6 +276,13 @@ class Settings:
     # seconds a task may wait for the peer (input-required, auth-required)
     # before the reaper fails it, saying why; 0 waits forever
     input_timeout: float | None = _env("INPUT_TIMEOUT", _seconds_or_never, 24 * 3600.0)
+    # Sentinel's own password, when TOOLNEXUS_STORE or TOOLNEXUS_BROKER_URL is a
+    # redis+sentinel:// URL (the master's password is in the URL)
+    sentinel_password: str | None = _env("SENTINEL_PASSWORD", _optional_text, None)
+    # Redis: replicas that must confirm every write the service acknowledges
+    # (WAIT), and how long it waits for them; 0 acknowledges on the master's word
+    redis_min_replicas: int = _env("REDIS_MIN_REPLICAS", _count_or_zero, 0)
+    redis_replica_timeout: float = _env("REDIS_REPLICA_TIMEOUT", _seconds, 1.0)
     # /readyz warns (and toolnexus_redis_memory_ratio shows) when Redis uses
     # more than this share of its maxmemory
     redis_memory_warn: float = _env("REDIS_MEMORY_WARN", _share, 0.9)
@@ -314,7 +321,7 @@ class Settings:
     # seconds a delivery worker holds a (task, webhook) without renewing it;
     # after that (a dead worker) the sweep hands it to another
     push_lease: float = _env("PUSH_LEASE", _seconds, 30.0)
-    # seconds a delivery keeps following a quiet task before it lets go
+    # seconds a delivery keeps following a quiet running task before it lets go
     push_linger: float = _env("PUSH_LINGER", _seconds, 10.0)
     # a PEM private key (RSA or EC P-256), inline or @path: each delivery then
     # carries a JWT signed with it, and /.well-known/jwks.json publishes its public key

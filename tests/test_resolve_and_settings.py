@@ -103,11 +103,19 @@ def test_unknown_string_lists_the_accepted_forms(spec: str) -> None:
         resolve_store(spec)
 
 
-@pytest.mark.parametrize("spec", ["postgresql://127.0.0.1/tasks", "postgres://u@db:5432/t"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "postgresql://127.0.0.1/tasks",
+        "postgres://u@db:5432/t",
+        "postgresql://u:p@db1:5432,db2:5433,[::1]/t?target_session_attrs=read-write",
+    ],
+)
 def test_postgres_urls_are_accepted_forms(spec: str) -> None:
     assert Settings.from_env({"TOOLNEXUS_STORE": spec}).store == spec
-    with pytest.raises(ConfigError, match=r"TOOLNEXUS_STORE=.*bad port"):
-        Settings.from_env({"TOOLNEXUS_STORE": "postgresql://db:port/t"})
+    for bad in ("postgresql://db:port/t", "postgresql://db1:5432,db2:port/t"):
+        with pytest.raises(ConfigError, match=r"TOOLNEXUS_STORE=.*bad port"):
+            Settings.from_env({"TOOLNEXUS_STORE": bad})
 
 
 def _resolve_without(module: str, spec: str) -> str:

@@ -167,10 +167,12 @@ def create_app(
 
     @app.get("/readyz")
     def readyz() -> Response:
-        problems = _readiness(task_store, dispatcher, settings)
+        problems, node = _readiness(task_store, dispatcher, settings)
+        where = {"node": node} if node is not None else {}
         if problems:
-            return _json({"status": "unavailable", **problems}, 503)
+            return _json({"status": "unavailable", **problems, **where}, 503)
         ready: dict[str, Any] = {"status": "ready", "store": "ok", "broker": "ok", "reaper": "ok"}
+        ready.update(where)
         if warning := _memory_warning(task_store, settings.redis_memory_warn):
             ready["warnings"] = {"store": warning}
         return _json(ready, 200)
@@ -199,10 +201,15 @@ def _refused(error: RequestError, version: str | None) -> BaseResponse:
     return BaseResponse(body, status=wire.http_status, mimetype=JSON)
 
 
-def _readiness(store: Store, dispatcher: Dispatcher, settings: Settings) -> dict[str, str]:
+def _readiness(
+    store: Store, dispatcher: Dispatcher, settings: Settings
+) -> tuple[dict[str, str], str | None]:
+    """What is wrong, by part, and the store node that answered (None: the
+    store has one node, or did not answer)."""
     problems: dict[str, str] = {}
+    node = None
     try:
-        store.ping()
+        node = store.ping()
         try:
             last = store.last_beat()
         except Unsupported:
@@ -227,7 +234,7 @@ def _readiness(store: Store, dispatcher: Dispatcher, settings: Settings) -> dict
     except Exception as error:
         log.warning("readyz: broker fault: %s", error)
         problems["broker"] = BROKER_UNAVAILABLE
-    return problems
+    return problems, node
 
 
 def _memory_warning(store: Store, share: float) -> str | None:

@@ -18,7 +18,7 @@ from celery import Celery
 
 from shared.broker.amqp import CONFIRM_TIMEOUT, amqp_config, is_amqp
 from shared.broker.dispatcher import CANCEL_COMMAND, FULFIL_TASK
-from shared.broker.redis import broker_transport
+from shared.broker.redis import broker_transport, celery_broker
 from shared.broker.redis_queue import RedisTaskQueue
 from shared.errors import BrokerError
 from shared.ops.correlation import CELERY_HEADER, request_id
@@ -50,15 +50,17 @@ class CeleryDispatcher:
         self.queue = settings.queue
         self._on_queued = on_queued
         transport = broker_transport(settings.broker_url)
-        self.app = Celery("toolnexus-web", broker=settings.broker_url, set_as_current=False)
+        timeouts = {
+            "socket_connect_timeout": CONNECT_TIMEOUT,
+            "socket_timeout": CONNECT_TIMEOUT * 2,
+        }
+        url, options = celery_broker(settings.broker_url, settings.sentinel_password, timeouts)
+        self.app = Celery("toolnexus-web", broker=url, set_as_current=False)
         self.app.conf.update(
             broker_transport=transport,
             broker_connection_timeout=CONNECT_TIMEOUT,
             broker_connection_max_retries=RETRY_POLICY["max_retries"],
-            broker_transport_options={
-                "socket_connect_timeout": CONNECT_TIMEOUT,
-                "socket_timeout": CONNECT_TIMEOUT * 2,
-            },
+            broker_transport_options={**timeouts, **options},
             # Published by the sender, so Flower sees a task from the moment it is queued.
             task_send_sent_event=True,
         )
@@ -71,7 +73,13 @@ class CeleryDispatcher:
         # its task-sent event go straight to it (shared.broker.redis_queue). Other brokers
         # (RabbitMQ drops a message for an undeclared queue) keep Celery's way.
         self._redis_queue = (
-            RedisTaskQueue(self.app, settings.broker_url, self.queue, timeout=CONNECT_TIMEOUT)
+            RedisTaskQueue(
+                self.app,
+                settings.broker_url,
+                self.queue,
+                timeout=CONNECT_TIMEOUT,
+                sentinel_password=settings.sentinel_password,
+            )
             if transport is not None
             else None
         )

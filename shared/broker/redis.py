@@ -9,7 +9,10 @@ own clients.
 
 Both Celery apps (the front end's dispatcher and the worker's, with beat
 and Flower) select it through `broker_transport` for redis:// and
-rediss:// brokers; other brokers keep their own transport.
+rediss:// brokers, and its Sentinel twin for redis+sentinel:// ones, which
+`celery_broker` turns into kombu's own form (`sentinel://` per Sentinel,
+the master's name and Sentinel's password as transport options); other
+brokers keep their own transport.
 """
 
 from __future__ import annotations
@@ -17,15 +20,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import quote
 
 from kombu.transport import redis as kombu_redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from shared.errors import ConfigError
+from shared.redis_nodes.url import is_sentinel, parse_sentinel
+
 _REDIS_SCHEMES = frozenset({"redis", "rediss"})
 
 
-class Channel(kombu_redis.Channel):
+class _SharedClient:
+    """One client per channel, and a closed connection reported as lost."""
+
     _shared_client: Any = None
+    pool: Any
+    connection: Any
 
     @contextmanager
     def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:
@@ -35,7 +46,7 @@ class Channel(kombu_redis.Channel):
         pool = self.pool  # made again after a disconnect: the client follows it
         shared = self._shared_client
         if shared is None or shared.connection_pool is not pool:
-            shared = self._shared_client = self._create_client()  # type: ignore[no-untyped-call]
+            shared = self._shared_client = self._create_client()  # type: ignore[attr-defined]
         yield shared
 
     def _get_pool(self, asynchronous: bool = False) -> Any:
@@ -48,14 +59,60 @@ class Channel(kombu_redis.Channel):
         transport = self.connection
         if transport is None or transport.client is None:
             raise RedisConnectionError("the broker channel's connection is closed")
-        return super()._get_pool(asynchronous)  # type: ignore[no-untyped-call]
+        return super()._get_pool(asynchronous)  # type: ignore[misc]
+
+
+class Channel(_SharedClient, kombu_redis.Channel):
+    pass
+
+
+class SentinelChannel(_SharedClient, kombu_redis.SentinelChannel):
+    pass
 
 
 class Transport(kombu_redis.Transport):
     Channel = Channel
 
 
+class SentinelTransport(kombu_redis.SentinelTransport):
+    Channel = SentinelChannel
+
+
 def broker_transport(broker_url: str) -> str | None:
     """The transport for Celery's `broker_transport` setting (None: the URL's own)."""
+    if is_sentinel(broker_url):
+        return f"{__name__}:SentinelTransport"
     scheme = broker_url.partition("://")[0].lower()
     return f"{__name__}:Transport" if scheme in _REDIS_SCHEMES else None
+
+
+def celery_broker(
+    broker_url: str, sentinel_password: str | None, timeouts: dict[str, float] | None = None
+) -> tuple[str, dict[str, Any]]:
+    """The broker URL Celery is given, and the transport options it needs for
+    it: for a redis+sentinel:// URL kombu's `sentinel://` list, the master's
+    name, and how to reach the Sentinels (their password, `timeouts`);
+    any other URL as it is, with none."""
+    if not is_sentinel(broker_url):
+        return broker_url, {}
+    target = parse_sentinel(broker_url)
+    if target.tls:
+        raise ConfigError(
+            "TOOLNEXUS_BROKER_URL: rediss+sentinel:// is not supported for the broker"
+            " (kombu's Sentinel transport); use redis+sentinel:// or a rediss:// URL"
+        )
+    login = ""
+    if target.username or target.password is not None:
+        login = f"{quote(target.username or '', safe='')}:{quote(target.password or '', safe='')}@"
+    hosts = ";".join(
+        f"sentinel://{login}{_bracketed(host)}:{port}/{target.db}"
+        for host, port in target.sentinels
+    )
+    sentinel_kwargs: dict[str, Any] = dict(timeouts or {})
+    if sentinel_password:
+        sentinel_kwargs["password"] = sentinel_password
+    return hosts, {"master_name": target.master, "sentinel_kwargs": sentinel_kwargs}
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

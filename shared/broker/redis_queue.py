@@ -29,6 +29,7 @@ from redis.retry import Retry
 from shared.broker.dispatcher import FULFIL_TASK
 from shared.codec import encode_bytes
 from shared.pooling import POOL_WAIT
+from shared.redis_nodes.pools import blocking_pool
 
 # What Celery's task-sent events travel on (its event exchange and routing key).
 EVENT_EXCHANGE: Final = "celeryev"
@@ -43,15 +44,24 @@ POOL_SIZE: Final = 64
 class RedisTaskQueue:
     """Sends `FULFIL_TASK` messages for task ids to one queue of a Redis broker."""
 
-    def __init__(self, app: Celery, broker_url: str, queue: str, *, timeout: float) -> None:
+    def __init__(
+        self,
+        app: Celery,
+        broker_url: str,
+        queue: str,
+        *,
+        timeout: float,
+        sentinel_password: str | None = None,
+    ) -> None:
         self._app = app
         self._queue = queue
         self._origin_name, self._origin_pid = "", -1
         self._reply_to = app.thread_oid
-        pool = redis.BlockingConnectionPool.from_url(
+        pool = blocking_pool(
             broker_url,
             max_connections=POOL_SIZE,
             timeout=max(POOL_WAIT, timeout),
+            sentinel_password=sentinel_password,
             socket_connect_timeout=timeout,
             socket_timeout=timeout * 2,
             # One quick retry covers a broker restart or a dropped pooled

@@ -184,7 +184,9 @@ class Store(TaskStore, Protocol):
     expires data by itself); `record_beat()`/`last_beat()` keep the time of
     the reaper's last run (`last_beat` raises `Unsupported` on a store that
     keeps none); `memory_use()` is (bytes used, limit), None with no limit;
-    `ping()` raises `StoreError` when the store cannot take a write now;
+    `ping()` raises `StoreError` when the store cannot take a write now, and
+    names the node that took it where that can change (a Redis master that
+    Sentinel moves, a PostgreSQL primary among several hosts; else None);
     `close()` lets go of connections; `push_store(ttl)` is the push state kept
     beside the tasks, one per store, or None for a store that keeps none.
     """
@@ -229,7 +231,7 @@ class Store(TaskStore, Protocol):
 
     def memory_use(self) -> tuple[int, int] | None: ...
 
-    def ping(self) -> None: ...
+    def ping(self) -> str | None: ...
 
     def close(self) -> None: ...
 

@@ -31,6 +31,9 @@ def resolve_store(
     connections: int | None = None,
     postgres_pool: int | None = None,
     postgres_notify: bool = True,
+    sentinel_password: str | None = None,
+    redis_min_replicas: int = 0,
+    redis_replica_timeout: float = 1.0,
 ) -> Any:
     """`None`/"memory" -> memory store; "file:<dir>" -> file store; a Redis URL
     -> Redis store; a postgresql:// URL -> PostgreSQL store (`shared.stores.postgres`);
@@ -46,7 +49,9 @@ def resolve_store(
     a PostgreSQL store's is `postgres_pool` (TOOLNEXUS_PG_POOL) when given,
     since a server's connections are far fewer than a Redis' and a held call
     needs one only for its statement; `postgres_notify` (TOOLNEXUS_PG_NOTIFY)
-    False makes it poll instead of LISTEN/NOTIFY.
+    False makes it poll instead of LISTEN/NOTIFY. A Redis store takes
+    Sentinel's own password (for a redis+sentinel:// URL) and the replicas
+    each write waits for, and how long.
     """
     if spec is None or spec == "memory":
         return memory_store(terminal_ttl=terminal_ttl)
@@ -63,7 +68,14 @@ def resolve_store(
     if spec.startswith(POSTGRES_SCHEMES):
         return _postgres_store(spec, terminal_ttl, postgres_pool or connections, postgres_notify)
     if spec.startswith(REDIS_SCHEMES):
-        return redis_store(spec, terminal_ttl=terminal_ttl, connections=connections or POOL_SIZE)
+        return redis_store(
+            spec,
+            terminal_ttl=terminal_ttl,
+            connections=connections or POOL_SIZE,
+            sentinel_password=sentinel_password,
+            min_replicas=redis_min_replicas,
+            replica_timeout=redis_replica_timeout,
+        )
     target = load_object(spec, "TOOLNEXUS_STORE")
     if isinstance(target, type) or (callable(target) and not _is_store(target)):
         try:

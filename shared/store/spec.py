@@ -12,8 +12,9 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from shared.loading import is_reference
+from shared.redis_nodes.url import SENTINEL_SCHEMES, is_sentinel, parse_sentinel
 
-REDIS_SCHEMES: Final = ("redis://", "rediss://", "unix://")
+REDIS_SCHEMES: Final = ("redis://", "rediss://", "unix://", *SENTINEL_SCHEMES)
 POSTGRES_SCHEMES: Final = ("postgresql://", "postgres://")
 
 # The file store's fsync policies (`shared.stores.file.log` applies them).
@@ -29,18 +30,27 @@ POOL_SIZE: Final = 64
 
 ACCEPTED_FORMS: Final = (
     "'memory' (or unset), 'file:<dir>', a redis://, rediss:// or unix:// URL,"
-    " a postgresql:// or postgres:// URL,"
+    " a redis+sentinel://host:26379,host2:26379/<master name>/<db> URL,"
+    " a postgresql:// or postgres:// URL (several host:port, comma-separated, for a"
+    " primary and its standbys),"
     " or 'package.module:attr' naming a store or a factory"
 )
 
 
 def check_url_port(url: str) -> None:
     """ValueError when a URL's port is not a number from 0 to 65535, read now
-    rather than when a client first connects (where no setting is named)."""
-    try:
-        _ = urlsplit(url).port
-    except ValueError as error:
-        raise ValueError(f"bad port in the URL: {error}") from None
+    rather than when a client first connects (where no setting is named); of
+    a Sentinel URL, every part; of a PostgreSQL URL, every host's."""
+    if is_sentinel(url):
+        parse_sentinel(url)
+        return
+    # libpq takes several hosts (host1:5432,host2:5432): each port is checked.
+    hosts = urlsplit(url).netloc.rpartition("@")[2]
+    for host in hosts.split(",") if url.startswith(POSTGRES_SCHEMES) else [hosts]:
+        try:
+            _ = urlsplit(f"//{host}").port
+        except ValueError as error:
+            raise ValueError(f"bad port in the URL: {error}") from None
 
 
 def check_store_spec(spec: str | None) -> None:

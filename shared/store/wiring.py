@@ -35,6 +35,9 @@ def open_store(
         connections=connections,
         postgres_pool=settings.pg_pool,
         postgres_notify=settings.pg_notify,
+        sentinel_password=settings.sentinel_password,
+        redis_min_replicas=settings.redis_min_replicas,
+        redis_replica_timeout=settings.redis_replica_timeout,
     )
     return cast(Store, store) if is_full_store(store) else adapt(store)
 

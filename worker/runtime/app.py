@@ -40,7 +40,7 @@ from shared.broker.dispatcher import (
     is_resend,
     resend_id,
 )
-from shared.broker.redis import broker_transport
+from shared.broker.redis import broker_transport, celery_broker
 from shared.errors import StoreError
 from shared.ops.tracing import continuing, enable
 from shared.push.contract import PushStore
@@ -81,11 +81,13 @@ def visibility_timeout(settings: Settings) -> float:
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
+    url, sentinel = celery_broker(settings.broker_url, settings.sentinel_password)
+    transport_options = {"visibility_timeout": visibility_timeout(settings), **sentinel}
     config: dict[str, Any] = {
-        "broker_url": settings.broker_url,
+        "broker_url": url,
         "broker_transport": broker_transport(settings.broker_url),
         "broker_connection_retry_on_startup": True,
-        "broker_transport_options": {"visibility_timeout": visibility_timeout(settings)},
+        "broker_transport_options": transport_options,
         "task_default_queue": settings.queue,
         # A worker started without -Q consumes both; `-Q push` makes a
         # delivery-only worker, so a slow webhook never delays fulfilment.

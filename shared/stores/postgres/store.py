@@ -290,9 +290,10 @@ class PostgresStore:
     def memory_use(self) -> tuple[int, int] | None:
         return None  # PostgreSQL keeps tasks on disk: no memory limit to warn of
 
-    def ping(self) -> None:
+    def ping(self) -> str:
         """A read and a small write (a standby answers reads but refuses every
-        task it would be sent), and the schema's version."""
+        task it would be sent), and the schema's version; the server that
+        answered (of several hosts, the one that takes writes now)."""
         with self.statements.connection() as conn:
             if reason := behind(conn, self.schema):
                 raise StoreError(
@@ -303,6 +304,7 @@ class PostgresStore:
                 " ON CONFLICT (name) DO UPDATE SET at = excluded.at",
                 (self._clock(),),
             )
+            return f"{conn.info.host}:{conn.info.port}"
 
     def close(self) -> None:
         self._pool.close()
@@ -383,10 +385,13 @@ def _conninfo(url: str) -> str:
 
 
 def _where(conninfo: str) -> str:
-    """host:port/database, never the password."""
+    """host:port/database (each host:port of a primary and its standbys), never the password."""
     parts = conninfo_to_dict(conninfo)
-    host = parts.get("host") or "localhost"
-    return f"{host}:{parts.get('port') or 5432}/{parts.get('dbname') or parts.get('user') or ''}"
+    hosts = str(parts.get("host") or "localhost").split(",")
+    ports = str(parts.get("port") or "5432").split(",")
+    ports += ports[-1:] * (len(hosts) - len(ports))  # libpq: one port serves every host
+    nodes = ",".join(f"{host}:{port}" for host, port in zip(hosts, ports, strict=False))
+    return f"{nodes}/{parts.get('dbname') or parts.get('user') or ''}"
 
 
 def postgres_store(

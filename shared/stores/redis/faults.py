@@ -7,9 +7,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import redis
+from redis.sentinel import MasterNotFoundError
 
 from shared.errors import StoreError
 from shared.quoting import truncated
+from shared.redis_nodes.pools import node_of
 
 
 @contextmanager
@@ -19,11 +21,10 @@ def reachable(client: redis.Redis) -> Iterator[None]:
     try:
         yield
     except redis.RedisError as error:
-        where = client.connection_pool.connection_kwargs
-        host = where.get("path") or f"{where.get('host')}:{where.get('port')}"
         detail = truncated(str(error) or type(error).__name__, 200)
         raise StoreError(
-            f"task store unavailable: Redis at {host}: {detail}", _reason(error)
+            f"task store unavailable: Redis at {node_of(client.connection_pool)}: {detail}",
+            _reason(error),
         ) from error
 
 
@@ -44,6 +45,7 @@ _REASONS = (
 # the text ("WRONGPASS invalid username-password pair" reads "invalid
 # username-password pair"), so the class decides first.
 _CLASS_REASONS: tuple[tuple[type[redis.RedisError], str], ...] = (
+    (MasterNotFoundError, "Sentinel names no healthy master: failing over"),
     (redis.exceptions.NoPermissionError, "the Redis user lacks a permission"),
     (redis.exceptions.OutOfMemoryError, "Redis is out of memory"),
     (redis.exceptions.ReadOnlyError, "Redis is a read-only replica"),

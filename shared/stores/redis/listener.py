@@ -23,6 +23,7 @@ from typing import Any
 import redis
 
 from shared.backoff import Backoff
+from shared.redis_nodes.pools import subscriber_pool
 from shared.store.notices import Listener, Newest
 
 log = logging.getLogger(__name__)
@@ -39,11 +40,7 @@ class RedisListener(Listener):
         super().__init__(newest)
         # Its own connection pool: a subscribed connection can do nothing else,
         # and must not time out while the channel is quiet.
-        kwargs = dict(client.connection_pool.connection_kwargs)
-        kwargs.update(socket_timeout=None)
-        self._pool = redis.ConnectionPool(
-            connection_class=client.connection_pool.connection_class, **kwargs
-        )
+        self._pool = subscriber_pool(client.connection_pool)
         self._channel = channel
         self._client = client
 

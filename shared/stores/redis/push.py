@@ -12,6 +12,7 @@ from shared.codec import decode, encode
 from shared.push.contract import BOOKED, Cursor, PushConfig, TooManyConfigs, cursor_text
 from shared.store.contract import digest, require_safe_id
 from shared.stores.redis.faults import reachable
+from shared.stores.redis.replicas import Replicas
 from shared.stores.redis.scripts import load
 
 
@@ -20,8 +21,15 @@ class RedisPush:
     <prefix>push:cur:<task> (hash id -> cursor JSON), <prefix>push:lease:<task>:<hash of id>
     (holder, with a PX expiry) and the set <prefix>push:tasks."""
 
-    def __init__(self, client: redis.Redis, prefix: str, ttl: float | None = None) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        prefix: str,
+        ttl: float | None = None,
+        replicas: Replicas | None = None,
+    ) -> None:
         self._ttl = int(ttl) if ttl else 0
+        self._replicas = replicas or Replicas(client)
         self._client = client
         self._prefix = f"{prefix}push:"
         self._tasks = f"{self._prefix}tasks"
@@ -39,7 +47,8 @@ class RedisPush:
         task_id = config["taskId"]
         keys = [self._key("cfg", task_id), self._tasks]
         with reachable(self._client):
-            added = self._put(keys=keys, args=[config["id"], encode(config), cap, task_id])
+            args = [config["id"], encode(config), cap, task_id]
+            added = self._replicas.script(self._put, keys, args)
         if not added:
             raise TooManyConfigs(f"task {task_id} already has {cap} push configs")
 
@@ -54,11 +63,11 @@ class RedisPush:
         return [cast(PushConfig, decode(held[key])) for key in sorted(held)]
 
     def delete(self, task_id: str, config_id: str) -> bool:
+        configs, cursors = self._key("cfg", task_id), self._key("cur", task_id)
         with reachable(self._client):
-            pipe = self._client.pipeline()
-            pipe.hdel(self._key("cfg", task_id), config_id)
-            pipe.hdel(self._key("cur", task_id), config_id)
-            removed, _ = pipe.execute()
+            removed, _ = self._replicas.pipeline(
+                lambda pipe: pipe.hdel(configs, config_id).hdel(cursors, config_id)
+            )
         return bool(removed)
 
     def cursor(self, task_id: str, config_id: str) -> Cursor:
@@ -67,8 +76,9 @@ class RedisPush:
         return Cursor(**json.loads(cast(bytes, text))) if text is not None else Cursor()
 
     def set_cursor(self, task_id: str, config_id: str, cursor: Cursor) -> None:
+        key = self._key("cur", task_id)
         with reachable(self._client):
-            self._client.hset(self._key("cur", task_id), config_id, cursor_text(cursor))
+            self._replicas.command("HSET", key, config_id, cursor_text(cursor))
 
     def book(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:
         key, ms = self._lease_key(task_id, config_id), max(1, int(seconds * 1000))

@@ -31,8 +31,10 @@ from redis.retry import Retry
 from shared.codec import decode, encode
 from shared.errors import ContextTaken
 from shared.events import Event, StatusUpdate, context_of, current_status, fold
+from shared.ops.store_metrics import count_failover, count_unreplicated
 from shared.pooling import POOL_WAIT
 from shared.push.contract import Once, PushStore
+from shared.redis_nodes.pools import blocking_pool, node_of
 from shared.store.contract import (
     LOG_LIMIT,
     Commit,
@@ -50,6 +52,7 @@ from shared.stores.redis.faults import reachable
 from shared.stores.redis.listener import RedisListener
 from shared.stores.redis.listing import RedisListing
 from shared.stores.redis.push import RedisPush
+from shared.stores.redis.replicas import Replicas
 from shared.stores.redis.scripts import CLAIM, COMMIT, CREATE, FORGET_EXPIRED, READ
 from shared.task import Task, epoch, is_terminal, state_of
 
@@ -67,8 +70,10 @@ class RedisStore:
         terminal_ttl: float | None = None,
         clock: Clock = time.time,
         log_limit: int = LOG_LIMIT,
+        replicas: Replicas | None = None,
     ) -> None:
         self.client = client
+        self._replicas = replicas or Replicas(client)
         self._log_limit = log_limit
         self._prefix = prefix
         self._working = f"{prefix}working"
@@ -130,7 +135,7 @@ class RedisStore:
             encode(task["contextId"]),
         ]
         with self._reachable():
-            outcome, found = cast(list[bytes], self._create(keys=keys, args=args))
+            outcome, found = cast(list[bytes], self._replicas.script(self._create, keys, args))
         if outcome == b"context":
             raise ContextTaken(f"context {task['contextId']} belongs to another caller")
         if outcome == b"existing":
@@ -180,7 +185,8 @@ class RedisStore:
         args += [self._channel, self._log_limit, self._prefix, status_time, "", "", before, after]
         with self._reachable():
             try:
-                found = cast(list[Any], self._claim(keys=self._write_keys(task_id), args=args))
+                keys = self._write_keys(task_id)
+                found = cast(list[Any], self._replicas.script(self._claim, keys, args))
             except redis.ResponseError as error:
                 if _wrong_type(error):
                     return Outcome(False, None)  # unreadable data: as if unknown
@@ -269,20 +275,21 @@ class RedisStore:
         limit = int(info.get("maxmemory", 0))
         return (int(info["used_memory"]), limit) if limit else None
 
-    def ping(self) -> None:
+    def ping(self) -> str:
         """Reads and a small write: a read-only replica or a Redis out of
-        memory answers PING but refuses every task it would be sent."""
+        memory answers PING but refuses every task it would be sent. With
+        replicas asked for, the write waits for them too, so a master that
+        has lost its replicas says so here before a send hears it."""
+        ready = f"{self._prefix}ready"
         with self._reachable():
-            pipe = self.client.pipeline(transaction=False)
-            pipe.ping()
-            pipe.set(f"{self._prefix}ready", repr(self._clock()), ex=60)
-            pipe.execute()
+            self._replicas.pipeline(lambda pipe: pipe.ping().set(ready, repr(self._clock()), ex=60))
+        return node_of(self.client.connection_pool)
 
     def close(self) -> None:
         pass  # the pool's connections close with the process; a listener thread is a daemon
 
     def push_store(self, ttl: float | None = None) -> PushStore:
-        return self._push.get(lambda: RedisPush(self.client, self._prefix, ttl))
+        return self._push.get(lambda: RedisPush(self.client, self._prefix, ttl, self._replicas))
 
     # --- internals -----------------------------------------------------------
 
@@ -306,7 +313,7 @@ class RedisStore:
         ]
         with self._reachable():
             try:
-                return bool(self._commit(keys=keys, args=args))
+                return bool(self._replicas.script(self._commit, keys, args))
             except redis.ResponseError as error:
                 if _wrong_type(error):
                     return False  # unreadable data, so not the task the caller read
@@ -384,8 +391,12 @@ def redis_store(
     clock: Clock = time.time,
     log_limit: int = LOG_LIMIT,
     connections: int = POOL_SIZE,
+    sentinel_password: str | None = None,
+    min_replicas: int = 0,
+    replica_timeout: float = 1.0,
 ) -> RedisStore:
-    """A store on the Redis at `url`; nothing is sent until first use.
+    """A store on the Redis at `url` (or the master a redis+sentinel:// URL
+    names); nothing is sent until first use.
 
     `timeout` bounds every call, so a peer hears "store unavailable" within
     seconds when Redis is down, instead of a request hanging. Connections
@@ -393,12 +404,17 @@ def redis_store(
     once, and a burst of them queues for a connection (up to `timeout`, at
     least POOL_WAIT) instead of failing the moment all connections are busy.
     A worker that holds more calls than that at once asks for more
-    `connections`.
+    `connections`. With `min_replicas`, each write waits up to
+    `replica_timeout` for that many replicas (`shared.stores.redis.replicas`).
     """
-    pool = redis.BlockingConnectionPool.from_url(
+    if min_replicas:
+        timeout = max(timeout, replica_timeout + 1.0)  # a read outlasts the WAIT
+    pool = blocking_pool(
         url,
         max_connections=connections,
         timeout=max(POOL_WAIT, timeout),
+        sentinel_password=sentinel_password,
+        on_failover=lambda master, before, after: count_failover("redis"),
         socket_timeout=timeout,
         socket_connect_timeout=timeout,
         health_check_interval=15,
@@ -406,6 +422,14 @@ def redis_store(
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
     )
     client = redis.Redis(connection_pool=pool)
+    replicas = Replicas(
+        client, min_replicas, replica_timeout, on_missed=lambda: count_unreplicated("redis")
+    )
     return RedisStore(
-        client, prefix=prefix, terminal_ttl=terminal_ttl, clock=clock, log_limit=log_limit
+        client,
+        prefix=prefix,
+        terminal_ttl=terminal_ttl,
+        clock=clock,
+        log_limit=log_limit,
+        replicas=replicas,
     )

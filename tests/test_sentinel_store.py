@@ -1,0 +1,132 @@
+"""The Redis store on a Sentinel group, through one failover, without a fleet.
+
+A real master, replica and three Sentinels: a task written with
+TOOLNEXUS_REDIS_MIN_REPLICAS=1 before the master dies is there after the
+promotion; while no master is named every call fails at once as "store
+unavailable" (never a hang, never a write acknowledged on a dead master);
+afterwards the store writes to the promoted node, `ping` names it, the
+move is counted, and the process's event listener hears commits made on
+the new master (its pub/sub connection follows the master the Sentinels
+name, as the store's own connections do).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client import REGISTRY
+from redis.sentinel import SentinelConnectionPool, SentinelManagedConnection
+
+from shared.errors import StoreError
+from shared.redis_nodes.pools import subscriber_pool
+from shared.stores.redis.store import redis_store
+from shared.task import COMPLETED, WORKING
+from tests.support.failover import Writers, a_task, advance, quiet
+from tests.support.polling import wait_for
+from tests.support.sentinel import SentinelGroup
+
+pytestmark = [pytest.mark.timeout(120)]
+
+PASSWORD, SENTINEL_PASSWORD = "master-secret", "sentinel-secret"
+
+
+@pytest.fixture
+def group() -> Iterator[SentinelGroup]:
+    group = SentinelGroup(password=PASSWORD, sentinel_password=SENTINEL_PASSWORD).start()
+    try:
+        yield group
+    finally:
+        group.close()
+
+
+def failovers() -> float:
+    return REGISTRY.get_sample_value("toolnexus_store_failovers_total", {"store": "redis"}) or 0.0
+
+
+def test_the_store_follows_the_promoted_master(group: SentinelGroup) -> None:
+    url = group.url.removesuffix("/0") + "/1"
+    store = redis_store(url, sentinel_password=SENTINEL_PASSWORD, min_replicas=1)
+    assert f":{group.master.port} (master 'toolnexus' via Sentinel)" in store.ping()
+    task = a_task()
+    task_id = str(task["id"])
+    store.create(task)  # type: ignore[arg-type]
+    before = failovers()
+
+    with store.watch(task_id) as waiter:
+        seq = advance(store, task_id, WORKING)
+        assert waiter.wait(10, after=seq - 1)  # heard on the first master
+
+        group.kill_master()
+        # Until Sentinel names a new master every call fails fast, naming the cause.
+        began = time.monotonic()
+        with pytest.raises(StoreError, match="unavailable"):
+            store.read(task_id)
+        assert time.monotonic() - began < 10
+        promoted = group.wait_for_failover()
+        group.master.start()  # back, and made the new master's replica by Sentinel
+
+        def node() -> str | None:
+            try:
+                return store.ping()  # and a replica confirms writes again
+            except StoreError:
+                return None  # connections to the dead node still being dropped
+
+        found = wait_for(node, timeout=30, interval=0.1, what="the store on the promoted master")
+        assert found.startswith(f"{promoted[0]}:{promoted[1]} ")
+        assert failovers() == before + 1
+
+        # The acknowledged write survived; a commit on the new master is heard.
+        quiet(waiter)
+        seq = advance(store, task_id, COMPLETED)
+        assert waiter.wait(10, after=seq - 1)
+    record = store.read(task_id)
+    assert record is not None and record.task["status"]["state"] == COMPLETED
+
+
+def test_the_listener_pool_follows_the_master_sentinel_names(group: SentinelGroup) -> None:
+    """The subscriber pool keeps redis-py's Sentinel-managed connections (and
+    the pool's proxy that tells them where the master is): the listener's
+    failover depends on both, so this fails by name if redis-py moves them."""
+    store = redis_store(group.url, sentinel_password=SENTINEL_PASSWORD)
+    pool = store.client.connection_pool
+    assert isinstance(pool, SentinelConnectionPool)
+    subscribers = subscriber_pool(pool)
+    assert subscribers.connection_class is SentinelManagedConnection
+    assert subscribers.connection_kwargs["connection_pool"] is pool.proxy
+    assert subscribers.connection_kwargs["socket_timeout"] is None
+    connection = subscribers.get_connection()
+    try:
+        assert connection.port == group.master.port
+    finally:
+        subscribers.release(connection)
+
+
+@pytest.mark.parametrize("min_replicas", [1, 0], ids=["min-replicas-1", "asynchronous"])
+def test_writers_through_a_failover_lose_nothing_confirmed(
+    group: SentinelGroup, min_replicas: int
+) -> None:
+    """Four writers as fast as the store takes them, the master killed under
+    them: with a replica confirming every write none of the acknowledged
+    tasks is lost; without, the ones the promoted replica never had are
+    counted (Redis replicates asynchronously: the loss window)."""
+    url = group.url.removesuffix("/0") + "/1"
+    store = redis_store(url, sentinel_password=SENTINEL_PASSWORD, min_replicas=min_replicas)
+    writers = Writers(store).start()
+    try:
+        wait_for(lambda: len(writers.acknowledged) >= 300, timeout=60, what="writes")
+        group.kill_master()
+        group.wait_for_failover()
+        group.master.start()  # back as a replica: confirmed writes resume
+        before = len(writers.acknowledged)
+        wait_for(lambda: len(writers.acknowledged) > before + 100, timeout=60, what="writes again")
+    finally:
+        writers.close()
+    lost = writers.lost()
+    print(
+        f"\nRedis failover, store alone (min replicas {min_replicas}): acknowledged"
+        f" {len(writers.acknowledged)}, lost {len(lost)}"
+    )
+    if min_replicas:
+        assert lost == []
