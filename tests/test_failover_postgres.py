@@ -11,7 +11,8 @@ orchestrator does), and then:
 - every call fails as "store unavailable" until the promotion, never
   hanging and never acknowledging a write on a dead node;
 - the pool drops its connections to the dead primary and opens new ones on
-  the promoted standby; `ping` (what `/readyz` reports) names it;
+  the promoted standby; `ping` (what `/readyz` reports) names it, and the
+  move is counted once;
 - the listener listens again there: a commit on the new primary wakes the
   follower;
 - with `synchronous_standby_names` (the standby confirms every commit)
@@ -26,6 +27,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client import REGISTRY
 
 from shared.errors import StoreError
 from shared.store.resolve import resolve_store
@@ -38,6 +40,11 @@ from tests.support.postgres_pair import PostgresPair
 pytestmark = [pytest.mark.timeout(180)]
 
 BEFORE_KILL = 200  # tasks acknowledged before the primary dies
+
+
+def failovers() -> float:
+    sample = REGISTRY.get_sample_value("toolnexus_store_failovers_total", {"store": "postgresql"})
+    return sample or 0.0
 
 
 @pytest.fixture(params=[True, False], ids=["synchronous-standby", "asynchronous"])
@@ -57,6 +64,7 @@ def test_a_promoted_standby_takes_over_and_loses_no_confirmed_task(pair: Postgre
     followed_id = str(followed["id"])
     store.create(followed)  # type: ignore[arg-type]
     writers = Writers(store)
+    failovers_before = failovers()
     with store.watch(followed_id) as waiter:
         seq = advance(store, followed_id, WORKING)
         assert waiter.wait(10, after=seq - 1)  # heard on the first primary
@@ -81,6 +89,7 @@ def test_a_promoted_standby_takes_over_and_loses_no_confirmed_task(pair: Postgre
             found = wait_for(node, timeout=60, interval=0.1, what="the store on the new primary")
             back_after = time.monotonic() - killed
             assert found == f"127.0.0.1:{pair.standby_port}"
+            assert failovers() == failovers_before + 1  # the move, counted once
             acknowledged_before = len(writers.acknowledged)
             wait_for(
                 lambda: len(writers.acknowledged) > acknowledged_before + 50,

@@ -22,6 +22,8 @@ comparable with the cutoffs the reaper passes.
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -34,6 +36,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from shared.codec import decode, encode
 from shared.errors import ConfigError, ContextTaken, StoreError
 from shared.events import Event, StatusUpdate, context_of, current_status
+from shared.ops.store_metrics import count_failover
 from shared.push.contract import Once, PushStore
 from shared.store.contract import (
     LOG_LIMIT,
@@ -55,6 +58,8 @@ from shared.stores.postgres.records import TAIL, record_of
 from shared.stores.postgres.schema import DEFAULT_SCHEMA, behind, checked_schema
 from shared.stores.postgres.statements import KeyTaken, Statements
 from shared.task import Task, epoch, is_terminal, state_of
+
+log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 # Connections per process. A request holds one only for its statement (a
@@ -126,6 +131,8 @@ class PostgresStore:
         self.statements = Statements(self._pool, self.schema, self._where)
         self._listener = PostgresListener(self.conninfo, channel, self._newest, notify=notify)
         self._push = Once()
+        self._primary: str | None = None  # the server new connections last landed on
+        self._primary_lock = threading.Lock()
 
     # --- the contract ------------------------------------------------------
 
@@ -315,9 +322,17 @@ class PostgresStore:
     # --- internals -----------------------------------------------------------
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        """Every pooled connection: this store's schema, and statements bounded."""
+        """Every pooled connection: this store's schema, and statements bounded;
+        a connection that lands on another server than the last (of several
+        hosts, a promoted standby) counts a failover."""
         conn.execute(f"SET search_path TO {self.schema}")
         conn.execute("SET statement_timeout = '10s'")
+        node = f"{conn.info.host}:{conn.info.port}"
+        with self._primary_lock:
+            before, self._primary = self._primary, node
+        if before is not None and before != node:
+            count_failover("postgresql")
+            log.warning("PostgreSQL: writes now go to %s (they went to %s)", node, before)
 
     def _write(
         self, task: Task, events: Sequence[Event], *, expected: int | None, snapshot: bool
