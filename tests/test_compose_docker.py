@@ -13,25 +13,15 @@ its own compose project, torn down with its volumes at the end.
 
 from __future__ import annotations
 
-import json
-import secrets
-import shutil
-import subprocess
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
 
 from shared.task import COMPLETED, FAILED, WORKING
 from tests.support.a2a import get_task, send_text, wait_ready, wait_state
-from tests.support.compose import ROOT, compose_cli
+from tests.support.docker_project import Project, compose_project, docker
 from tests.support.polling import wait_for
-from tests.support.redis_server import ci, free_port
 
 # Builds and `compose up` take minutes on a vfs engine; the suite default is 120 s.
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
@@ -40,7 +30,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 # minutes on a vfs engine, half the suite's 10-minute budget, and CI has no
 # engine. So the reason says so, with the last recorded run (keep it current,
 # here and in docs/test-suite.md, whenever you run it).
-LAST_RUN = "2026-11-30, passed 6 of 6 (twice; 271 s and 194 s)"
+LAST_RUN = "2026-12-02, passed 6 of 6 (97 s, the image built just before)"
 OPT_IN = (
     "OPT-IN, NOT RUN (CI neither): builds the image and runs compose.yaml on a Docker engine,"
     f" minutes; run: ../shared/tools/docker-engine.sh && python3 -m pytest -m docker -s;"
@@ -48,107 +38,21 @@ OPT_IN = (
 )
 STALE_AFTER = 5.0
 SERVICES = ("redis", "web", "worker", "beat", "flower")
-# What the image is built from: the working tree, minus what is never shipped.
-NOT_CONTEXT = (".git", ".venv", ".env", "__pycache__", ".*_cache", ".hypothesis", "*.egg-info")
-
-
-@dataclass
-class Project:
-    """One compose project made from a copy of this checkout and its own .env."""
-
-    cli: list[str]
-    folder: Path
-    name: str
-    web_port: int
-    flower_port: int
-    login: tuple[str, str]
-    timings: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def web_url(self) -> str:
-        return f"http://127.0.0.1:{self.web_port}"
-
-    @property
-    def flower_url(self) -> str:
-        return f"http://127.0.0.1:{self.flower_port}"
-
-    @contextmanager
-    def timed(self, step: str) -> Iterator[None]:
-        started = time.monotonic()
-        yield
-        self.timings[step] = time.monotonic() - started
-
-    def compose(self, *args: str, timeout: float = 600) -> str:
-        result = subprocess.run(
-            [*self.cli, "-p", self.name, *args],
-            cwd=self.folder,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            # Only the .env feeds compose's interpolation, not this shell.
-            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(self.folder)},
-        )
-        assert result.returncode == 0, f"compose {' '.join(args)}:\n{result.stderr[-4000:]}"
-        return result.stdout
-
-    def containers(self, service: str) -> list[str]:
-        return self.compose("ps", "-q", service).split()
-
-    def health(self, container: str) -> str:
-        state = json.loads(docker("inspect", "--format", "{{json .State}}", container))
-        return str(state["Health"]["Status"]) if state.get("Health") else state["Status"]
-
-    def flower(self, path: str) -> Any:
-        reply = requests.get(f"{self.flower_url}{path}", auth=self.login, timeout=10)
-        reply.raise_for_status()
-        return reply.json()
-
-
-def docker(*args: str) -> str:
-    result = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, f"docker {' '.join(args)}:\n{result.stderr}"
-    return result.stdout
 
 
 @pytest.fixture(scope="module")
 def project(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Project]:
-    if "docker" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip(OPT_IN if not ci() else f"CI=true: {OPT_IN}")
-    cli = compose_cli()
-    engine = subprocess.run(["docker", "info"], capture_output=True) if cli else None
-    if cli is None or engine is None or engine.returncode != 0:
-        pytest.fail("no Docker engine or compose client: run ../shared/tools/docker-engine.sh")
-    folder = tmp_path_factory.mktemp("docker") / "toolnexus"
-    shutil.copytree(ROOT, folder, ignore=shutil.ignore_patterns(*NOT_CONTEXT))
-    login = ("admin", secrets.token_hex(8))
-    made = Project(
-        cli, folder, f"toolnexus-test-{secrets.token_hex(4)}", free_port(), free_port(), login
-    )
-    dotenv = {
-        "FLOWER_BASIC_AUTH": ":".join(login),
-        "REDIS_PASSWORD": secrets.token_hex(16),
+    settings = {
         "TOOLNEXUS_RUN": "examples.agents:slow",
         "TOOLNEXUS_HEARTBEAT": "1",
         "TOOLNEXUS_STALE_AFTER": f"{STALE_AFTER:g}",
         "TOOLNEXUS_REAP_EVERY": "1",
         "TOOLNEXUS_CONCURRENCY": "1",
-        "TOOLNEXUS_WEB_PORT": str(made.web_port),
-        "FLOWER_HOST_PORT": str(made.flower_port),
     }
-    (folder / ".env").write_text("".join(f"{k}={v}\n" for k, v in dotenv.items()))
-    started = time.monotonic()
-    try:
+    with compose_project(request, tmp_path_factory, settings, OPT_IN) as made:
         yield made
-    finally:
-        try:
-            with made.timed("down -v"):
-                made.compose("down", "-v", "--remove-orphans", timeout=300)
-        finally:
-            made.timings["whole run"] = time.monotonic() - started
-            shown = ", ".join(f"{step}: {spent:.0f} s" for step, spent in made.timings.items())
-            print(f"\ndocker compose test timings: {shown}")
 
 
 @pytest.fixture(scope="module")
