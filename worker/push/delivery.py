@@ -194,6 +194,10 @@ def deliver(
                 if parked is not None:
                     push.set_cursor(task_id, config_id, cursor)
                     push.lease(task_id, config_id, holder, parked)  # the sweep takes it up then
+                    if cursor.given_up > gave_up:
+                        # An event given up earlier in this run is reported even
+                        # though a later one waits for a retry.
+                        raise _gave_up(task_id, config_id, cursor.given_up - gave_up)
                     return "retrying"
             # A give-up is stored at once; plain progress at most every cursor_every s
             # (and on a quiet tick), so a fast feed does not pay a write per event.
@@ -210,10 +214,12 @@ def deliver(
     finally:
         webhook.close()
     if cursor.given_up > gave_up:
-        raise GaveUp(
-            f"task {task_id}: webhook {config_id}: {cursor.given_up - gave_up} event(s) given up"
-        )
+        raise _gave_up(task_id, config_id, cursor.given_up - gave_up)
     return "delivered"
+
+
+def _gave_up(task_id: str, config_id: str, events: int) -> GaveUp:
+    return GaveUp(f"task {task_id}: webhook {config_id}: {events} event(s) given up")
 
 
 def _queued(store: Store, task_id: str) -> bool:
