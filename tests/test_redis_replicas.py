@@ -14,7 +14,6 @@ import time
 from collections.abc import Iterator
 
 import pytest
-import redis
 from prometheus_client import REGISTRY
 
 from shared.errors import NotReplicated
@@ -30,9 +29,8 @@ from tests.support.redis_server import RedisServer
 def pair() -> Iterator[tuple[RedisServer, RedisServer]]:
     master = RedisServer(args=["--repl-diskless-sync-delay", "0"]).start()
     replica = RedisServer(args=["--replicaof", "127.0.0.1", str(master.port)]).start()
-    client = redis.Redis(port=master.port)
     wait_for(
-        lambda: client.info("replication").get("slave0", {}).get("state") == "online",
+        lambda: master.online_replicas() == 1,
         timeout=10,
         what="the replica to be in sync",
     )

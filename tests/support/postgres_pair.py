@@ -34,6 +34,7 @@ import pytest
 from shared.stores.postgres import schema
 from tests.support.ports import free_port
 from tests.support.redis_server import ci
+from tests.support.sockets import process_tree
 
 
 def binaries() -> Path | None:
@@ -180,8 +181,7 @@ class PostgresPair:
     def kill_primary(self) -> None:
         """SIGKILL the primary's postmaster and every process it started."""
         pid = int((self.primary_dir / "postmaster.pid").read_text().split()[0])
-        doomed = [pid, *_children(pid)]
-        for each in doomed:
+        for each in process_tree(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(each, signal.SIGKILL)
 
@@ -200,15 +200,3 @@ class PostgresPair:
                     check=False,
                 )
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue  # gone meanwhile
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found

@@ -79,6 +79,16 @@ class RedisServer:
                 time.sleep(0.02)
         raise TimeoutError(f"redis-server on port {self.port} did not answer in {timeout}s")
 
+    def online_replicas(self) -> int:
+        """How many replicas follow this server and are in sync with it."""
+        client = redis.Redis(port=self.port, password=self.password, socket_timeout=1.0)
+        try:
+            info = client.info("replication")
+        finally:
+            client.close()
+        followers = [value for key, value in info.items() if key.startswith("slave")]
+        return sum(isinstance(f, dict) and f.get("state") == "online" for f in followers)
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             # A paused server acts on SIGTERM only once it runs again.

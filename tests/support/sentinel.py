@@ -69,7 +69,7 @@ class SentinelGroup:
         self.master.start()
         for replica in self.replicas:
             replica.start()
-        self._wait_replicating(self.master.port, 10.0)
+        self._wait_replicating(10.0)
         for index, port in enumerate(self.sentinel_ports):
             self.sentinels.append(self._start_sentinel(index, port))
         self._wait_sentinels_agree(15.0)
@@ -136,19 +136,10 @@ class SentinelGroup:
             time.sleep(0.1)
         raise TimeoutError("the Sentinels did not find each other and the replica in time")
 
-    def _wait_replicating(self, master_port: int, timeout: float) -> None:
-        client = redis.Redis(port=master_port, password=self.password, socket_timeout=1.0)
+    def _wait_replicating(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            info = client.info("replication")
-            online = [
-                key
-                for key, value in info.items()
-                if key.startswith("slave")
-                and isinstance(value, dict)
-                and value.get("state") == "online"
-            ]
-            if len(online) == len(self.replicas):
+            if self.master.online_replicas() == len(self.replicas):
                 return
             time.sleep(0.05)
         raise TimeoutError("the replicas did not start replicating in time")

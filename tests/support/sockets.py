@@ -104,7 +104,7 @@ def _holder(client_port: int, server_port: int, server_pid: int) -> tuple[int, i
     if not inodes:  # not accepted yet: a socket in the accept queue has no inode
         return None
     link = f"socket:[{inodes[0]}]"
-    for pid in _tree(server_pid):
+    for pid in process_tree(server_pid):
         with suppress(OSError):  # a process or descriptor gone meanwhile
             for entry in os.scandir(f"/proc/{pid}/fd"):
                 with suppress(OSError):
@@ -134,7 +134,7 @@ def _socket_inodes(pid: int) -> set[int]:
     return inodes
 
 
-def _tree(root: int) -> list[int]:
+def process_tree(root: int) -> list[int]:
     """`root` and every process descended from it."""
     parents: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):

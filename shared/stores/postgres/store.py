@@ -311,7 +311,7 @@ class PostgresStore:
                 " ON CONFLICT (name) DO UPDATE SET at = excluded.at",
                 (self._clock(),),
             )
-            return f"{conn.info.host}:{conn.info.port}"
+            return _node(conn)
 
     def close(self) -> None:
         self._pool.close()
@@ -327,7 +327,7 @@ class PostgresStore:
         hosts, a promoted standby) counts a failover."""
         conn.execute(f"SET search_path TO {self.schema}")
         conn.execute("SET statement_timeout = '10s'")
-        node = f"{conn.info.host}:{conn.info.port}"
+        node = _node(conn)
         with self._primary_lock:
             before, self._primary = self._primary, node
         if before is not None and before != node:
@@ -397,6 +397,11 @@ def _conninfo(url: str) -> str:
         return make_conninfo(url)
     except psycopg.ProgrammingError as error:
         raise ConfigError(f"TOOLNEXUS_STORE: not a PostgreSQL URL: {error}") from None
+
+
+def _node(conn: psycopg.Connection[Any]) -> str:
+    """host:port of the server a connection is on."""
+    return f"{conn.info.host}:{conn.info.port}"
 
 
 def _where(conninfo: str) -> str:
