@@ -234,7 +234,7 @@ class SentinelCluster:
     def fail(self) -> Callable[[str], bool]:
         self.group.kill_master()
         host, port = self.group.wait_for_failover()
-        self.group.master.start()  # back, and made the new master's replica by Sentinel
+        self.group.rejoin_old_master((host, port))
         return lambda node: node.startswith(f"{host}:{port} ")
 
     def close(self) -> None:

@@ -65,11 +65,11 @@ def test_the_store_follows_the_promoted_master(group: SentinelGroup) -> None:
             store.read(task_id)
         assert time.monotonic() - began < 10
         promoted = group.wait_for_failover()
-        group.master.start()  # back, and made the new master's replica by Sentinel
+        group.rejoin_old_master(promoted)  # a replica confirms writes again
 
         def node() -> str | None:
             try:
-                return store.ping()  # and a replica confirms writes again
+                return store.ping()
             except StoreError:
                 return None  # connections to the dead node still being dropped
 
@@ -117,8 +117,7 @@ def test_writers_through_a_failover_lose_nothing_confirmed(
     try:
         wait_for(lambda: len(writers.acknowledged) >= 300, timeout=60, what="writes")
         group.kill_master()
-        group.wait_for_failover()
-        group.master.start()  # back as a replica: confirmed writes resume
+        group.rejoin_old_master(group.wait_for_failover())  # confirmed writes resume
         before = len(writers.acknowledged)
         wait_for(lambda: len(writers.acknowledged) > before + 100, timeout=60, what="writes again")
     finally:

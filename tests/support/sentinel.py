@@ -160,6 +160,25 @@ class SentinelGroup:
             time.sleep(0.05)
         raise TimeoutError("Sentinel did not promote the replica in time")
 
+    def rejoin_old_master(self, promoted: tuple[str, int], timeout: float = 60.0) -> None:
+        """Start the killed master again as the promoted node's replica and
+        return once the promoted node has it in sync. This is what Sentinel
+        tells a returning master to become, but Sentinel first waits seconds of
+        its own after seeing it back, longer under load, which a test about
+        writes through a failover need not wait on."""
+        args = self.master.args
+        self.master.args = [*args, "--replicaof", promoted[0], str(promoted[1])]
+        try:
+            self.master.start()
+        finally:
+            self.master.args = args
+        (node,) = [replica for replica in self.replicas if replica.port == promoted[1]]
+        deadline = time.monotonic() + timeout
+        while node.online_replicas() < 1:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the old master did not come back as a replica in time")
+            time.sleep(0.05)
+
     def close(self) -> None:
         for process in self.sentinels:
             if process.poll() is None:
