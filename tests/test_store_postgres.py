@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from shared import Settings, StoreError
-from shared.events import to_state
-from shared.store.contract import message_key
+from shared.events import artifact_update, to_state
+from shared.store.contract import Commit, message_key
 from shared.stores.postgres import postgres_store, schema
-from shared.task import WORKING, new_task, text_message
+from shared.task import WORKING, epoch, new_task, text_message
 from shared.transitions import transition
 from tests.support.postgres import execute, fresh_schema
 from tests.support.processes import answer_of, ended_well
@@ -246,4 +246,32 @@ def test_concurrent_sends_of_one_message_create_one_task(postgres_url: str) -> N
         assert len(made) == 4  # none failed
         assert sum(created.created for created in made) == 1, made
         assert len({created.task["id"] for created in made}) == 1
+    store.close()
+
+
+def test_a_row_from_before_the_stamp_was_kept_apart_keeps_its_place(postgres_url: str) -> None:
+    """Rows written before migration 3 have no `st` (the stamp is `ts`): a
+    change that keeps the status leaves the task where it is filed, and a new
+    status files it anew, at its stamp when no listing has read past it."""
+    store = postgres_store(postgres_url)
+    task_id = store.create(a_task()).task["id"]
+    transition(store, task_id, to_state(WORKING))
+    execute(postgres_url, "UPDATE tasks SET st = NULL WHERE id = %s", (task_id,))
+
+    def filed() -> tuple[Any, Any]:
+        ((stamp, at),) = execute(postgres_url, "SELECT st, ts FROM tasks WHERE id = %s", (task_id,))
+        return stamp, at
+
+    before = filed()[1]
+    record = store.read(task_id)
+    assert record is not None
+    artifact = artifact_update(
+        record.task, {"artifactId": "a", "parts": [{"kind": "text", "text": "x"}]}
+    )
+    assert store.commit(Commit(record.task, [artifact], record.seq, snapshot=False))
+    assert filed() == (before, before)
+    changed = transition(store, task_id, to_state("completed"))
+    assert changed.applied and changed.task is not None
+    stamp = epoch(changed.task["status"]["timestamp"])
+    assert filed() == (stamp, stamp)
     store.close()

@@ -17,11 +17,13 @@ PostgreSQL stores keep indexes and read only the page
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from shared.events import Event
-from shared.task import Task, epoch, state_of
+from shared.task import Task, TaskStatus, epoch, iso_at, state_of
 
 # (status time in seconds since the epoch, task id): the sort key, newest first.
 Position = tuple[float, str]
@@ -68,6 +70,34 @@ def as_of(history: StatusHistory, moment: float) -> tuple[float, str] | None:
             break
         found = (changed, state)
     return found
+
+
+def stamped_after(status: TaskStatus, moment: float) -> TaskStatus:
+    """`status` as a store saves it once a listing reads as of `moment`. A
+    status stamped at or before that moment, saved now, had its change
+    computed before the listing began and is saved after the listing's first
+    page was read without it; with its own stamp the later pages would place
+    the task above their cursor and skip it. It is stamped just after the
+    moment instead, so the listing places the task where it was then."""
+    if "timestamp" in status and epoch(status["timestamp"]) <= moment:
+        return {**status, "timestamp": iso_at(max(time.time(), moment + 2e-6))}
+    return status
+
+
+def restamped(events: Sequence[Event], task: Task, moment: float) -> tuple[list[Event], Task]:
+    """A commit's events and the task they fold into, each status update
+    stamped as `stamped_after` says (the task's status is its last one's)."""
+    saved: list[Event] = []
+    last: TaskStatus | None = None
+    moved = False
+    for event in events:
+        if event["kind"] == "status-update":
+            status = stamped_after(event["status"], moment)
+            if status is not event["status"]:
+                event, moved = cast(Event, {**event, "status": status}), True
+            last = status
+        saved.append(event)
+    return saved, ({**task, "status": last} if moved and last is not None else task)
 
 
 def history_of(events: Iterable[tuple[int, Event]]) -> list[tuple[float, str]]:

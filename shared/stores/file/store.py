@@ -68,11 +68,19 @@ from shared.store.contract import (
     message_key,
     require_safe_id,
 )
-from shared.store.listing import Listing, Query, StatusHistory, history_of, list_by_scan
+from shared.store.listing import (
+    Listing,
+    Query,
+    StatusHistory,
+    history_of,
+    list_by_scan,
+    restamped,
+)
 from shared.store.spec import ALWAYS
 from shared.store.wakeups import Notifier, Poller, Waiter
 from shared.stores.file.boot import booted_at
 from shared.stores.file.log import Durability, LogFiles, Marker, open_no_link
+from shared.stores.file.moment import ListingMoment
 from shared.stores.file.push import FilePush
 from shared.task import INTERRUPTED_STATES, SUBMITTED, WORKING, Task, is_terminal, state_of
 from shared.transitions import claim_by_commit
@@ -127,6 +135,7 @@ class FileStore:
             if folder.is_symlink():
                 raise StoreError(f"task store: {folder} is a symbolic link; refusing to use it")
         self._logs = LogFiles(self._log, self._durability, log_limit)
+        self._moment = ListingMoment(self._locks)
         self._notifier = Notifier()
         self._push = Once()
         self._poller = Poller(
@@ -141,11 +150,11 @@ class FileStore:
 
     def save(self, task: Task) -> Task:
         task_id = require_safe_id(task.get("id"))
-        event = current_status(task)
-        with self._locked(task_id):
+        with self._locked(task_id), self._moment.held() as moment:
+            (event,), saved = restamped([current_status(task)], task, moment)
             current = self._read(task_id, locked=True)
             last = current.seq if current is not None else self._logs.last(task_id)
-            self._write(task_id, *self._next(task_id, last), [event], task)
+            self._write(task_id, *self._next(task_id, last), [event], saved)
             self._indexed(task_id, state_of(task))
         return task
 
@@ -159,7 +168,7 @@ class FileStore:
         # Both stripes at once, in order: taken one inside the other they could
         # be the same stripe (flock then waits on itself) or be taken in the
         # opposite order by another create (each waits on the other).
-        with self._locked(message_key or task_id, task_id):
+        with self._locked(message_key or task_id, task_id), self._moment.held() as moment:
             if record_path is not None and (earlier := _read_text(record_path)):
                 found = self.get(earlier) if is_safe_id(earlier) else None
                 if found is not None and earlier != supersedes:
@@ -169,9 +178,10 @@ class FileStore:
                 # The record first: a crash before the task is written leaves a
                 # record of nothing, which a retry overwrites; never two tasks.
                 _write_atomically(record_path, task_id.encode())
-            self._write(task_id, 1, False, [current_status(task)], task)
+            events, saved = restamped([current_status(task)], task, moment)
+            self._write(task_id, 1, False, events, saved)
             self._indexed(task_id, SUBMITTED)
-        return Created(task, True)
+        return Created(saved, True)
 
     def read(self, task_id: str) -> Record | None:
         if not is_safe_id(task_id):
@@ -180,14 +190,15 @@ class FileStore:
 
     def commit(self, commit: Commit) -> bool:
         task_id = require_safe_id(commit.task.get("id"))
-        with self._locked(task_id):
+        with self._locked(task_id), self._moment.held() as moment:
             if self._seq(task_id) != commit.expected:
                 return False
+            events, task = restamped(commit.events, commit.task, moment)
             first, fresh = self._next(task_id, commit.expected)
             # A new lineage starts with the task written whole: its log holds
             # nothing else to fold the task from.
-            whole = commit.task if commit.snapshot or fresh else None
-            self._write(task_id, first, fresh, commit.events, whole)
+            whole = task if commit.snapshot or fresh else None
+            self._write(task_id, first, fresh, events, whole)
             self._indexed(task_id, state_of(commit.task))
             return True
 
@@ -213,6 +224,7 @@ class FileStore:
         return tasks
 
     def listing(self, query: Query) -> Listing:
+        self._moment.raise_to(query.as_of)
         return list_by_scan(self.all().values(), self._statuses, query)
 
     def _statuses(self, task_id: str) -> StatusHistory:

@@ -35,7 +35,7 @@ from shared.store.contract import (
     is_safe_id,
     require_safe_id,
 )
-from shared.store.listing import Listing, Query, trimmed
+from shared.store.listing import Listing, Query, stamped_after, trimmed
 from shared.store.ordered import OrderedIndex
 from shared.store.wakeups import Notifier, Waiter
 from shared.stores.memory.push import MemoryPush
@@ -47,7 +47,6 @@ from shared.task import (
     TaskStatus,
     epoch,
     is_terminal,
-    iso_at,
     state_of,
 )
 from shared.transitions import claim_by_commit
@@ -217,13 +216,8 @@ class MemoryStore:
         return [self._entries[i].task for i in task_ids if i in self._entries]
 
     def _after_listings(self, status: TaskStatus) -> None:
-        """Under the lock: a status saved now, stamped before a listing's
-        moment, is stamped just after it instead. Its change was computed
-        before that moment but saved after the listing's first page was read
-        without it; with its own timestamp the later pages would place it as
-        of then, where the first page did not have it, and skip it."""
-        if "timestamp" in status and _stamp(status) <= self._listed_as_of:
-            status["timestamp"] = iso_at(max(time.time(), self._listed_as_of + 2e-6))
+        """Under the lock: a status saved now, as `stamped_after` says."""
+        status.update(stamped_after(status, self._listed_as_of))
 
     def heartbeat(self, *task_ids: str) -> None:
         with self._lock:

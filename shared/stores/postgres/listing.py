@@ -22,6 +22,11 @@ from shared.stores.postgres.records import TAIL, record_of
 
 
 def answer(conn: psycopg.Connection[Any], query: Query, now: float) -> Listing:
+    # The listing's moment made known to the writes first, in a transaction
+    # of its own: a status stamped at or before it and saved after this is
+    # filed just after it (see the migration 0003_listing_moment), and the
+    # page's own statement, later, sees every write that was not.
+    conn.execute("SELECT listing_at(%s::float8)", (query.as_of,), prepare=True)
     scope = [sql.SQL("t.o = %(o)s")]
     params: dict[str, Any] = {
         "o": digest(query.owner),

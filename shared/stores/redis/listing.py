@@ -39,14 +39,17 @@ class RedisListing:
         high = query.as_of if query.after is None else min(query.as_of, query.after[0])
         chunk = max(_CHUNK, query.size + 1)
 
-        # One atomic read of the first chunk, of the tasks that changed since
-        # the listing began, and of the total: a task moving meanwhile is in
-        # exactly one of them.
+        # One atomic step: the listing's moment made known to the writes (a
+        # status stamped at or before it and saved after this step is filed
+        # just after it: see lua/listed.lua), and a read of the first chunk,
+        # of the tasks that changed since the listing began, and of the
+        # total: a task moving meanwhile is in exactly one of them.
         pipe = self._client.pipeline(transaction=True)
+        pipe.zadd(f"{self._prefix}listed", {"as_of": query.as_of}, gt=True)
         pipe.zrevrangebyscore(index, repr(high), low, start=0, num=chunk, withscores=True)
         pipe.zrangebyscore(scope, f"({query.as_of!r}", "+inf")
         pipe.zcount(index, low, repr(query.as_of))
-        first, changed_ids, counted = pipe.execute()
+        _, first, changed_ids, counted = pipe.execute()
         main, more_read = self._main(index, query, high, low, first, chunk, check_state)
         if more_read:
             # Tasks that moved while later chunks were read are found here.

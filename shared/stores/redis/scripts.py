@@ -1,8 +1,10 @@
 """The Redis store's server-side scripts: each write is one atomic step.
 
 A task is a hash (`doc`: the JSON snapshot; `seq`: its last event's
-number; `base`: the event the snapshot includes; `state` and `ts` (its
-status time, seconds since the epoch); `o` and `c`: digests of its owner
+number; `base`: the event the snapshot includes; `state`, `st` (its
+status time, seconds since the epoch) and `ts` (where that status is filed
+for listings: `st`, or just after the latest listing moment, `listed`,
+when `st` is not after it; see `lua/listed.lua`); `o` and `c`: digests of its owner
 and context; `cj`: its contextId as JSON; `mkey`: the message key that
 created it), a tail string (the
 events since the snapshot, one JSON per line), a stream (the event log,

@@ -4,7 +4,10 @@
 -- filed under the digests `owner` and `context_digest`. KEYS and
 -- ARGV[2..10] as COMMIT's.
 local state, ts, id = ARGV[3], ARGV[10], ARGV[6]
-local was = redis.call('HMGET', KEYS[1], 'state', 'ts', 'ls', 'lw')
+-- 'st' is the status time as stamped, 'ts' where it is filed (see listed.lua);
+-- a task written before 'st' was kept has only 'ts'.
+local was = redis.call('HMGET', KEYS[1], 'state', 'st', 'ls', 'lw', 'ts')
+local stamped = was[2] or was[5]
 local saved, now = redis.call('LASTSAVE'), now_us()
 if tonumber(was[3]) ~= saved or tonumber(was[4]) < (saved + 1) * 1000000 then
   local run = this_run()
@@ -27,14 +30,16 @@ else
   redis.call('HSET', KEYS[1], 'seq', seq)
   for _, event in ipairs(events) do redis.call('APPEND', KEYS[2], event .. '\n') end
 end
-if was[1] ~= state or was[2] ~= ts then
-  redis.call('HSET', KEYS[1], 'state', state, 'ts', ts, 'o', owner, 'c', context_digest)
+if was[1] ~= state or stamped ~= ts then
+  local filed = filed_at(ARGV[9], ts)
+  redis.call('HSET', KEYS[1], 'state', state, 'st', ts, 'ts', filed, 'o', owner,
+    'c', context_digest)
   local listed = ARGV[9] .. 'lidx:' .. owner
-  redis.call('ZADD', listed, ts, id)
-  redis.call('ZADD', listed .. ':ctx:' .. context_digest, ts, id)
+  redis.call('ZADD', listed, filed, id)
+  redis.call('ZADD', listed .. ':ctx:' .. context_digest, filed, id)
   if was[1] and was[1] ~= state then redis.call('ZREM', listed .. ':state:' .. was[1], id) end
-  redis.call('ZADD', listed .. ':state:' .. state, ts, id)
-  redis.call('RPUSH', KEYS[6], ts .. '|' .. state)
+  redis.call('ZADD', listed .. ':state:' .. state, filed, id)
+  redis.call('RPUSH', KEYS[6], filed .. '|' .. state)
   -- Changes older than the listing window go, but the last of them stays.
   for _ = 1, 2 do
     local second = redis.call('LINDEX', KEYS[6], 1)

@@ -1,4 +1,5 @@
 --#include clock
+--#include listed
 -- The worker's claim in one step: if the task is in the expected state, its
 -- status update is appended (made here from the two halves of the event
 -- around the context id, which the task records as JSON at creation) and the

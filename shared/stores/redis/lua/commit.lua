@@ -1,4 +1,5 @@
 --#include clock
+--#include listed
 -- KEYS: task, tail, log, working index, waiting index, status history,
 --       expiring index, interrupted index
 -- ARGV: expected seq ('' = overwrite whatever is there: `save`), snapshot

@@ -1,4 +1,5 @@
 --#include clock
+--#include listed
 -- KEYS: task, tail, log, message key (or a placeholder), context key, waiting
 --       index, status history
 -- ARGV: snapshot, first event, task id, now, owner, has message key ("1"/"0"),
@@ -21,15 +22,16 @@ if ARGV[6] == '1' then
   redis.call('SET', KEYS[4], ARGV[3])
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[7])
+local filed = filed_at(ARGV[7], ARGV[11])
 redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'seq', 1, 'base', 1, 'state', 'submitted',
-  'mkey', mkey, 'ts', ARGV[11], 'o', ARGV[12], 'c', ARGV[13], 'cj', ARGV[14],
+  'mkey', mkey, 'st', ARGV[11], 'ts', filed, 'o', ARGV[12], 'c', ARGV[13], 'cj', ARGV[14],
   'run', this_run(), 'ls', redis.call('LASTSAVE'), 'lw', now_us())
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[9], '0-1', 'e', ARGV[2])
 redis.call('ZADD', KEYS[6], ARGV[4], ARGV[3])
-redis.call('RPUSH', KEYS[7], ARGV[11] .. '|submitted')
+redis.call('RPUSH', KEYS[7], filed .. '|submitted')
 local listed = ARGV[7] .. 'lidx:' .. ARGV[12]
-redis.call('ZADD', listed, ARGV[11], ARGV[3])
-redis.call('ZADD', listed .. ':ctx:' .. ARGV[13], ARGV[11], ARGV[3])
-redis.call('ZADD', listed .. ':state:submitted', ARGV[11], ARGV[3])
+redis.call('ZADD', listed, filed, ARGV[3])
+redis.call('ZADD', listed .. ':ctx:' .. ARGV[13], filed, ARGV[3])
+redis.call('ZADD', listed .. ':state:submitted', filed, ARGV[3])
 redis.call('PUBLISH', ARGV[8], ARGV[3] .. ' 1')
 return {'created', ARGV[3]}

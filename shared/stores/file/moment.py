@@ -1,0 +1,56 @@
+"""The latest moment a listing of the file store is read as of, shared by
+every process on the directory (see `shared.store.listing`).
+
+A write reads it holding `.locks/listed` shared, and saves a status stamped
+at or before it stamped just after it instead (`shared.store.listing.
+stamped_after`); a listing raises it holding the lock alone before it reads
+any task. So a write either sees the listing's moment or was saved before
+the listing read anything. The lock file holds the moment itself: eight
+bytes, a double, written in one `pwrite`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from shared.stores.file.log import open_no_link
+
+_MOMENT = struct.Struct("<d")
+
+
+class ListingMoment:
+    def __init__(self, locks: Path) -> None:
+        self._path = locks / "listed"
+
+    @contextmanager
+    def held(self) -> Iterator[float]:
+        """The moment, with no listing able to raise it until the block ends."""
+        fd = open_no_link(self._path, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            yield _read(fd)
+        finally:
+            os.close(fd)  # closing the descriptor releases the flock
+
+    def raise_to(self, as_of: float) -> None:
+        """Make `as_of` the moment, unless a later one already is: every write
+        in flight finishes first, every later one sees it."""
+        fd = open_no_link(self._path, os.O_RDWR | os.O_CREAT)
+        try:
+            if _read(fd) >= as_of:
+                return  # raised by a listing whose writes in flight are done
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if _read(fd) < as_of:
+                os.pwrite(fd, _MOMENT.pack(as_of), 0)
+        finally:
+            os.close(fd)
+
+
+def _read(fd: int) -> float:
+    data = os.pread(fd, _MOMENT.size, 0)
+    return float(_MOMENT.unpack(data)[0]) if len(data) == _MOMENT.size else 0.0
