@@ -1,0 +1,154 @@
+"""A loopback TCP proxy that injects link faults between programs and a server.
+
+`FaultProxy(host, port)` listens on a port of its own and forwards each
+connection to the server. Faults, each lasting until `heal()`:
+
+- `slow(latency, jitter)`: every chunk, each way, waits latency +- jitter;
+- `cut()`: every open connection is reset (new ones go through);
+- `black_hole()`: connections are accepted and kept, but nothing is
+  forwarded either way (held, as TCP holds bytes on a link that drops
+  packets: delivered once the link heals, unless a side gave up first);
+- `one_way()`: the server hears the programs, the programs hear nothing.
+
+Threads, not asyncio: a test's programs are other processes, and the
+proxy must keep forwarding while the test's own thread waits. Usable from
+`bench/` tools as well as tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import socket
+import struct
+import threading
+import time
+
+from tests.support.ports import free_port
+
+_CHUNK = 65536
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s
+
+
+class FaultProxy:
+    def __init__(self, target_host: str, target_port: int, *, seed: int = 0) -> None:
+        self.target = (target_host, target_port)
+        self.port = free_port()
+        self._rng = random.Random(seed)
+        self._changed = threading.Condition()
+        self._latency = self._jitter = 0.0
+        self._held_up = self._held_down = False  # to the server / to the programs
+        self._sockets: set[socket.socket] = set()
+        self._listener: socket.socket | None = None
+        self._closed = False
+
+    def __enter__(self) -> FaultProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def fault(self) -> str:
+        """What the link suffers now ("" when healthy)."""
+        with self._changed:
+            if self._held_up and self._held_down:
+                return "black hole"
+            if self._held_down:
+                return "one way"
+            return f"latency {self._latency:g} s" if self._latency else ""
+
+    def start(self) -> FaultProxy:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(256)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return self
+
+    def slow(self, latency: float, jitter: float = 0.0) -> None:
+        with self._changed:
+            self._latency, self._jitter = latency, jitter
+
+    def black_hole(self) -> None:
+        with self._changed:
+            self._held_up = self._held_down = True
+
+    def one_way(self) -> None:
+        with self._changed:
+            self._held_down = True
+
+    def heal(self) -> None:
+        with self._changed:
+            self._latency = self._jitter = 0.0
+            self._held_up = self._held_down = False
+            self._changed.notify_all()
+
+    def cut(self) -> None:
+        """Reset every open connection; the proxy keeps listening."""
+        with self._changed:
+            sockets, self._sockets = self._sockets, set()
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                # SO_LINGER 0: the close is a reset, as when the server's host
+                # dies; SHUT_RD wakes this socket's pump, blocked in recv.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+                sock.shutdown(socket.SHUT_RD)
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def close(self) -> None:
+        self._closed = True
+        self.heal()
+        if self._listener is not None:
+            with contextlib.suppress(OSError):
+                self._listener.close()
+        self.cut()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while not self._closed:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.target, timeout=5)
+                server.settimeout(None)
+            except OSError:
+                client.close()  # the server is down: so is the link
+                continue
+            for sock in (client, server):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._changed:
+                self._sockets.update((client, server))
+            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, upstream: bool) -> None:
+        try:
+            while data := source.recv(_CHUNK):
+                delay = self._hold(upstream)
+                if delay:
+                    time.sleep(delay)
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                with contextlib.suppress(OSError):
+                    sock.close()
+            with self._changed:
+                self._sockets.discard(source)
+                self._sockets.discard(sink)
+
+    def _hold(self, upstream: bool) -> float:
+        """Wait while this direction is held; the delay to add to a chunk."""
+        with self._changed:
+            while (self._held_up if upstream else self._held_down) and not self._closed:
+                self._changed.wait(0.5)
+            if not self._latency:
+                return 0.0
+            return max(0.0, self._latency + self._rng.uniform(-self._jitter, self._jitter))

@@ -1,0 +1,194 @@
+"""Histories of operations against a fleet, and the checker of this service's model.
+
+Every operation a recording client makes is an `Op`: who made it, what it
+was, when it began and ended (monotonic seconds), whether it was answered,
+and what it saw. Faults the nemesis injects are ops too (kind "fault"), so
+a history reads as one timeline. After a run, `check` holds the whole
+history against what the service promises (`docs/promises.md`):
+
+- one task per messageId: every acknowledgement of a message names the
+  same task (`doubled`);
+- every acknowledged task is found afterwards (`lost`) and ended
+  (`unfinished`), having run at most once (`ran-twice`); a completed task
+  ran, and its result is its own (`completed-without-a-run`,
+  `wrong-result`);
+- a terminal state never changes: no read begun after a read that saw the
+  task terminal sees another state (`terminal-changed`);
+- each stream's event numbers strictly increase, jumping only where a Task
+  is sent, and the stream ends as the task did (`stream-gap`,
+  `stream-end`);
+- every ListTasks walk answered in full lists each task acknowledged before
+  the walk began exactly once (`list-skipped`, `list-doubled`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+TERMINAL = frozenset({"completed", "failed", "canceled", "rejected"})
+
+
+@dataclass
+class Op:
+    process: str
+    kind: str  # send, get, list, stream, fault
+    start: float
+    end: float
+    ok: bool
+    value: dict[str, Any] = field(default_factory=dict)
+
+
+class History:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.ops: list[Op] = []
+
+    def record(self, process: str, kind: str, start: float, ok: bool, **value: Any) -> Op:
+        op = Op(process, kind, start, time.monotonic(), ok, value)
+        with self._lock:
+            self.ops.append(op)
+        return op
+
+    def of(self, kind: str, *, ok: bool | None = True) -> list[Op]:
+        with self._lock:
+            return [op for op in self.ops if op.kind == kind and (ok is None or op.ok == ok)]
+
+    def acknowledged(self) -> dict[str, str]:
+        """task id -> the text of the message that created it."""
+        return {op.value["task_id"]: op.value["text"] for op in self.of("send")}
+
+    def dump(self, path: Path) -> None:
+        with self._lock:
+            lines = [json.dumps(asdict(op), sort_keys=True) for op in self.ops]
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def result_text(task: Mapping[str, Any]) -> str:
+    """The text parts of a task's artifacts, joined (A2A 0.3 or 1.0 shapes)."""
+    texts = [
+        part.get("text", "")
+        for artifact in task.get("artifacts") or []
+        for part in artifact.get("parts") or []
+        if isinstance(part, dict)
+    ]
+    return " ".join(t for t in texts if t)
+
+
+def check(
+    history: History,
+    final: Mapping[str, Mapping[str, Any] | None],
+    runs: Counter[str],
+    expected_result: Mapping[str, str],
+) -> dict[str, list[str]]:
+    """The anomalies of `history` by kind, each naming what shows it.
+
+    `final`: each acknowledged task as read once every fault was healed and
+    the fleet settled (None: not found); `runs`: how often the agent ran
+    each message's text; `expected_result`: what each text's run answers."""
+    found: dict[str, list[str]] = defaultdict(list)
+    sends = history.of("send")
+    by_message: dict[str, set[str]] = defaultdict(set)
+    for op in sends:
+        by_message[op.value["message_id"]].update(op.value["acks"])
+    for message_id, task_ids in by_message.items():
+        if len(task_ids) > 1:
+            found["doubled"].append(f"message {message_id}: tasks {sorted(task_ids)}")
+
+    for task_id, text in history.acknowledged().items():
+        task = final.get(task_id)
+        if task is None:
+            found["lost"].append(f"task {task_id} ({text})")
+            continue
+        state = state_of(task)
+        if state not in TERMINAL and state != "input-required":
+            found["unfinished"].append(f"task {task_id} ({text}): {state}")
+        if runs[text] > 1:
+            found["ran-twice"].append(f"task {task_id} ({text}): {runs[text]} runs")
+        if state == "completed":
+            if runs[text] == 0:
+                found["completed-without-a-run"].append(f"task {task_id} ({text})")
+            elif expected_result[text] not in result_text(task):
+                found["wrong-result"].append(f"task {task_id} ({text}): {result_text(task)[:80]!r}")
+
+    _terminal_changes(history, final, found)
+    _streams(history, final, found)
+    _walks(history, found)
+    return dict(found)
+
+
+def state_of(task: Mapping[str, Any]) -> str:
+    """The task's state in 0.3's words ("completed"), whichever version answered."""
+    state = str(task.get("status", {}).get("state", ""))
+    return state.removeprefix("TASK_STATE_").lower().replace("_", "-")
+
+
+def _terminal_changes(
+    history: History, final: Mapping[str, Mapping[str, Any] | None], found: dict[str, list[str]]
+) -> None:
+    reads: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    for op in history.of("get"):
+        reads[op.value["task_id"]].append((op.start, op.end, op.value["state"]))
+    for task_id, task in final.items():
+        if task is not None:
+            reads[task_id].append((float("inf"), float("inf"), state_of(task)))
+    for task_id, seen in reads.items():
+        ended = [(end, state) for _, end, state in seen if state in TERMINAL]
+        if not ended:
+            continue
+        first_end, terminal = min(ended)
+        later = {state for start, _, state in seen if start > first_end and state != terminal}
+        if later:
+            found["terminal-changed"].append(
+                f"task {task_id}: {terminal}, then {sorted(later)} in a later read"
+            )
+
+
+def _streams(
+    history: History, final: Mapping[str, Mapping[str, Any] | None], found: dict[str, list[str]]
+) -> None:
+    for op in history.of("stream"):
+        events: list[tuple[int, str, str]] = [(n, k, s) for n, k, s in op.value["events"]]
+        for (before, _, _), (after, kind, _) in pairwise(events):
+            if after <= before or (after != before + 1 and kind != "task"):
+                found["stream-gap"].append(
+                    f"stream of {op.value['task_id']}: event {before} then {after} ({kind})"
+                )
+        task = final.get(op.value["task_id"])
+        if task is not None and events and events[-1][2] != state_of(task):
+            found["stream-end"].append(
+                f"stream of {op.value['task_id']} ended {events[-1][2]}, the task {state_of(task)}"
+            )
+
+
+def _walks(history: History, found: dict[str, list[str]]) -> None:
+    acked = sorted((op.end, op.value["task_id"]) for op in history.of("send"))
+    for op in history.of("list"):
+        seen: list[str] = op.value["ids"]
+        twice = [task_id for task_id, n in Counter(seen).items() if n > 1]
+        if twice:
+            found["list-doubled"].append(f"walk at {op.start:.2f}: {twice[:5]}")
+        before = {task_id for end, task_id in acked if end < op.start}
+        missing = before - set(seen)
+        if missing:
+            found["list-skipped"].append(
+                f"walk at {op.start:.2f} ({len(seen)} listed): {sorted(missing)[:5]}"
+            )
+
+
+def summary(history: History, anomalies: Mapping[str, Iterable[str]]) -> str:
+    """One line: operations by kind and outcome, faults, anomalies by kind."""
+    kinds = Counter(f"{op.kind}{'' if op.ok else ' (unanswered)'}" for op in history.ops)
+    faults = Counter(op.value.get("fault", "?") for op in history.of("fault"))
+    counted = {kind: len(list(items)) for kind, items in anomalies.items()}
+    return (
+        f"operations {dict(sorted(kinds.items()))}; faults {dict(sorted(faults.items()))};"
+        f" anomalies {counted or 0}"
+    )

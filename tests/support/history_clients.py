@@ -1,0 +1,251 @@
+"""Clients that act as real ones do and write every operation into a History.
+
+- senders (JSON-RPC 0.3 `message/send` and HTTP+JSON 1.0 `POST
+  /message:send`, one binding each) retry an unanswered send with the same
+  messageId until it is acknowledged, and send some messages once more
+  after their acknowledgement (a client that lost the answer);
+- pollers read tasks acknowledged so far (`tasks/get`);
+- streamers send with `message/stream` and resume with `tasks/resubscribe`
+  and Last-Event-ID whenever the stream breaks, until the task ends;
+- walkers page through ListTasks (1.0) again and again.
+
+Every message's text is `sleep <s> <name>-<n>`, unique in the run: the
+scripted agent (`tests.support.agents.scripted`) logs each run of it and
+answers `ran: <name>-<n>`.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from typing import Any
+
+import requests
+
+from tests.support.history import TERMINAL, History, state_of
+from tests.support.sse import Stream
+
+SEND_PATIENCE = 90.0  # seconds a sender retries one message before giving up
+AGENT_SECONDS = 0.1
+
+
+def expected_result(text: str) -> str:
+    return "ran: " + text.split(" ", 2)[2]
+
+
+class Clients:
+    def __init__(self, url: str, history: History, *, seed: int) -> None:
+        self.url = url.rstrip("/")
+        self.history = history
+        self.stop = threading.Event()
+        self._seed = seed
+        self._threads: list[threading.Thread] = []
+
+    def start(
+        self, *, senders: int = 4, pollers: int = 1, streamers: int = 1, walkers: int = 1
+    ) -> None:
+        bindings = ["jsonrpc", "rest"]
+        roles: list[tuple[str, Any, tuple[Any, ...]]] = [
+            (f"send-{i}", self._sender, (bindings[i % 2],)) for i in range(senders)
+        ]
+        roles += [(f"get-{i}", self._poller, ()) for i in range(pollers)]
+        roles += [(f"stream-{i}", self._streamer, ()) for i in range(streamers)]
+        roles += [(f"list-{i}", self._walker, ()) for i in range(walkers)]
+        for name, target, args in roles:
+            thread = threading.Thread(target=target, args=(name, *args), name=name, daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def close(self, timeout: float = SEND_PATIENCE + 30) -> None:
+        """Stop taking new work; wait for each client's operation in flight."""
+        self.stop.set()
+        for thread in self._threads:
+            thread.join(timeout)
+
+    # --- senders ------------------------------------------------------------
+
+    def _sender(self, name: str, binding: str) -> None:
+        rng = random.Random(f"{self._seed}-{name}")
+        for n in range(1_000_000):
+            if self.stop.is_set():
+                return
+            text = f"sleep {AGENT_SECONDS} {name}-{n}"
+            message_id = uuid.uuid4().hex
+            start = time.monotonic()
+            acks, attempts = self._send(binding, message_id, text)
+            if acks and rng.random() < 0.2:
+                acks += self._send(binding, message_id, text)[0]  # the answer was lost
+            self.history.record(
+                name,
+                "send",
+                start,
+                bool(acks),
+                message_id=message_id,
+                text=text,
+                task_id=acks[0] if acks else None,
+                acks=acks,
+                attempts=attempts,
+                binding=binding,
+            )
+
+    def _send(self, binding: str, message_id: str, text: str) -> tuple[list[str], int]:
+        deadline = time.monotonic() + SEND_PATIENCE
+        attempts = 0
+        while time.monotonic() < deadline:
+            attempts += 1
+            try:
+                task_id = (self._send_rpc if binding == "jsonrpc" else self._send_rest)(
+                    message_id, text
+                )
+            except (requests.RequestException, ValueError, KeyError, TypeError):
+                task_id = None
+            if task_id:
+                return [task_id], attempts
+            time.sleep(0.1)
+        return [], attempts
+
+    def _send_rpc(self, message_id: str, text: str) -> str | None:
+        message = {
+            "role": "user",
+            "messageId": message_id,
+            "parts": [{"kind": "text", "text": text}],
+        }
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "message/send",
+            "params": {"message": message, "configuration": {"blocking": False}},
+        }
+        reply = requests.post(f"{self.url}/", json=body, timeout=10).json()
+        return str(reply["result"]["id"]) if "result" in reply else None
+
+    def _send_rest(self, message_id: str, text: str) -> str | None:
+        body = {
+            "message": {"role": "ROLE_USER", "messageId": message_id, "parts": [{"text": text}]},
+            "configuration": {"blocking": False},
+        }
+        answer = requests.post(
+            f"{self.url}/message:send", json=body, headers={"A2A-Version": "1.0"}, timeout=10
+        )
+        if answer.status_code != 200:
+            return None
+        return str(answer.json()["task"]["id"])
+
+    # --- readers ------------------------------------------------------------
+
+    def _poller(self, name: str) -> None:
+        rng = random.Random(f"{self._seed}-{name}")
+        while not self.stop.is_set():
+            known = list(self.history.acknowledged())
+            if not known:
+                time.sleep(0.1)
+                continue
+            task_id = rng.choice(known[-50:])
+            start = time.monotonic()
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": task_id}}
+            try:
+                reply = requests.post(f"{self.url}/", json=body, timeout=10).json()
+                task = reply["result"]
+            except (requests.RequestException, ValueError, KeyError):
+                time.sleep(0.1)
+                continue
+            self.history.record(name, "get", start, True, task_id=task_id, state=state_of(task))
+            time.sleep(0.02)
+
+    def _streamer(self, name: str) -> None:
+        for n in range(1_000_000):
+            if self.stop.is_set():
+                return
+            self._follow(name, f"sleep {AGENT_SECONDS * 5} {name}-{n}")
+
+    def _follow(self, name: str, text: str) -> None:
+        message = {
+            "role": "user",
+            "messageId": uuid.uuid4().hex,
+            "parts": [{"kind": "text", "text": text}],
+        }
+        events: list[tuple[int, str, str]] = []
+        task_id: str | None = None
+        start = time.monotonic()
+        deadline = start + SEND_PATIENCE
+        while time.monotonic() < deadline:
+            try:
+                if task_id is None:
+                    stream = Stream(self.url, "message/stream", {"message": message}, version=None)
+                else:
+                    stream = Stream(
+                        self.url,
+                        "tasks/resubscribe",
+                        {"id": task_id},
+                        version=None,
+                        last_event_id=events[-1][0] if events else None,
+                    )
+                if stream.is_stream:
+                    for event in stream:
+                        result = event.data.get("result")
+                        if result is None or event.id is None:
+                            continue
+                        task_id = str(result.get("taskId") or result.get("id"))
+                        kind = str(result.get("kind"))
+                        state = state_of(result) if "status" in result else events[-1][2]
+                        events.append((event.id, kind, state))
+                        if state in TERMINAL:
+                            self._streamed(name, start, text, task_id, events, True)
+                            return
+            except (requests.RequestException, ValueError, IndexError):
+                pass
+            time.sleep(0.1)
+        self._streamed(name, start, text, task_id, events, False)
+
+    def _streamed(
+        self,
+        name: str,
+        start: float,
+        text: str,
+        task_id: str | None,
+        events: list[tuple[int, str, str]],
+        ended: bool,
+    ) -> None:
+        self.history.record(name, "stream", start, ended, text=text, task_id=task_id, events=events)
+        if task_id is not None:
+            # A streamed message is acknowledged once its task is named.
+            self.history.record(
+                name,
+                "send",
+                start,
+                True,
+                message_id=f"stream:{task_id}",
+                text=text,
+                task_id=task_id,
+                acks=[task_id],
+                attempts=1,
+                binding="jsonrpc-stream",
+            )
+
+    def _walker(self, name: str) -> None:
+        rng = random.Random(f"{self._seed}-{name}")
+        while not self.stop.is_set():
+            size = rng.choice((5, 7, 20, 50))
+            start = time.monotonic()
+            ids: list[str] = []
+            token = ""
+            try:
+                while True:
+                    params = {"pageSize": size, "pageToken": token}
+                    body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": params}
+                    reply = requests.post(
+                        f"{self.url}/", json=body, headers={"A2A-Version": "1.0"}, timeout=10
+                    ).json()
+                    result = reply["result"]
+                    ids += [task["id"] for task in result["tasks"]]
+                    token = result["nextPageToken"]
+                    if not token:
+                        break
+            except (requests.RequestException, ValueError, KeyError):
+                self.history.record(name, "list", start, False, ids=ids)
+                time.sleep(0.2)
+                continue
+            self.history.record(name, "list", start, True, ids=ids, size=size)
+            time.sleep(0.2)

@@ -1,0 +1,279 @@
+"""One checked history: a fleet, recording clients, a nemesis, the checker.
+
+The fleet is compose.yaml's services run here (`LocalStack`: the front end
+under gunicorn, two Celery workers, beat) on one of four deployments:
+
+| backend | store | broker | the faulted link |
+|---|---|---|---|
+| redis | a private Redis | the same Redis | Redis (store and broker) |
+| postgresql | the machine's PostgreSQL (a schema) | a private Redis | PostgreSQL |
+| file | a directory | a private Redis | Redis (the broker) |
+| amqp | a private Redis | the machine's RabbitMQ (a vhost) | RabbitMQ |
+
+The faulted link runs through a `FaultProxy`: latency with jitter, every
+connection cut, a black hole, one way only. Process faults: a worker
+SIGKILLed (and started again), a worker SIGSTOPped past the stale threshold
+(then SIGCONT), the front end SIGKILLed (and started again), and, where the
+store is the private Redis, that Redis SIGKILLed and started again on its
+data (AOF, fsync always). The machine's PostgreSQL and RabbitMQ serve
+others and are not killed: their link is cut instead.
+
+After the faults every fault is healed and every process runs again; the
+clients finish what they were doing, the fleet settles (each acknowledged
+task ends, or the settle time passes), each task is read once more through
+the front end, and `check` judges the whole history.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import requests
+
+from tests.support.a2a import wait_ready
+from tests.support.compose import ROOT, Backends, LocalStack, compose, dotenv_for
+from tests.support.fault_proxy import FaultProxy
+from tests.support.history import TERMINAL, History, check, state_of, summary
+from tests.support.history_clients import Clients, expected_result
+from tests.support.nemesis import Fault, Heal, Nemesis
+from tests.support.redis_server import RedisServer
+
+BACKENDS = ("redis", "postgresql", "file", "amqp")
+STALE_AFTER = 3.0
+SETTLE = 60.0  # seconds the fleet has, once healed, to end every acknowledged task
+
+
+@dataclass
+class Outcome:
+    history: History
+    anomalies: dict[str, list[str]]
+    schedule: str
+    line: str  # one line: the backend, operations, faults, anomalies
+
+
+@dataclass
+class _Fleet:
+    stack: LocalStack
+    proxy: FaultProxy
+    store_server: RedisServer | None  # the store, when it is ours to kill
+    runs: Path
+
+
+def run_history(
+    folder: Path,
+    backend: str,
+    seconds: float,
+    seed: int,
+    *,
+    postgres_url: str | None = None,
+    amqp_url: str | None = None,
+) -> Outcome:
+    """Run one history of about `seconds` of faults on `backend` (one of
+    BACKENDS; postgresql and amqp need the machine's server, given as a
+    migrated schema's store URL and a vhost's broker URL)."""
+    history = History()
+    with _fleet(folder, backend, seed, postgres_url, amqp_url) as fleet:
+        clients = Clients(fleet.stack.web_url, history, seed=seed)
+        nemesis = Nemesis(_faults(fleet), history, seed)
+        try:
+            clients.start()
+            _wait(lambda: len(history.acknowledged()) >= 10, 60, "the first acknowledged tasks")
+            nemesis.run(seconds)
+            _revive(fleet)
+            time.sleep(2.0)  # the clients' last operations meet the healed fleet
+            clients.close()
+            final = _settled(fleet.stack.web_url, list(history.acknowledged()))
+        except BaseException:
+            print(fleet.stack.log_tails(60))
+            raise
+        finally:
+            nemesis.stop.set()
+            clients.stop.set()
+        logged = fleet.runs.read_text(encoding="utf-8") if fleet.runs.exists() else ""
+        runs = Counter(line.rpartition("\t")[0] for line in logged.splitlines())
+        expected = {text: expected_result(text) for text in history.acknowledged().values()}
+        anomalies = check(history, final, runs, expected)
+        if anomalies:
+            print(fleet.stack.log_tails(40))
+    history.dump(folder / "history.jsonl")
+    line = f"{backend}: {summary(history, anomalies)}"
+    return Outcome(history, anomalies, nemesis.describe(), line)
+
+
+@contextmanager
+def _fleet(
+    folder: Path, backend: str, seed: int, postgres_url: str | None, amqp_url: str | None
+) -> Iterator[_Fleet]:
+    runs = folder / "runs.log"
+    settings = {
+        "TOOLNEXUS_RUN": "tests.support.agents:scripted",
+        "SCRIPTED_RUNS": str(runs),
+        "PYTHONPATH": str(ROOT),  # beat runs in its own folder
+        "TOOLNEXUS_CONCURRENCY": "4",
+        "TOOLNEXUS_HEARTBEAT": "0.5",
+        "TOOLNEXUS_STALE_AFTER": str(STALE_AFTER),
+        "TOOLNEXUS_REAP_EVERY": "1",
+    }
+    dotenv = dotenv_for(settings, secrets.token_hex(16))
+    password = dotenv["REDIS_PASSWORD"]
+    arguments = compose(dotenv)["services"]["redis"]["command"][1:]
+    with ExitStack() as cleanup:
+        redis = RedisServer(
+            appendonly=True, appendfsync="always", password=password, args=arguments
+        ).start()
+        cleanup.callback(redis.close)
+        backends = Backends()
+        if backend in ("redis", "file"):
+            proxy = FaultProxy("127.0.0.1", redis.port, seed=seed).start()
+            redis_url = f"redis://:{password}@127.0.0.1:{proxy.port}"
+        elif backend == "postgresql":
+            assert postgres_url is not None, "the postgresql backend needs a schema's URL"
+            target = urlsplit(postgres_url)
+            proxy = FaultProxy(target.hostname or "127.0.0.1", target.port or 5432, seed=seed)
+            proxy.start()
+            login = target.netloc.rpartition("@")[0]
+            netloc = f"{login}@127.0.0.1:{proxy.port}" if login else f"127.0.0.1:{proxy.port}"
+            store_url = target._replace(netloc=netloc).geturl()
+            backends = Backends(store_kind="postgresql", store_url=store_url)
+            redis_url = redis.url
+        elif backend == "amqp":
+            assert amqp_url is not None, "the amqp backend needs a vhost's URL"
+            target = urlsplit(amqp_url)
+            proxy = FaultProxy(target.hostname or "127.0.0.1", target.port or 5672, seed=seed)
+            proxy.start()
+            login = target.netloc.rpartition("@")[0]
+            broker_url = target._replace(netloc=f"{login}@127.0.0.1:{proxy.port}").geturl()
+            backends = Backends(broker_kind="amqp", broker_url=broker_url)
+            redis_url = redis.url
+        else:
+            raise ValueError(f"backend {backend!r}: one of {BACKENDS}")
+        cleanup.callback(proxy.close)
+        stack = LocalStack(redis_url, folder, dotenv, backends)
+        cleanup.callback(stack.close)
+        if backend == "file":
+            for environment in stack.environments.values():
+                environment["TOOLNEXUS_STORE"] = f"file:{folder / 'tasks'}"
+        fleet = _Fleet(stack, proxy, redis if backend in ("redis", "amqp") else None, runs)
+        for name in ("web", "beat", "worker-a", "worker-b"):
+            _start(stack, name)
+        wait_ready(stack.web_url)
+        yield fleet
+
+
+def _start(stack: LocalStack, name: str) -> None:
+    if name == "web":
+        stack.start("web", WEB_CONCURRENCY="1")
+    elif name == "beat":
+        stack.start("beat")
+    else:
+        stack.start("worker", as_name=name, args=[f"--hostname={name}@%h"])
+
+
+def _faults(fleet: _Fleet) -> list[Fault]:
+    proxy, stack = fleet.proxy, fleet.stack
+
+    def on_link(apply: Callable[[], None]) -> Callable[[], Heal]:
+        def inject() -> Heal:
+            apply()
+            return proxy.heal
+
+        return inject
+
+    def killed(name: str) -> Callable[[], Heal]:
+        def inject() -> Heal:
+            stack.processes[name].kill()
+            return lambda: _start(stack, name)
+
+        return inject
+
+    def paused() -> Heal:
+        group = stack.processes["worker-b"].process.pid
+        os.killpg(group, signal.SIGSTOP)
+        return lambda: os.killpg(group, signal.SIGCONT)
+
+    faults = [
+        Fault("latency", on_link(lambda: proxy.slow(0.05, 0.04)), (2.0, 4.0)),
+        Fault("cut", on_link(proxy.cut), (0.0, 0.2)),
+        Fault("black hole", on_link(proxy.black_hole), (1.0, 3.0)),
+        Fault("one way", on_link(proxy.one_way), (1.0, 3.0)),
+        Fault("worker SIGKILL", killed("worker-a"), (0.5, 2.0)),
+        Fault("worker SIGSTOP past stale", paused, (STALE_AFTER + 1.0, STALE_AFTER + 3.0)),
+        Fault("front end SIGKILL", killed("web"), (0.2, 1.0)),
+    ]
+    server = fleet.store_server
+    if server is not None:
+
+        def restarted() -> None:
+            server.start()  # on its data: the AOF, fsynced at every write
+
+        def store_killed() -> Heal:
+            server.kill()
+            return restarted
+
+        faults.append(Fault("store SIGKILL", store_killed, (0.5, 2.0)))
+    return faults
+
+
+def _revive(fleet: _Fleet) -> None:
+    """Every fault healed and every process running (a restarted one may have
+    died of a fault that followed)."""
+    fleet.proxy.heal()
+    for name in ("web", "beat", "worker-a", "worker-b"):
+        process = fleet.stack.processes.get(name)
+        if process is None or not process.alive():
+            _start(fleet.stack, name)
+    wait_ready(fleet.stack.web_url)
+
+
+def _settled(url: str, task_ids: list[str]) -> dict[str, dict[str, Any] | None]:
+    """Each task as the front end answers it once it ended (or SETTLE passed)."""
+    final: dict[str, dict[str, Any] | None] = {}
+    deadline = time.monotonic() + SETTLE
+    pending = list(task_ids)
+    while pending:
+        waiting = []
+        for task_id in pending:
+            task = _get(url, task_id)
+            final[task_id] = task
+            if task is not None and state_of(task) not in {*TERMINAL, "input-required"}:
+                waiting.append(task_id)
+        pending = waiting
+        if pending:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    return final
+
+
+def _get(url: str, task_id: str) -> dict[str, Any] | None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": task_id}}
+    for _ in range(20):
+        try:
+            reply = requests.post(f"{url}/", json=body, timeout=10).json()
+        except (requests.RequestException, ValueError):
+            time.sleep(0.5)
+            continue
+        if "result" in reply:
+            return dict(reply["result"])
+        if reply.get("error", {}).get("code") == -32001:
+            return None  # not found
+        time.sleep(0.5)
+    raise AssertionError(f"the front end answered no read of task {task_id}")
+
+
+def _wait(probe: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not probe():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)

@@ -1,0 +1,46 @@
+"""Whole histories checked under injected faults, on every store and broker.
+
+Recording clients (senders on JSON-RPC and HTTP+JSON retrying with the same
+messageId, pollers, streams that resume, ListTasks walks) work against a
+real fleet while a seeded nemesis injects link faults (latency, cuts, a
+black hole, one way) and process faults (a worker SIGKILLed, a worker
+SIGSTOPped past the stale threshold, the front end SIGKILLed, the store's
+Redis SIGKILLed); the checker (`tests/support/history.py`) then holds the
+whole history against the service's promises. The seed and the schedule
+are printed: `TOOLNEXUS_HISTORY_SEED=<seed>` runs the same schedule again,
+and `bench/histories.py` runs long ones.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.support.history_run import run_history
+
+pytestmark = [pytest.mark.timeout(400)]
+
+SECONDS = 15.0  # every fault once takes longer: the nemesis runs each once first
+
+
+@pytest.mark.parametrize("backend", ["redis", "postgresql", "file", "amqp"])
+def test_a_history_under_faults_has_no_anomaly(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    seed = int(os.environ.get("TOOLNEXUS_HISTORY_SEED") or random.SystemRandom().randrange(10**6))
+    postgres_url = request.getfixturevalue("postgres_url") if backend == "postgresql" else None
+    amqp_url = request.getfixturevalue("amqp_broker_url") if backend == "amqp" else None
+    outcome = run_history(
+        tmp_path, backend, SECONDS, seed, postgres_url=postgres_url, amqp_url=amqp_url
+    )
+    print(f"\n{outcome.line}\n{outcome.schedule}")
+    assert outcome.history.acknowledged(), "no task was acknowledged"
+    assert {op.value["fault"] for op in outcome.history.of("fault")} >= {
+        "latency", "cut", "black hole", "one way", "worker SIGKILL",
+        "worker SIGSTOP past stale", "front end SIGKILL",
+    }  # fmt: skip
+    assert outcome.history.of("list") and outcome.history.of("stream")
+    assert outcome.anomalies == {}, outcome.schedule
