@@ -1,14 +1,16 @@
 """Whole histories checked under injected faults, on every store and broker.
 
-Recording clients (senders on JSON-RPC and HTTP+JSON retrying with the same
-messageId, pollers, streams that resume, ListTasks walks) work against a
-real fleet while a seeded nemesis injects link faults (latency, cuts, a
-black hole, one way) and process faults (a worker SIGKILLed, a worker
-SIGSTOPped past the stale threshold, the front end SIGKILLed, the store's
-Redis SIGKILLed); the checker (`tests/support/history.py`) then holds the
-whole history against the service's promises. The seed and the schedule
-are printed: `TOOLNEXUS_HISTORY_SEED=<seed>` runs the same schedule again,
-and `bench/histories.py` runs long ones.
+Recording clients (senders on JSON-RPC, HTTP+JSON and gRPC retrying with
+the same messageId, some with webhooks; pollers, a canceller, streams that
+resume, ListTasks walks) work against a real fleet while a seeded nemesis
+injects link faults (latency, cuts, a black hole, one way) and process
+faults (a worker, a pool child, beat, the front end and the gRPC process
+SIGKILLed, a worker
+SIGSTOPped past the stale threshold, the store's Redis SIGKILLed); the
+checker (`tests/support/history.py`) then holds the whole history against
+the service's promises. The seed and the schedule are printed:
+`TOOLNEXUS_HISTORY_SEED=<seed>` runs the same schedule again, and
+`bench/histories.py` runs long ones.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.history import hooked
 from tests.support.history_run import run_history
 
 pytestmark = [pytest.mark.timeout(400)]
@@ -39,8 +42,9 @@ def test_a_history_under_faults_has_no_anomaly(
     print(f"\n{outcome.line}\n{outcome.schedule}")
     assert outcome.history.acknowledged(), "no task was acknowledged"
     assert {op.value["fault"] for op in outcome.history.of("fault")} >= {
-        "latency", "cut", "black hole", "one way", "worker SIGKILL",
-        "worker SIGSTOP past stale", "front end SIGKILL",
+        "latency", "cut", "black hole", "one way", "worker SIGKILL", "pool child SIGKILL",
+        "worker SIGSTOP past stale", "front end SIGKILL", "beat SIGKILL", "gRPC SIGKILL",
     }  # fmt: skip
     assert outcome.history.of("list") and outcome.history.of("stream")
+    assert hooked(outcome.history), "no send asked for a webhook"
     assert outcome.anomalies == {}, outcome.schedule

@@ -18,7 +18,10 @@ history against what the service promises (`docs/promises.md`):
   is sent, and the stream ends as the task did (`stream-gap`,
   `stream-end`);
 - every ListTasks walk answered in full lists each task acknowledged before
-  the walk began exactly once (`list-skipped`, `list-doubled`).
+  the walk began exactly once (`list-skipped`, `list-doubled`);
+- every webhook hears its task's end at least once (`webhook-unheard`),
+  never another end (`webhook-wrong-end`), its events in order
+  (`webhook-reordered`).
 """
 
 from __future__ import annotations
@@ -82,17 +85,22 @@ def result_text(task: Mapping[str, Any]) -> str:
     return " ".join(t for t in texts if t)
 
 
+Deliveries = Mapping[str, list[tuple[int, str]]]  # webhook path -> (event id, state) delivered
+
+
 def check(
     history: History,
     final: Mapping[str, Mapping[str, Any] | None],
     runs: Counter[str],
     expected_result: Mapping[str, str],
+    deliveries: Deliveries | None = None,
 ) -> dict[str, list[str]]:
     """The anomalies of `history` by kind, each naming what shows it.
 
     `final`: each acknowledged task as read once every fault was healed and
     the fleet settled (None: not found); `runs`: how often the agent ran
-    each message's text; `expected_result`: what each text's run answers."""
+    each message's text; `expected_result`: what each text's run answers;
+    `deliveries`: what each webhook was sent and accepted, in arrival order."""
     found: dict[str, list[str]] = defaultdict(list)
     sends = history.of("send")
     by_message: dict[str, set[str]] = defaultdict(set)
@@ -121,7 +129,47 @@ def check(
     _terminal_changes(history, final, found)
     _streams(history, final, found)
     _walks(history, found)
+    _webhooks(history, final, deliveries or {}, found)
     return dict(found)
+
+
+def hooked(history: History) -> dict[str, str]:
+    """webhook path -> the task it was asked for."""
+    return {
+        op.value["hook"]: op.value["task_id"] for op in history.of("send") if op.value.get("hook")
+    }
+
+
+def pushed_state(body: Any) -> str:
+    """The task state a push body reports (A2A 0.3 or 1.0 shapes); "" if none."""
+    if not isinstance(body, dict):
+        return ""
+    for key in ("statusUpdate", "task"):
+        if isinstance(body.get(key), dict):
+            return pushed_state(body[key])
+    return state_of(body) if isinstance(body.get("status"), dict) else ""
+
+
+def _webhooks(
+    history: History,
+    final: Mapping[str, Mapping[str, Any] | None],
+    deliveries: Deliveries,
+    found: dict[str, list[str]],
+) -> None:
+    for hook, task_id in hooked(history).items():
+        task = final.get(task_id)
+        if task is None or state_of(task) not in TERMINAL:
+            continue
+        end = state_of(task)
+        hits = deliveries.get(hook, [])
+        ids = [event_id for event_id, _ in hits]
+        if any(later < earlier for earlier, later in pairwise(ids)):
+            found["webhook-reordered"].append(f"{hook} (task {task_id}): event ids {ids}")
+        ends = {state for _, state in hits if state in TERMINAL}
+        if end not in ends:
+            found["webhook-unheard"].append(f"{hook} (task {task_id}, {end}): {hits[-3:]}")
+        if ends - {end}:
+            found["webhook-wrong-end"].append(f"{hook} (task {task_id}, {end}): {sorted(ends)}")
 
 
 def state_of(task: Mapping[str, Any]) -> str:
@@ -184,11 +232,11 @@ def _walks(history: History, found: dict[str, list[str]]) -> None:
 
 
 def summary(history: History, anomalies: Mapping[str, Iterable[str]]) -> str:
-    """One line: operations by kind and outcome, faults, anomalies by kind."""
+    """One line: operations by kind and outcome, webhooks, faults, anomalies by kind."""
     kinds = Counter(f"{op.kind}{'' if op.ok else ' (unanswered)'}" for op in history.ops)
     faults = Counter(op.value.get("fault", "?") for op in history.of("fault"))
     counted = {kind: len(list(items)) for kind, items in anomalies.items()}
     return (
-        f"operations {dict(sorted(kinds.items()))}; faults {dict(sorted(faults.items()))};"
-        f" anomalies {counted or 0}"
+        f"operations {dict(sorted(kinds.items()))}; webhooks {len(hooked(history))};"
+        f" faults {dict(sorted(faults.items()))}; anomalies {counted or 0}"
     )

@@ -1,10 +1,13 @@
 """Clients that act as real ones do and write every operation into a History.
 
-- senders (JSON-RPC 0.3 `message/send` and HTTP+JSON 1.0 `POST
-  /message:send`, one binding each) retry an unanswered send with the same
+- senders (JSON-RPC 0.3 `message/send`, HTTP+JSON 1.0 `POST
+  /message:send` and gRPC `SendMessage`, one binding each) retry an unanswered send with the same
   messageId until it is acknowledged, and send some messages once more
-  after their acknowledgement (a client that lost the answer);
-- pollers read tasks acknowledged so far (`tasks/get`);
+  after their acknowledgement (a client that lost the answer); on JSON-RPC
+  every fourth message asks for a webhook (a `Receiver` path of its own,
+  some answering 503 first);
+- pollers read tasks acknowledged so far (`tasks/get`), and a canceller
+  cancels some of them (`tasks/cancel`: the task it answers is a read);
 - streamers send with `message/stream` and resume with `tasks/resubscribe`
   and Last-Event-ID whenever the stream breaks, until the task ends;
 - walkers page through ListTasks (1.0) again and again.
@@ -22,10 +25,13 @@ import time
 import uuid
 from typing import Any
 
+import grpc
 import requests
+from a2a.types import a2a_pb2, a2a_pb2_grpc
 
 from tests.support.history import TERMINAL, History, state_of
 from tests.support.sse import Stream
+from tests.support.webhook_receiver import Receiver
 
 SEND_PATIENCE = 90.0  # seconds a sender retries one message before giving up
 AGENT_SECONDS = 0.1
@@ -36,9 +42,19 @@ def expected_result(text: str) -> str:
 
 
 class Clients:
-    def __init__(self, url: str, history: History, *, seed: int) -> None:
+    def __init__(
+        self,
+        url: str,
+        history: History,
+        *,
+        seed: int,
+        receiver: Receiver | None = None,
+        grpc_target: str | None = None,
+    ) -> None:
         self.url = url.rstrip("/")
+        self.grpc_target = grpc_target
         self.history = history
+        self.receiver = receiver
         self.stop = threading.Event()
         self._seed = seed
         self._threads: list[threading.Thread] = []
@@ -46,11 +62,12 @@ class Clients:
     def start(
         self, *, senders: int = 4, pollers: int = 1, streamers: int = 1, walkers: int = 1
     ) -> None:
-        bindings = ["jsonrpc", "rest"]
+        bindings = ["jsonrpc", "rest", *(["grpc"] if self.grpc_target else [])]
         roles: list[tuple[str, Any, tuple[Any, ...]]] = [
-            (f"send-{i}", self._sender, (bindings[i % 2],)) for i in range(senders)
+            (f"send-{i}", self._sender, (bindings[i % len(bindings)],)) for i in range(senders)
         ]
         roles += [(f"get-{i}", self._poller, ()) for i in range(pollers)]
+        roles += [("cancel-0", self._canceller, ())]
         roles += [(f"stream-{i}", self._streamer, ()) for i in range(streamers)]
         roles += [(f"list-{i}", self._walker, ()) for i in range(walkers)]
         for name, target, args in roles:
@@ -73,10 +90,15 @@ class Clients:
                 return
             text = f"sleep {AGENT_SECONDS} {name}-{n}"
             message_id = uuid.uuid4().hex
+            hook = None
+            if self.receiver is not None and binding == "jsonrpc" and n % 4 == 0:
+                hook = f"/hook/{name}/{n}"
+                if n % 8 == 0:
+                    self.receiver.script(hook, (503, {}))  # a retry's worth
             start = time.monotonic()
-            acks, attempts = self._send(binding, message_id, text)
+            acks, attempts = self._send(binding, message_id, text, hook)
             if acks and rng.random() < 0.2:
-                acks += self._send(binding, message_id, text)[0]  # the answer was lost
+                acks += self._send(binding, message_id, text, hook)[0]  # the answer was lost
             self.history.record(
                 name,
                 "send",
@@ -88,35 +110,44 @@ class Clients:
                 acks=acks,
                 attempts=attempts,
                 binding=binding,
+                hook=hook,
             )
 
-    def _send(self, binding: str, message_id: str, text: str) -> tuple[list[str], int]:
+    def _send(
+        self, binding: str, message_id: str, text: str, hook: str | None = None
+    ) -> tuple[list[str], int]:
         deadline = time.monotonic() + SEND_PATIENCE
         attempts = 0
         while time.monotonic() < deadline:
             attempts += 1
             try:
-                task_id = (self._send_rpc if binding == "jsonrpc" else self._send_rest)(
-                    message_id, text
-                )
-            except (requests.RequestException, ValueError, KeyError, TypeError):
+                if binding == "jsonrpc":
+                    task_id = self._send_rpc(message_id, text, hook)
+                elif binding == "rest":
+                    task_id = self._send_rest(message_id, text)
+                else:
+                    task_id = self._send_grpc(message_id, text)
+            except (requests.RequestException, grpc.RpcError, ValueError, KeyError, TypeError):
                 task_id = None
             if task_id:
                 return [task_id], attempts
             time.sleep(0.1)
         return [], attempts
 
-    def _send_rpc(self, message_id: str, text: str) -> str | None:
+    def _send_rpc(self, message_id: str, text: str, hook: str | None) -> str | None:
         message = {
             "role": "user",
             "messageId": message_id,
             "parts": [{"kind": "text", "text": text}],
         }
+        configuration: dict[str, Any] = {"blocking": False}
+        if hook is not None and self.receiver is not None:
+            configuration["pushNotificationConfig"] = {"url": self.receiver.url(hook)}
         body = {
             "jsonrpc": "2.0",
             "id": 1,
             "method": "message/send",
-            "params": {"message": message, "configuration": {"blocking": False}},
+            "params": {"message": message, "configuration": configuration},
         }
         reply = requests.post(f"{self.url}/", json=body, timeout=10).json()
         return str(reply["result"]["id"]) if "result" in reply else None
@@ -132,6 +163,19 @@ class Clients:
         if answer.status_code != 200:
             return None
         return str(answer.json()["task"]["id"])
+
+    def _send_grpc(self, message_id: str, text: str) -> str | None:
+        assert self.grpc_target is not None
+        message = a2a_pb2.Message(
+            role=a2a_pb2.Role.ROLE_USER, message_id=message_id, parts=[a2a_pb2.Part(text=text)]
+        )
+        configuration = a2a_pb2.SendMessageConfiguration(return_immediately=True)
+        request = a2a_pb2.SendMessageRequest(message=message, configuration=configuration)
+        # A channel a send: a killed gRPC process leaves no channel waiting on it.
+        with grpc.insecure_channel(self.grpc_target) as channel:
+            stub = a2a_pb2_grpc.A2AServiceStub(channel)
+            sent = stub.SendMessage(request, metadata=[("a2a-version", "1.0")], timeout=10)
+        return str(sent.task.id) or None
 
     # --- readers ------------------------------------------------------------
 
@@ -153,6 +197,23 @@ class Clients:
                 continue
             self.history.record(name, "get", start, True, task_id=task_id, state=state_of(task))
             time.sleep(0.02)
+
+    def _canceller(self, name: str) -> None:
+        rng = random.Random(f"{self._seed}-{name}")
+        while not self.stop.wait(rng.uniform(0.2, 0.8)):
+            known = list(self.history.acknowledged())
+            if not known:
+                continue
+            task_id = rng.choice(known[-10:])
+            start = time.monotonic()
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/cancel", "params": {"id": task_id}}
+            try:
+                reply = requests.post(f"{self.url}/", json=body, timeout=10).json()
+            except (requests.RequestException, ValueError):
+                continue
+            if "result" in reply:  # (an ended task is not cancelable: an error)
+                state = state_of(reply["result"])
+                self.history.record(name, "get", start, True, task_id=task_id, state=state)
 
     def _streamer(self, name: str) -> None:
         for n in range(1_000_000):

@@ -1,7 +1,7 @@
 """One checked history: a fleet, recording clients, a nemesis, the checker.
 
 The fleet is compose.yaml's services run here (`LocalStack`: the front end
-under gunicorn, two Celery workers, beat) on one of four deployments:
+under gunicorn, the gRPC process, two Celery workers, beat) on one of four deployments:
 
 | backend | store | broker | the faulted link |
 |---|---|---|---|
@@ -12,16 +12,19 @@ under gunicorn, two Celery workers, beat) on one of four deployments:
 
 The faulted link runs through a `FaultProxy`: latency with jitter, every
 connection cut, a black hole, one way only. Process faults: a worker
-SIGKILLed (and started again), a worker SIGSTOPped past the stale threshold
-(then SIGCONT), the front end SIGKILLed (and started again), and, where the
-store is the private Redis, that Redis SIGKILLed and started again on its
-data (AOF, fsync always). The machine's PostgreSQL and RabbitMQ serve
+SIGKILLed (and started again), a prefork pool child SIGKILLed (Celery
+starts another), a worker SIGSTOPped past the stale threshold (then
+SIGCONT), the front end, the gRPC process and beat SIGKILLed (and started
+again), and, where
+the store is the private Redis, that Redis SIGKILLed and started again on
+its data (AOF, fsync always). The machine's PostgreSQL and RabbitMQ serve
 others and are not killed: their link is cut instead.
 
 After the faults every fault is healed and every process runs again; the
 clients finish what they were doing, the fleet settles (each acknowledged
 task ends, or the settle time passes), each task is read once more through
-the front end, and `check` judges the whole history.
+the front end, the webhooks get the time to hear every end, and `check`
+judges the whole history.
 """
 
 from __future__ import annotations
@@ -38,15 +41,27 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import grpc
 import requests
 
 from tests.support.a2a import wait_ready
-from tests.support.compose import ROOT, Backends, LocalStack, compose, dotenv_for
+from tests.support.compose import ROOT, Backends, LocalStack, compose, dotenv_for, start_grpc
 from tests.support.fault_proxy import FaultProxy
-from tests.support.history import TERMINAL, History, check, state_of, summary
+from tests.support.history import (
+    TERMINAL,
+    Deliveries,
+    History,
+    check,
+    hooked,
+    pushed_state,
+    state_of,
+    summary,
+)
 from tests.support.history_clients import Clients, expected_result
 from tests.support.nemesis import Fault, Heal, Nemesis
+from tests.support.ports import free_port
 from tests.support.redis_server import RedisServer
+from tests.support.webhook_receiver import Receiver
 
 BACKENDS = ("redis", "postgresql", "file", "amqp")
 STALE_AFTER = 3.0
@@ -67,6 +82,11 @@ class _Fleet:
     proxy: FaultProxy
     store_server: RedisServer | None  # the store, when it is ours to kill
     runs: Path
+    grpc_port: int
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
 
 
 def run_history(
@@ -82,8 +102,15 @@ def run_history(
     BACKENDS; postgresql and amqp need the machine's server, given as a
     migrated schema's store URL and a vhost's broker URL)."""
     history = History()
+    receiver = Receiver().start()
     with _fleet(folder, backend, seed, postgres_url, amqp_url) as fleet:
-        clients = Clients(fleet.stack.web_url, history, seed=seed)
+        clients = Clients(
+            fleet.stack.web_url,
+            history,
+            seed=seed,
+            receiver=receiver,
+            grpc_target=fleet.grpc_target,
+        )
         nemesis = Nemesis(_faults(fleet), history, seed)
         try:
             clients.start()
@@ -93,16 +120,18 @@ def run_history(
             time.sleep(2.0)  # the clients' last operations meet the healed fleet
             clients.close()
             final = _settled(fleet.stack.web_url, list(history.acknowledged()))
+            deliveries = _delivered(receiver, history, final)
         except BaseException:
             print(fleet.stack.log_tails(60))
             raise
         finally:
             nemesis.stop.set()
             clients.stop.set()
+            receiver.stop()
         logged = fleet.runs.read_text(encoding="utf-8") if fleet.runs.exists() else ""
         runs = Counter(line.rpartition("\t")[0] for line in logged.splitlines())
         expected = {text: expected_result(text) for text in history.acknowledged().values()}
-        anomalies = check(history, final, runs, expected)
+        anomalies = check(history, final, runs, expected, deliveries)
         if anomalies:
             print(fleet.stack.log_tails(40))
     history.dump(folder / "history.jsonl")
@@ -123,6 +152,10 @@ def _fleet(
         "TOOLNEXUS_HEARTBEAT": "0.5",
         "TOOLNEXUS_STALE_AFTER": str(STALE_AFTER),
         "TOOLNEXUS_REAP_EVERY": "1",
+        "TOOLNEXUS_PUSH_ALLOWED_HOSTS": "127.0.0.1",
+        "TOOLNEXUS_PUSH_SWEEP": "0.5",
+        "TOOLNEXUS_PUSH_BACKOFF": "0.2",
+        "TOOLNEXUS_PUSH_BACKOFF_MAX": "1",
     }
     dotenv = dotenv_for(settings, secrets.token_hex(16))
     password = dotenv["REDIS_PASSWORD"]
@@ -163,20 +196,33 @@ def _fleet(
         if backend == "file":
             for environment in stack.environments.values():
                 environment["TOOLNEXUS_STORE"] = f"file:{folder / 'tasks'}"
-        fleet = _Fleet(stack, proxy, redis if backend in ("redis", "amqp") else None, runs)
-        for name in ("web", "beat", "worker-a", "worker-b"):
-            _start(stack, name)
+        server = redis if backend in ("redis", "amqp") else None
+        fleet = _Fleet(stack, proxy, server, runs, free_port())
+        for name in PROCESSES:
+            _start(fleet, name)
         wait_ready(stack.web_url)
+        _wait_grpc(fleet.grpc_target)
         yield fleet
 
 
-def _start(stack: LocalStack, name: str) -> None:
+PROCESSES = ("web", "grpc", "beat", "worker-a", "worker-b")
+
+
+def _start(fleet: _Fleet, name: str) -> None:
+    stack = fleet.stack
     if name == "web":
         stack.start("web", WEB_CONCURRENCY="1")
+    elif name == "grpc":
+        start_grpc(stack, fleet.grpc_port)
     elif name == "beat":
         stack.start("beat")
     else:
         stack.start("worker", as_name=name, args=[f"--hostname={name}@%h"])
+
+
+def _wait_grpc(target: str) -> None:
+    with grpc.insecure_channel(target) as channel:
+        grpc.channel_ready_future(channel).result(timeout=60)
 
 
 def _faults(fleet: _Fleet) -> list[Fault]:
@@ -192,7 +238,7 @@ def _faults(fleet: _Fleet) -> list[Fault]:
     def killed(name: str) -> Callable[[], Heal]:
         def inject() -> Heal:
             stack.processes[name].kill()
-            return lambda: _start(stack, name)
+            return lambda: _start(fleet, name)
 
         return inject
 
@@ -200,6 +246,13 @@ def _faults(fleet: _Fleet) -> list[Fault]:
         group = stack.processes["worker-b"].process.pid
         os.killpg(group, signal.SIGSTOP)
         return lambda: os.killpg(group, signal.SIGCONT)
+
+    def pool_child_killed() -> Heal:
+        group = stack.processes["worker-a"].process.pid
+        children = [pid for pid in _group(group) if pid != group]
+        if children:
+            os.kill(children[0], signal.SIGKILL)  # Celery starts another
+        return lambda: None
 
     faults = [
         Fault("latency", on_link(lambda: proxy.slow(0.05, 0.04)), (2.0, 4.0)),
@@ -209,6 +262,9 @@ def _faults(fleet: _Fleet) -> list[Fault]:
         Fault("worker SIGKILL", killed("worker-a"), (0.5, 2.0)),
         Fault("worker SIGSTOP past stale", paused, (STALE_AFTER + 1.0, STALE_AFTER + 3.0)),
         Fault("front end SIGKILL", killed("web"), (0.2, 1.0)),
+        Fault("beat SIGKILL", killed("beat"), (0.5, 2.0)),
+        Fault("gRPC SIGKILL", killed("grpc"), (0.2, 1.0)),
+        Fault("pool child SIGKILL", pool_child_killed, (0.0, 0.5)),
     ]
     server = fleet.store_server
     if server is not None:
@@ -224,15 +280,29 @@ def _faults(fleet: _Fleet) -> list[Fault]:
     return faults
 
 
+def _group(group: int) -> list[int]:
+    """The processes of a process group (a worker and its pool), in pid order."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getpgid(int(entry.name)) == group:
+                    found.append(int(entry.name))
+            except ProcessLookupError:
+                continue
+    return sorted(found)
+
+
 def _revive(fleet: _Fleet) -> None:
     """Every fault healed and every process running (a restarted one may have
     died of a fault that followed)."""
     fleet.proxy.heal()
-    for name in ("web", "beat", "worker-a", "worker-b"):
+    for name in PROCESSES:
         process = fleet.stack.processes.get(name)
         if process is None or not process.alive():
-            _start(fleet.stack, name)
+            _start(fleet, name)
     wait_ready(fleet.stack.web_url)
+    _wait_grpc(fleet.grpc_target)
 
 
 def _settled(url: str, task_ids: list[str]) -> dict[str, dict[str, Any] | None]:
@@ -253,6 +323,36 @@ def _settled(url: str, task_ids: list[str]) -> dict[str, dict[str, Any] | None]:
                 break
             time.sleep(0.5)
     return final
+
+
+def _delivered(
+    receiver: Receiver, history: History, final: dict[str, dict[str, Any] | None]
+) -> Deliveries:
+    """What each webhook was sent, once every ended task's end was (or SETTLE passed)."""
+
+    def deliveries() -> dict[str, list[tuple[int, str]]]:
+        return {
+            hook: [
+                (int(hit.headers.get("x-a2a-event-id", "-1")), pushed_state(hit.body))
+                for hit in receiver.delivered(hook)
+            ]
+            for hook in hooked(history)
+        }
+
+    def unheard() -> list[str]:
+        found = deliveries()
+        return [
+            hook
+            for hook, task_id in hooked(history).items()
+            if (task := final.get(task_id)) is not None
+            and state_of(task) in TERMINAL
+            and state_of(task) not in {state for _, state in found[hook]}
+        ]
+
+    deadline = time.monotonic() + SETTLE
+    while unheard() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return deliveries()
 
 
 def _get(url: str, task_id: str) -> dict[str, Any] | None:
