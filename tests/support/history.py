@@ -8,10 +8,12 @@ history against what the service promises (`docs/promises.md`):
 
 - one task per messageId: every acknowledgement of a message names the
   same task (`doubled`);
-- every acknowledged task is found afterwards (`lost`) and ended
-  (`unfinished`), having run at most once (`ran-twice`); a completed task
-  ran, and its result is its own (`completed-without-a-run`,
-  `wrong-result`);
+- every acknowledged task is found afterwards (`lost`) and ended or waiting
+  on input (`unfinished`), each submission (its message, the reply to its
+  question) run at most once (`ran-twice`); a completed task's last
+  submission ran, and its result is its own (`completed-without-a-run`,
+  `wrong-result`); a reply is acknowledged as the task it answers
+  (`reply-elsewhere`);
 - a terminal state never changes: no read begun after a read that saw the
   task terminal sees another state (`terminal-changed`);
 - each stream's event numbers strictly increase, jumping only where a Task
@@ -68,6 +70,15 @@ class History:
         """task id -> the text of the message that created it."""
         return {op.value["task_id"]: op.value["text"] for op in self.of("send")}
 
+    def replies(self) -> dict[str, str]:
+        """task id -> the text of the reply sent to its question (acknowledged,
+        or sent with every answer lost: it may have been applied)."""
+        return {
+            op.value["task_id"]: op.value["reply"]
+            for op in self.of("send")
+            if op.value.get("reply")
+        }
+
     def dump(self, path: Path) -> None:
         with self._lock:
             lines = [json.dumps(asdict(op), sort_keys=True) for op in self.ops]
@@ -110,6 +121,11 @@ def check(
         if len(task_ids) > 1:
             found["doubled"].append(f"message {message_id}: tasks {sorted(task_ids)}")
 
+    for op in sends:
+        if any(task_id != op.value["task_id"] for task_id in op.value.get("replied", [])):
+            answered = f"reply to {op.value['task_id']}: {op.value['replied']}"
+            found["reply-elsewhere"].append(answered)
+    replies = history.replies()
     for task_id, text in history.acknowledged().items():
         task = final.get(task_id)
         if task is None:
@@ -118,13 +134,16 @@ def check(
         state = state_of(task)
         if state not in TERMINAL and state != "input-required":
             found["unfinished"].append(f"task {task_id} ({text}): {state}")
-        if runs[text] > 1:
-            found["ran-twice"].append(f"task {task_id} ({text}): {runs[text]} runs")
+        submissions = [text, *([replies[task_id]] if task_id in replies else [])]
+        for submitted in submissions:
+            if runs[submitted] > 1:
+                found["ran-twice"].append(f"task {task_id} ({submitted}): {runs[submitted]} runs")
+        last = submissions[-1]
         if state == "completed":
-            if runs[text] == 0:
-                found["completed-without-a-run"].append(f"task {task_id} ({text})")
-            elif expected_result[text] not in result_text(task):
-                found["wrong-result"].append(f"task {task_id} ({text}): {result_text(task)[:80]!r}")
+            if runs[last] == 0:
+                found["completed-without-a-run"].append(f"task {task_id} ({last})")
+            elif expected_result[last] not in result_text(task):
+                found["wrong-result"].append(f"task {task_id} ({last}): {result_text(task)[:80]!r}")
 
     _terminal_changes(history, final, found)
     _streams(history, final, found)
@@ -232,11 +251,12 @@ def _walks(history: History, found: dict[str, list[str]]) -> None:
 
 
 def summary(history: History, anomalies: Mapping[str, Iterable[str]]) -> str:
-    """One line: operations by kind and outcome, webhooks, faults, anomalies by kind."""
+    """One line: operations by kind and outcome, webhooks, replies, faults, anomalies."""
     kinds = Counter(f"{op.kind}{'' if op.ok else ' (unanswered)'}" for op in history.ops)
     faults = Counter(op.value.get("fault", "?") for op in history.of("fault"))
     counted = {kind: len(list(items)) for kind, items in anomalies.items()}
     return (
         f"operations {dict(sorted(kinds.items()))}; webhooks {len(hooked(history))};"
+        f" replies {len(history.replies())};"
         f" faults {dict(sorted(faults.items()))}; anomalies {counted or 0}"
     )

@@ -5,7 +5,9 @@
   messageId until it is acknowledged, and send some messages once more
   after their acknowledgement (a client that lost the answer); on JSON-RPC
   every fourth message asks for a webhook (a `Receiver` path of its own,
-  some answering 503 first);
+  some answering 503 first), and one in ten asks back (`ask:`): the sender
+  waits for `input-required` and replies on the task, retrying with the
+  reply's own messageId;
 - pollers read tasks acknowledged so far (`tasks/get`), and a canceller
   cancels some of them (`tasks/cancel`: the task it answers is a read);
 - streamers send with `message/stream` and resume with `tasks/resubscribe`
@@ -37,7 +39,13 @@ SEND_PATIENCE = 90.0  # seconds a sender retries one message before giving up
 AGENT_SECONDS = 0.1
 
 
+NEVER = "\u0000never completes"
+
+
 def expected_result(text: str) -> str:
+    """What the run of a message with `text` answers (an `ask:` run asks back)."""
+    if text.startswith("ask: "):
+        return NEVER
     return "ran: " + text.split(" ", 2)[2]
 
 
@@ -88,7 +96,8 @@ class Clients:
         for n in range(1_000_000):
             if self.stop.is_set():
                 return
-            text = f"sleep {AGENT_SECONDS} {name}-{n}"
+            asks = binding == "jsonrpc" and rng.random() < 0.1
+            text = f"ask: {name}-{n}" if asks else f"sleep {AGENT_SECONDS} {name}-{n}"
             message_id = uuid.uuid4().hex
             hook = None
             if self.receiver is not None and binding == "jsonrpc" and n % 4 == 0:
@@ -99,6 +108,10 @@ class Clients:
             acks, attempts = self._send(binding, message_id, text, hook)
             if acks and rng.random() < 0.2:
                 acks += self._send(binding, message_id, text, hook)[0]  # the answer was lost
+            reply, replied, refused = None, [], None
+            if acks and asks and self._asked(acks[0]):
+                reply = f"sleep {AGENT_SECONDS} reply-{name}-{n}"
+                replied, refused = self._reply(acks[0], reply)
             self.history.record(
                 name,
                 "send",
@@ -111,7 +124,51 @@ class Clients:
                 attempts=attempts,
                 binding=binding,
                 hook=hook,
+                reply=reply,  # sent: applied, or perhaps applied with its answer lost
+                replied=replied,
+                reply_refused=refused,
             )
+
+    def _asked(self, task_id: str) -> bool:
+        """Whether the task came to ask back (False: it ended first, or never did)."""
+        deadline = time.monotonic() + SEND_PATIENCE / 3
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": task_id}}
+        while time.monotonic() < deadline and not self.stop.is_set():
+            try:
+                state = state_of(
+                    requests.post(f"{self.url}/", json=body, timeout=10).json()["result"]
+                )
+            except (requests.RequestException, ValueError, KeyError):
+                state = ""
+            if state == "input-required":
+                return True
+            if state in TERMINAL:
+                return False
+            time.sleep(0.1)
+        return False
+
+    def _reply(self, task_id: str, text: str) -> tuple[list[str], str | None]:
+        """A follow-up on the task, retried with its messageId while the fleet
+        cannot take it; the tasks it was acknowledged as, and the error that
+        refused it for good (the task having ended meanwhile, say)."""
+        parts = [{"kind": "text", "text": text}]
+        message = {"role": "user", "messageId": uuid.uuid4().hex, "taskId": task_id, "parts": parts}
+        params = {"message": message, "configuration": {"blocking": False}}
+        body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": params}
+        deadline = time.monotonic() + SEND_PATIENCE
+        while time.monotonic() < deadline:
+            try:
+                answer = requests.post(f"{self.url}/", json=body, timeout=10).json()
+            except (requests.RequestException, ValueError):
+                time.sleep(0.1)
+                continue
+            if "result" in answer:
+                return [str(answer["result"]["id"])], None
+            error = answer.get("error", {})
+            if error.get("code") != -32603:
+                return [], f"{error.get('code')} {error.get('message', '')}"[:200]
+            time.sleep(0.1)  # a store or broker out of reach: said again
+        return [], "no answer"
 
     def _send(
         self, binding: str, message_id: str, text: str, hook: str | None = None

@@ -130,7 +130,8 @@ def run_history(
             receiver.stop()
         logged = fleet.runs.read_text(encoding="utf-8") if fleet.runs.exists() else ""
         runs = Counter(line.rpartition("\t")[0] for line in logged.splitlines())
-        expected = {text: expected_result(text) for text in history.acknowledged().values()}
+        texts = [*history.acknowledged().values(), *history.replies().values()]
+        expected = {text: expected_result(text) for text in texts}
         anomalies = check(history, final, runs, expected, deliveries)
         if anomalies:
             print(fleet.stack.log_tails(40))
@@ -255,14 +256,14 @@ def _faults(fleet: _Fleet) -> list[Fault]:
         return lambda: None
 
     faults = [
-        Fault("latency", on_link(lambda: proxy.slow(0.05, 0.04)), (2.0, 4.0)),
+        Fault("latency", on_link(lambda: proxy.slow(0.05, 0.04)), (1.0, 2.5)),
         Fault("cut", on_link(proxy.cut), (0.0, 0.2)),
-        Fault("black hole", on_link(proxy.black_hole), (1.0, 3.0)),
-        Fault("one way", on_link(proxy.one_way), (1.0, 3.0)),
-        Fault("worker SIGKILL", killed("worker-a"), (0.5, 2.0)),
-        Fault("worker SIGSTOP past stale", paused, (STALE_AFTER + 1.0, STALE_AFTER + 3.0)),
+        Fault("black hole", on_link(proxy.black_hole), (1.0, 2.5)),
+        Fault("one way", on_link(proxy.one_way), (1.0, 2.5)),
+        Fault("worker SIGKILL", killed("worker-a"), (0.5, 1.5)),
+        Fault("worker SIGSTOP past stale", paused, (STALE_AFTER + 1.0, STALE_AFTER + 2.0)),
         Fault("front end SIGKILL", killed("web"), (0.2, 1.0)),
-        Fault("beat SIGKILL", killed("beat"), (0.5, 2.0)),
+        Fault("beat SIGKILL", killed("beat"), (0.5, 1.5)),
         Fault("gRPC SIGKILL", killed("grpc"), (0.2, 1.0)),
         Fault("pool child SIGKILL", pool_child_killed, (0.0, 0.5)),
     ]

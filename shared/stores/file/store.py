@@ -447,7 +447,7 @@ class FileStore:
             else:
                 marker.unlink(missing_ok=True)
         if self._ttl and is_terminal(state):
-            _touch(self._expires / task_id, now + self._ttl)
+            _touch_whole(self._expires / task_id, now + self._ttl)
         self._notifier.notify(task_id)
 
     def purge_expired(self) -> int:
@@ -458,6 +458,8 @@ class FileStore:
         purged = 0
         for task_id in _older(self._expires, self._clock()):
             with self._locked(task_id):
+                if not self._expired(task_id):
+                    continue  # given a new time to live since the scan
                 found = _read_task_file(self._task_file(task_id))
                 stored = found[1] if found is not None else None
                 if stored is not None and _is_wrapper(stored):
@@ -632,6 +634,20 @@ def _create_exclusively(path: Path, data: bytes) -> bool:
 def _touch(path: Path, when: float) -> None:
     os.close(open_no_link(path, os.O_WRONLY | os.O_CREAT))
     os.utime(path, (when, when), follow_symlinks=False)
+
+
+def _touch_whole(path: Path, when: float) -> None:
+    """`path` with mtime `when`, renamed into place only once it has it. An
+    expiry marker seen with its creation time reads as due: the task would
+    read as gone, and be purged, the moment it finished."""
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.close(fd)
+        os.utime(temp, (when, when))
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
 
 
 def _touch_existing(path: Path, when: float) -> None:

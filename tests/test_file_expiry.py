@@ -1,0 +1,61 @@
+"""A file-store task that finishes is never read as gone, nor purged, while
+its expiry marker is written: the reaper's sweep and the readers run beside
+the workers' writes, and a writer can be preempted between any two steps."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.events import to_state
+from shared.stores.file.store import file_store
+from shared.task import COMPLETED, WORKING, new_task, text_message
+from shared.transitions import transition
+
+
+def test_a_finishing_task_is_never_expired_while_its_marker_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = file_store(tmp_path, terminal_ttl=3600)
+    ids = [store.create(new_task(text_message("user", f"t{n}"))).task["id"] for n in range(12)]
+    for task_id in ids:
+        transition(store, task_id, to_state(WORKING))
+
+    real_utime = os.utime
+
+    def preempted_utime(path: Any, *args: Any, **kwargs: Any) -> None:
+        if ".expires" in str(path):
+            time.sleep(0.05)  # the writer loses the CPU between two steps of its write
+        real_utime(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "utime", preempted_utime)
+    stop = threading.Event()
+    purged: list[int] = []
+    gone: list[str] = []
+
+    def sweep() -> None:
+        while not stop.is_set():
+            purged.append(store.purge_expired())
+
+    def read() -> None:
+        while not stop.is_set():
+            gone.extend(task_id for task_id in ids if store.get(task_id) is None)
+
+    helpers = [threading.Thread(target=sweep), threading.Thread(target=read)]
+    for helper in helpers:
+        helper.start()
+    try:
+        for task_id in ids:
+            assert transition(store, task_id, to_state(COMPLETED)).applied
+    finally:
+        stop.set()
+        for helper in helpers:
+            helper.join(30)
+    assert len(purged) > 1 and sum(purged) == 0  # the sweep ran throughout, and purged nothing
+    assert gone == []
+    assert all(store.get(task_id) is not None for task_id in ids)
