@@ -23,7 +23,11 @@ history against what the service promises (`docs/promises.md`):
   the walk began exactly once (`list-skipped`, `list-doubled`);
 - every webhook hears its task's end at least once (`webhook-unheard`),
   never another end (`webhook-wrong-end`), its events in order
-  (`webhook-reordered`).
+  (`webhook-reordered`);
+- an event number, once seen, always stands for the same change: streams
+  and webhooks never show one task's number with two different states, as
+  a store that handed a number out again after a crash would
+  (`event-number-reused`).
 """
 
 from __future__ import annotations
@@ -149,6 +153,7 @@ def check(
     _streams(history, final, found)
     _walks(history, found)
     _webhooks(history, final, deliveries or {}, found)
+    _numbers(history, deliveries or {}, found)
     return dict(found)
 
 
@@ -248,6 +253,21 @@ def _walks(history: History, found: dict[str, list[str]]) -> None:
             found["list-skipped"].append(
                 f"walk at {op.start:.2f} ({len(seen)} listed): {sorted(missing)[:5]}"
             )
+
+
+def _numbers(history: History, deliveries: Deliveries, found: dict[str, list[str]]) -> None:
+    seen: dict[tuple[str, int], set[str]] = defaultdict(set)
+    for op in history.of("stream", ok=None):
+        for number, kind, state in op.value["events"]:
+            if kind in ("task", "status-update") and op.value["task_id"]:
+                seen[(op.value["task_id"], number)].add(state)
+    for hook, task_id in hooked(history).items():
+        for number, state in deliveries.get(hook, []):
+            if state and number >= 0:
+                seen[(task_id, number)].add(state)
+    for (task_id, number), states in sorted(seen.items()):
+        if len(states) > 1:
+            found["event-number-reused"].append(f"task {task_id} event {number}: {sorted(states)}")
 
 
 def summary(history: History, anomalies: Mapping[str, Iterable[str]]) -> str:
