@@ -37,6 +37,10 @@ from tests.support.webhook_receiver import Receiver
 
 SEND_PATIENCE = 90.0  # seconds a sender retries one message before giving up
 AGENT_SECONDS = 0.1
+# Between two messages of one sender: a load the fleet drains between faults
+# (unpaced, non-blocking senders queue faster than two workers run, and the
+# backlog's tasks all wait past the stale threshold: beat re-sends them all).
+SEND_PAUSE = (0.05, 0.15)
 
 
 NEVER = "\u0000never completes"
@@ -94,7 +98,7 @@ class Clients:
     def _sender(self, name: str, binding: str) -> None:
         rng = random.Random(f"{self._seed}-{name}")
         for n in range(1_000_000):
-            if self.stop.is_set():
+            if self.stop.wait(rng.uniform(*SEND_PAUSE)):
                 return
             asks = binding == "jsonrpc" and rng.random() < 0.1
             text = f"ask: {name}-{n}" if asks else f"sleep {AGENT_SECONDS} {name}-{n}"

@@ -136,7 +136,7 @@ def run_history(
         if anomalies:
             print(fleet.stack.log_tails(40))
     history.dump(folder / "history.jsonl")
-    line = f"{backend}: {summary(history, anomalies)}"
+    line = f"{backend}: {summary(history, anomalies, deliveries)}"
     return Outcome(history, anomalies, nemesis.describe(), line)
 
 
@@ -302,8 +302,17 @@ def _revive(fleet: _Fleet) -> None:
         process = fleet.stack.processes.get(name)
         if process is None or not process.alive():
             _start(fleet, name)
-    wait_ready(fleet.stack.web_url)
+    # Serving, not ready: a reaper run re-sending a backlog can hold /readyz
+    # at 503 (reaper overdue) while the front end answers every request.
+    _wait(lambda: _answers(fleet.stack.web_url), 60, "the front end to answer")
     _wait_grpc(fleet.grpc_target)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(f"{url}/healthz", timeout=5).status_code == 200
+    except requests.RequestException:
+        return False
 
 
 def _settled(url: str, task_ids: list[str]) -> dict[str, dict[str, Any] | None]:
