@@ -59,3 +59,31 @@ def test_a_finishing_task_is_never_expired_while_its_marker_is_written(
     assert len(purged) > 1 and sum(purged) == 0  # the sweep ran throughout, and purged nothing
     assert gone == []
     assert all(store.get(task_id) is not None for task_id in ids)
+
+
+def test_markers_a_killed_writer_left_behind_its_log_are_put_right(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim logged by a worker killed before it moved the task's markers:
+    the task is working by its log and waiting by its markers. It is not
+    re-sent for ever: the reaper's scan marks it working, and finds it stale
+    as it finds any task whose worker died."""
+    now = [1_000.0]
+    store = file_store(tmp_path, clock=lambda: now[0])
+    task_id = store.create(new_task(text_message("user", "hi"))).task["id"]
+
+    def killed(*args: Any) -> None:
+        raise KeyboardInterrupt  # the process dies between its log write and its markers
+
+    monkeypatch.setattr(store, "_indexed", killed)
+    with pytest.raises(KeyboardInterrupt):
+        transition(store, task_id, to_state(WORKING))
+    monkeypatch.undo()
+    assert (tmp_path / ".waiting" / task_id).exists()  # the markers of the state before
+
+    now[0] += 100
+    assert store.waiting(now[0]) == []  # working by its log: not sent again
+    assert not (tmp_path / ".waiting" / task_id).exists()
+    assert store.stale(now[0] - 50) == []  # marked working just now
+    now[0] += 100
+    assert store.stale(now[0]) == [task_id]  # no heartbeat since: the reaper fails it

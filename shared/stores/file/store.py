@@ -48,7 +48,7 @@ import tempfile
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Any, cast
@@ -236,13 +236,37 @@ class FileStore:
             _touch_existing(self._working / task_id, now)
 
     def stale(self, cutoff: float) -> list[str]:
-        return _older(self._working, cutoff)
+        return self._due(self._working, cutoff, {WORKING})
 
     def waiting(self, cutoff: float) -> list[str]:
-        return _older(self._waiting, cutoff)
+        return self._due(self._waiting, cutoff, {SUBMITTED})
 
     def interrupted(self, cutoff: float) -> list[str]:
-        return _older(self._interrupted, cutoff)
+        return self._due(self._interrupted, cutoff, INTERRUPTED_STATES)
+
+    def _due(self, folder: Path, cutoff: float, states: Collection[str]) -> list[str]:
+        """The tasks `folder`'s markers name as due, each checked against its
+        log. A write is logged first and its markers follow; a writer killed
+        between the two leaves the markers of the state before (a claimed task
+        still marked waiting: never reaped, re-sent for ever). Such markers are
+        put right here, under the task's lock, from the state the log holds."""
+        due = []
+        for task_id in _older(folder, cutoff):
+            record = self.read(task_id)
+            if record is None or state_of(record.task) in states:
+                due.append(task_id)  # (gone: its reader says so, as before)
+                continue
+            with self._locked(task_id):
+                record = self._read(task_id, locked=True)
+                if record is not None and state_of(record.task) not in states:
+                    log.warning(
+                        "task store: task %s is %s but was still marked as before its last"
+                        " write (a writer stopped between the two): marked again",
+                        task_id,
+                        state_of(record.task),
+                    )
+                    self._indexed(task_id, state_of(record.task))
+        return due
 
     def resent(self, task_id: str) -> None:
         if is_safe_id(task_id):
