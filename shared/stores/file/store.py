@@ -258,7 +258,9 @@ class FileStore:
                 continue
             with self._locked(task_id):
                 record = self._read(task_id, locked=True)
-                if record is not None and state_of(record.task) not in states:
+                # (A writer that held the lock meanwhile has moved the marker itself.)
+                left = os.path.lexists(folder / task_id)
+                if left and record is not None and state_of(record.task) not in states:
                     log.warning(
                         "task store: task %s is %s but was still marked as before its last"
                         " write (a writer stopped between the two): marked again",
