@@ -21,14 +21,11 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.support.history_run import BACKENDS, run_history
-from tests.support.postgres import fresh_schema, session_database
-from tests.support.rabbitmq import Vhost
 
 
 def main() -> int:
@@ -45,46 +42,28 @@ def main() -> int:
     totals: Counter[str] = Counter()
     ran = 0.0
     rows = 0
-    with ExitStack() as cleanup:
-        database = cleanup.enter_context(session_database())
-        vhost = Vhost().create() if "amqp" in backends else None
-        if vhost is not None:
-            cleanup.callback(vhost.delete)
-        while ran < options.minutes * 60:
-            backend = backends[rows % len(backends)]
-            seed = rng.randrange(10**6)
-            here = folder / f"{rows:03d}-{backend}"
-            here.mkdir()
-            with ExitStack() as per_run:
-                postgres = (
-                    per_run.enter_context(fresh_schema(database))
-                    if backend == "postgresql"
-                    else None
-                )
-                began = time.monotonic()
-                outcome = run_history(
-                    here,
-                    backend,
-                    options.each,
-                    seed,
-                    postgres_url=postgres,
-                    amqp_url=vhost.url if vhost is not None else None,
-                )
-            ran += options.each
-            rows += 1
-            operations = len(outcome.history.ops)
-            faults = len(outcome.history.of("fault"))
-            found = {kind: len(items) for kind, items in outcome.anomalies.items()}
-            totals.update(found)
-            print(
-                f"{rows:3d}  {backend:10s}  seed {seed:6d}  {time.monotonic() - began:6.0f} s"
-                f"  operations {operations:6d}  faults {faults:3d}  anomalies {found or 0}",
-                flush=True,
-            )
-            if outcome.anomalies:
-                print(f"     {outcome.schedule}")
-                for kind, items in outcome.anomalies.items():
-                    print(f"     {kind}: {items[:3]}")
+    while ran < options.minutes * 60:
+        backend = backends[rows % len(backends)]
+        seed = rng.randrange(10**6)
+        here = folder / f"{rows:03d}-{backend}"
+        here.mkdir()
+        began = time.monotonic()
+        outcome = run_history(here, backend, options.each, seed)
+        ran += options.each
+        rows += 1
+        operations = len(outcome.history.ops)
+        faults = len(outcome.history.of("fault"))
+        found = {kind: len(items) for kind, items in outcome.anomalies.items()}
+        totals.update(found)
+        print(
+            f"{rows:3d}  {backend:10s}  seed {seed:6d}  {time.monotonic() - began:6.0f} s"
+            f"  operations {operations:6d}  faults {faults:3d}  anomalies {found or 0}",
+            flush=True,
+        )
+        if outcome.anomalies:
+            print(f"     {outcome.schedule}")
+            for kind, items in outcome.anomalies.items():
+                print(f"     {kind}: {items[:3]}")
     print(
         f"{rows} histories, {ran / 60:.1f} minutes of faults, anomalies {dict(totals) or 0}",
         flush=True,

@@ -24,7 +24,7 @@ import requests
 
 from shared.task import COMPLETED, FAILED, WORKING, new_task, text_message
 from tests.support.a2a import readyz, send_text, wait_ready, wait_state
-from tests.support.compose import ROOT, Backends, LocalStack, compose, dotenv_for, local_stack
+from tests.support.compose import ROOT, Backends, LocalStack, compose_redis, dotenv_for, local_stack
 from tests.support.polling import wait_for
 from tests.support.redis_server import RedisServer
 from tests.support.shortcuts import with_status
@@ -127,9 +127,7 @@ def test_redis_wants_the_password_and_never_evicts(
 
 def test_a_full_redis_refuses_writes_and_keeps_every_key() -> None:
     """compose's redis arguments with a memory limit: an OOM error, not eviction."""
-    dotenv = dotenv_for({"REDIS_MAXMEMORY": "2mb"}, "pw")
-    arguments = compose(dotenv)["services"]["redis"]["command"][1:]
-    server = RedisServer(password="pw", args=arguments).start()
+    server = compose_redis(dotenv_for({"REDIS_MAXMEMORY": "2mb"}, "pw")).start()
     try:
         client = redis.Redis.from_url(server.url)
         written = 0

@@ -42,8 +42,8 @@ import requests
 from shared.store.resolve import resolve_store
 from shared.task import TERMINAL_STATES, state_of
 from tests.support.a2a import wait_ready
-from tests.support.agents import runs_of
-from tests.support.compose import ROOT, LocalStack, dotenv_for
+from tests.support.agents import runs_of, scripted_fleet
+from tests.support.compose import LocalStack, dotenv_for
 from tests.support.polling import wait_for
 from tests.support.postgres_pair import PostgresPair
 from tests.support.redis_server import RedisServer
@@ -288,19 +288,9 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
 
 def fleet(folder: Path, cluster: Cluster, runs: Path) -> LocalStack:
     settings = {
-        "TOOLNEXUS_RUN": "tests.support.agents:scripted",
-        "SCRIPTED_RUNS": str(runs),
-        "PYTHONPATH": str(ROOT),  # beat runs in its own folder
-        "TOOLNEXUS_CONCURRENCY": "4",
-        "TOOLNEXUS_HEARTBEAT": "0.5",
         # Longer than the failover and the old master's return as a replica
         # (no write is confirmed meanwhile): a result waits that long to be saved.
-        "TOOLNEXUS_STALE_AFTER": "20",
-        "TOOLNEXUS_REAP_EVERY": "1",
-        "TOOLNEXUS_PUSH_ALLOWED_HOSTS": "127.0.0.1",
-        "TOOLNEXUS_PUSH_SWEEP": "0.5",
-        "TOOLNEXUS_PUSH_BACKOFF": "0.2",
-        "TOOLNEXUS_PUSH_BACKOFF_MAX": "1",
+        **scripted_fleet(runs, stale_after=20),
         **cluster.settings,
     }
     stack = LocalStack(cluster.redis_url, folder, dotenv_for(settings, PASSWORD))

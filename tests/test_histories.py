@@ -5,8 +5,8 @@ the same messageId, some with webhooks; pollers, a canceller, streams that
 resume, ListTasks walks) work against a real fleet while a seeded nemesis
 injects link faults (latency, cuts, a black hole, one way) and process
 faults (a worker, a pool child, beat, the front end and the gRPC process
-SIGKILLed, a worker
-SIGSTOPped past the stale threshold, the store's Redis SIGKILLed); the
+SIGKILLed, a worker SIGSTOPped past the stale threshold, the store and the
+broker SIGKILLed and started again on their data); the
 checker (`tests/support/history.py`) then holds the whole history against
 the service's promises. The seed and the schedule are printed:
 `TOOLNEXUS_HISTORY_SEED=<seed>` runs the same schedule again, and
@@ -26,24 +26,27 @@ from tests.support.history_run import run_history
 
 pytestmark = [pytest.mark.timeout(400)]
 
+# The servers each deployment SIGKILLs and starts again on their data (the
+# file store is a directory: its broker, Redis, is killed instead).
+KILLED = {
+    "redis": ["store SIGKILL"],
+    "postgresql": ["store SIGKILL"],
+    "file": ["broker SIGKILL"],
+    "amqp": ["store SIGKILL", "broker SIGKILL"],
+}
 SECONDS = 0.0  # every fault once (the nemesis runs each once first): about 30 s of faults
 
 
 @pytest.mark.parametrize("backend", ["redis", "postgresql", "file", "amqp"])
-def test_a_history_under_faults_has_no_anomaly(
-    backend: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
+def test_a_history_under_faults_has_no_anomaly(backend: str, tmp_path: Path) -> None:
     seed = int(os.environ.get("TOOLNEXUS_HISTORY_SEED") or random.SystemRandom().randrange(10**6))
-    postgres_url = request.getfixturevalue("postgres_url") if backend == "postgresql" else None
-    amqp_url = request.getfixturevalue("amqp_broker_url") if backend == "amqp" else None
-    outcome = run_history(
-        tmp_path, backend, SECONDS, seed, postgres_url=postgres_url, amqp_url=amqp_url
-    )
+    outcome = run_history(tmp_path, backend, SECONDS, seed)
     print(f"\n{outcome.line}\n{outcome.schedule}")
     assert outcome.history.acknowledged(), "no task was acknowledged"
     assert {op.value["fault"] for op in outcome.history.of("fault")} >= {
         "latency", "cut", "black hole", "one way", "worker SIGKILL", "pool child SIGKILL",
         "worker SIGSTOP past stale", "front end SIGKILL", "beat SIGKILL", "gRPC SIGKILL",
+        *KILLED[backend],
     }  # fmt: skip
     assert outcome.history.of("list") and outcome.history.of("stream")
     assert hooked(outcome.history), "no send asked for a webhook"

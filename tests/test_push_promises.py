@@ -1,9 +1,10 @@
 """The push promises of docs/push.md that no other test holds, each against a
 real receiver over HTTP (or real stores for the restart): which answers are
 retried and how long a retry waits, giving up after TOOLNEXUS_PUSH_RETRY_FOR,
-a read timeout retried, RS256 signatures, the webhook's host resolved again
-at every connect (so a name that turns private is refused), and webhook
-configs and cursors that outlive the process that saved them."""
+a read timeout retried, a config deleted mid-delivery sent nothing more,
+RS256 signatures, the webhook's host resolved again at every connect (so a
+name that turns private is refused), and webhook configs and cursors that
+outlive the process that saved them."""
 
 from __future__ import annotations
 
@@ -122,6 +123,28 @@ def test_an_event_failing_past_retry_for_is_given_up_and_the_feed_goes_on(
     cursor = push.cursor(task_id, "c")
     assert (cursor.delivered, cursor.given_up, cursor.failures) == (1, 1, 1)
     assert [hit.event_id for hit in receiver.on("/down")] == [1, 2]
+
+
+def test_a_config_deleted_while_its_delivery_runs_is_sent_nothing_more(
+    receiver: Receiver,
+) -> None:
+    store = MemoryStore()
+    release = receiver.hold_first("/deleted")
+    task_id, push = a_task(store, receiver, "/deleted")
+    outcome: list[str] = []
+    delivery = threading.Thread(
+        target=lambda: outcome.append(deliver(store, push, task_id, "c", "me", Policy.of(SETTINGS)))
+    )
+    delivery.start()
+    try:
+        assert receiver.held["/deleted"].wait(10), "the first event was never POSTed"
+        assert push.delete(task_id, "c")  # while event 1's POST is in flight
+    finally:
+        release.set()
+    delivery.join(10)
+    assert outcome == ["deleted"]
+    # The POST in flight arrives; event 2, which came after the delete, never does.
+    assert [hit.event_id for hit in receiver.on("/deleted")] == [1]
 
 
 def test_deliveries_signed_with_an_rsa_key_verify_as_rs256(

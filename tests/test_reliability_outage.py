@@ -19,7 +19,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -27,12 +26,12 @@ from shared.store.contract import Store
 from shared.task import COMPLETED, FAILED, state_of
 from tests.support.a2a import readyz, wait_ready
 from tests.support.compose import Backends, LocalStack, local_stack
+from tests.support.fault_proxy import proxied, proxy_for
 from tests.support.load import Load, error_kind, error_reply, succeeded
 from tests.support.matrix import STORE_FIXTURES, selected
 from tests.support.polling import wait_for
 from tests.support.settled import saved_without_reply, wait_all_finished
 from tests.support.store_outage import StoreOutage, store_outage_stack
-from tests.support.tcp_proxy import TcpProxy
 
 # Generous deadlines inside (a loaded machine is slow, not wrong).
 # On a RabbitMQ broker (TOOLNEXUS_TEST_MATRIX=full) only the store goes down:
@@ -80,14 +79,12 @@ def test_a_rabbitmq_outage_refuses_sends_clearly_and_loses_nothing(
     the machine's server is shared); reads go on being answered."""
     fixture = STORE_FIXTURES[store_kind]
     store_url = None if fixture is None else str(request.getfixturevalue(fixture))
-    target = urlsplit(amqp_broker_url)
-    with TcpProxy(target.hostname or "127.0.0.1", target.port or 5672) as proxy:
-        proxied = target._replace(netloc=f"guest:guest@127.0.0.1:{proxy.port}").geturl()
-        backends = Backends("amqp", proxied, store_kind, store_url)
+    with proxy_for(amqp_broker_url, 5672) as proxy:
+        backends = Backends("amqp", proxied(amqp_broker_url, proxy.port), store_kind, store_url)
         with local_stack(tmp_path, SETTINGS, backends=backends) as (_, services):
             start_services(services)
             store = services.open_store()
-            outage(services, store, proxy.cut, proxy.restore, "RabbitMQ", sends_only=True)
+            outage(services, store, proxy.refuse, proxy.start, "RabbitMQ", sends_only=True)
 
 
 def outage(

@@ -3,7 +3,8 @@ workers: `TOOLNEXUS_RUN=tests.support.agents:scripted` (with the checkout on
 PYTHONPATH).
 
 - `fail: <why>` raises; `reject: <why>` rejects; `ask: <question>` asks back;
-- `sleep <seconds> <text>` sleeps first;
+- `sleep <seconds> <text>` sleeps first; `steps <seconds> <text>` takes
+  `seconds` over four progress messages;
 - `stubborn <seconds>` blocks SIGUSR1 (Celery's soft time limit) and
   sleeps: only the hard time limit can stop it;
 - anything else is echoed.
@@ -25,6 +26,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from toolnexus import Ask, Progress, Reject
@@ -49,7 +51,20 @@ def scripted(text: str) -> object:
     if verb == "sleep":
         seconds, _, rest = rest.partition(" ")
         time.sleep(float(seconds))
+    if verb == "steps":
+        seconds, _, rest = rest.partition(" ")
+        return _steps(float(seconds), rest)
     return {"text": f"ran: {rest or text}"}
+
+
+def _steps(seconds: float, text: str) -> Iterator[Any]:
+    for n in range(STEPS):
+        time.sleep(seconds / STEPS)
+        yield Progress(f"step {n + 1} of {STEPS}")
+    return {"text": f"ran: {text}"}
+
+
+STEPS = 4
 
 
 def runs_of(path: str, text: str) -> list[int]:
@@ -99,3 +114,22 @@ async def ticking(text: str) -> str:
             ticks.write(f"{os.getpid()}\n")
         await asyncio.sleep(0.1)
     return "ticked to the end"
+
+
+def scripted_fleet(runs: Path, *, stale_after: float) -> dict[str, str]:
+    """The settings of a fleet (`LocalStack`) whose workers run `scripted`,
+    logging every run to `runs`, with a heartbeat, reaper and push retries
+    quick enough for a test to see faults dealt with in seconds."""
+    return {
+        "TOOLNEXUS_RUN": "tests.support.agents:scripted",
+        "SCRIPTED_RUNS": str(runs),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),  # beat runs in its own folder
+        "TOOLNEXUS_CONCURRENCY": "4",
+        "TOOLNEXUS_HEARTBEAT": "0.5",
+        "TOOLNEXUS_STALE_AFTER": f"{stale_after:g}",
+        "TOOLNEXUS_REAP_EVERY": "1",
+        "TOOLNEXUS_PUSH_ALLOWED_HOSTS": "127.0.0.1",
+        "TOOLNEXUS_PUSH_SWEEP": "0.5",
+        "TOOLNEXUS_PUSH_BACKOFF": "0.2",
+        "TOOLNEXUS_PUSH_BACKOFF_MAX": "1",
+    }

@@ -21,8 +21,8 @@ import yaml
 
 from shared.store.contract import Store
 from shared.store.resolve import resolve_store
+from tests.support.fault_proxy import FaultProxy, proxied, proxy_for
 from tests.support.redis_server import RedisServer
-from tests.support.tcp_proxy import TcpProxy
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 COMPOSE_FILE = ROOT / "compose.yaml"
@@ -349,6 +349,13 @@ def start_grpc(stack: LocalStack, port: int, name: str = "grpc", **env: str) -> 
     return process
 
 
+def compose_redis(dotenv: Mapping[str, str], *, appendonly: bool = False) -> RedisServer:
+    """A private Redis (not started) run as compose.yaml runs its redis: its
+    arguments (the memory policy, say) and the password `dotenv` gives it."""
+    arguments = compose(dotenv)["services"]["redis"]["command"][1:]
+    return RedisServer(appendonly=appendonly, password=dotenv["REDIS_PASSWORD"], args=arguments)
+
+
 @contextmanager
 def local_stack(
     folder: Path,
@@ -361,9 +368,7 @@ def local_stack(
     password and memory policy), and a LocalStack on it, both torn down
     afterwards."""
     dotenv = dotenv_for(overrides, secrets.token_hex(16))
-    password = dotenv["REDIS_PASSWORD"]
-    arguments = compose(dotenv)["services"]["redis"]["command"][1:]
-    redis = RedisServer(appendonly=appendonly, password=password, args=arguments).start()
+    redis = compose_redis(dotenv, appendonly=appendonly).start()
     stack = LocalStack(redis.url, folder, dotenv, backends)
     try:
         yield redis, stack
@@ -373,16 +378,13 @@ def local_stack(
 
 
 @contextmanager
-def store_behind_proxy(backends: Backends) -> Iterator[tuple[Backends, TcpProxy]]:
+def store_behind_proxy(backends: Backends) -> Iterator[tuple[Backends, FaultProxy]]:
     """`backends` with its store (a server of the machine's, PostgreSQL,
-    which others use and a test must not stop) reached through a TcpProxy
-    the test can cut: to the stack the store is then gone."""
+    which others use and a test must not stop) reached through a FaultProxy
+    the test can make refuse: to the stack the store is then gone."""
     assert backends.store_url is not None, "compose's Redis is stopped, not proxied"
-    target = urlsplit(backends.store_url)
-    with TcpProxy(target.hostname or "127.0.0.1", target.port or 5432) as proxy:
-        login = target.netloc.rpartition("@")[0]
-        netloc = f"{login}@127.0.0.1:{proxy.port}" if login else f"127.0.0.1:{proxy.port}"
-        yield replace(backends, store_url=target._replace(netloc=netloc).geturl()), proxy
+    with proxy_for(backends.store_url, 5432) as proxy:
+        yield replace(backends, store_url=proxied(backends.store_url, proxy.port)), proxy
 
 
 def dotenv_values(text: str) -> dict[str, str]:

@@ -8,7 +8,12 @@ connection to the server. Faults, each lasting until `heal()`:
 - `black_hole()`: connections are accepted and kept, but nothing is
   forwarded either way (held, as TCP holds bytes on a link that drops
   packets: delivered once the link heals, unless a side gave up first);
-- `one_way()`: the server hears the programs, the programs hear nothing.
+- `one_way()`: the server hears the programs, the programs hear nothing;
+- `refuse()`: the server is gone: every open connection is reset and new
+  ones are refused, until `start()` listens again on the same port (for a
+  server others share, which a test must not stop).
+
+`proxied(url, port)` is a server's URL with the proxy in its place.
 
 Threads, not asyncio: a test's programs are other processes, and the
 proxy must keep forwarding while the test's own thread waits. Usable from
@@ -23,6 +28,7 @@ import socket
 import struct
 import threading
 import time
+from urllib.parse import urlsplit
 
 from tests.support.ports import free_port
 
@@ -98,20 +104,28 @@ class FaultProxy:
             with contextlib.suppress(OSError):
                 sock.close()
 
+    def refuse(self) -> None:
+        """Stop listening and reset every open connection; `start()` undoes it."""
+        with self._changed:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+            with contextlib.suppress(OSError):
+                listener.close()
+        self.cut()
+
     def close(self) -> None:
         self._closed = True
         self.heal()
-        if self._listener is not None:
-            with contextlib.suppress(OSError):
-                self._listener.close()
-        self.cut()
+        self.refuse()
 
     def _accept(self, listener: socket.socket) -> None:
         while not self._closed:
             try:
                 client, _ = listener.accept()
             except OSError:
-                return
+                return  # closed, or refusing
             try:
                 server = socket.create_connection(self.target, timeout=5)
                 server.settimeout(None)
@@ -121,6 +135,10 @@ class FaultProxy:
             for sock in (client, server):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._changed:
+                if self._listener is not listener:  # refused meanwhile
+                    client.close()
+                    server.close()
+                    return
                 self._sockets.update((client, server))
             threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
             threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
@@ -152,3 +170,18 @@ class FaultProxy:
             if not self._latency:
                 return 0.0
             return max(0.0, self._latency + self._rng.uniform(-self._jitter, self._jitter))
+
+
+def proxied(url: str, port: int) -> str:
+    """`url` (redis://, postgresql://, amqp://) with its host and port
+    replaced by the proxy's on loopback; login, path and query kept."""
+    target = urlsplit(url)
+    login = target.netloc.rpartition("@")[0]
+    netloc = f"{login}@127.0.0.1:{port}" if login else f"127.0.0.1:{port}"
+    return target._replace(netloc=netloc).geturl()
+
+
+def proxy_for(url: str, default_port: int, *, seed: int = 0) -> FaultProxy:
+    """A proxy (not started) in front of the server `url` names."""
+    target = urlsplit(url)
+    return FaultProxy(target.hostname or "127.0.0.1", target.port or default_port, seed=seed)

@@ -25,7 +25,9 @@ history against what the service promises (`docs/promises.md`):
   never another end (`webhook-wrong-end`), its events in order: each
   event's first delivery after the earlier events' (`webhook-reordered`;
   an event delivered again is a duplicate, which at least once allows and
-  the summary counts);
+  the summary counts); a webhook whose config was deleted need not hear
+  the end, and once the delete is answered hears at most the one POST
+  that was in flight (`webhook-after-delete`);
 - an event number, once seen, always stands for the same change: streams
   and webhooks never show one task's number with two different states, as
   a store that handed a number out again after a crash would
@@ -50,7 +52,7 @@ TERMINAL = frozenset({"completed", "failed", "canceled", "rejected"})
 @dataclass
 class Op:
     process: str
-    kind: str  # send, get, list, stream, fault
+    kind: str  # send, get, list, stream, unhook (a webhook config deleted), fault
     start: float
     end: float
     ok: bool
@@ -102,7 +104,8 @@ def result_text(task: Mapping[str, Any]) -> str:
     return " ".join(t for t in texts if t)
 
 
-Deliveries = Mapping[str, list[tuple[int, str]]]  # webhook path -> (event id, state) delivered
+# webhook path -> (event id, state, monotonic arrival) of each delivery it accepted
+Deliveries = Mapping[str, list[tuple[int, str, float]]]
 
 
 def check(
@@ -160,7 +163,7 @@ def check(
 
 
 def hooked(history: History) -> dict[str, str]:
-    """webhook path -> the task it was asked for."""
+    """webhook path -> the task it was asked for (its config, deleted or not)."""
     return {
         op.value["hook"]: op.value["task_id"] for op in history.of("send") if op.value.get("hook")
     }
@@ -182,21 +185,28 @@ def _webhooks(
     deliveries: Deliveries,
     found: dict[str, list[str]],
 ) -> None:
+    deleted = {op.value["hook"]: op.end for op in history.of("unhook")}
     for hook, task_id in hooked(history).items():
+        hits = deliveries.get(hook, [])
+        if hook in deleted:
+            after = [(n, state) for n, state, at in hits if at > deleted[hook]]
+            if len(after) > 1:
+                found["webhook-after-delete"].append(
+                    f"{hook} (task {task_id}): {after} after the config was deleted"
+                )
         task = final.get(task_id)
         if task is None or state_of(task) not in TERMINAL:
             continue
         end = state_of(task)
-        hits = deliveries.get(hook, [])
-        ids = [event_id for event_id, _ in hits]
+        ids = [event_id for event_id, _, _ in hits]
         # At least once: an event sent again is a duplicate (the receiver
         # drops it by its id); a new event older than one already sent is
         # out of order.
         firsts = list(dict.fromkeys(ids))
         if any(later < earlier for earlier, later in pairwise(firsts)):
             found["webhook-reordered"].append(f"{hook} (task {task_id}): event ids {ids}")
-        ends = {state for _, state in hits if state in TERMINAL}
-        if end not in ends:
+        ends = {state for _, state, _ in hits if state in TERMINAL}
+        if end not in ends and hook not in deleted:
             found["webhook-unheard"].append(f"{hook} (task {task_id}, {end}): {hits[-3:]}")
         if ends - {end}:
             found["webhook-wrong-end"].append(f"{hook} (task {task_id}, {end}): {sorted(ends)}")
@@ -268,7 +278,7 @@ def _numbers(history: History, deliveries: Deliveries, found: dict[str, list[str
             if kind in ("task", "status-update") and op.value["task_id"]:
                 seen[(op.value["task_id"], number)].add(state)
     for hook, task_id in hooked(history).items():
-        for number, state in deliveries.get(hook, []):
+        for number, state, _ in deliveries.get(hook, []):
             if state and number >= 0:
                 seen[(task_id, number)].add(state)
     for (task_id, number), states in sorted(seen.items()):
@@ -278,7 +288,7 @@ def _numbers(history: History, deliveries: Deliveries, found: dict[str, list[str
 
 def duplicates(deliveries: Deliveries) -> int:
     """Deliveries of an event its webhook had already been sent."""
-    return sum(len(hits) - len({number for number, _ in hits}) for hits in deliveries.values())
+    return sum(len(hits) - len({hit[0] for hit in hits}) for hits in deliveries.values())
 
 
 def summary(

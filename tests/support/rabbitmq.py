@@ -15,6 +15,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -154,6 +155,22 @@ class PrivateServer:
         self.process = None
         pid_file.unlink(missing_ok=True)
         # epmd (Erlang's port mapper) is shared by every node here and stays.
+
+    def kill(self) -> None:
+        """SIGKILL the node (a crash: no queue is closed cleanly), until its
+        port closes; `start()` brings it up again on its data."""
+        pid_file = self.directory / "rabbit.pid"
+        if pid_file.exists() and (text := pid_file.read_text().strip()).isdigit():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(text), signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while _answers("127.0.0.1", self.port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(30)
+        self.process = None
+        pid_file.unlink(missing_ok=True)
 
     def close(self) -> None:
         self.stop()

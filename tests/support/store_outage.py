@@ -44,4 +44,4 @@ def store_outage_stack(
     ):
         store = stack.open_store(backends.store_url)
         what = f"the {backends.store_kind} store"
-        yield StoreOutage(stack, store, proxy.cut, proxy.restore, what)
+        yield StoreOutage(stack, store, proxy.refuse, proxy.start, what)

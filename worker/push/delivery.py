@@ -188,6 +188,11 @@ def deliver(
                     return "lost"  # another delivery has it now (this one stalled past it)
                 renewed = time.monotonic()
             if item is not None:
+                # The config is read again before each POST: once a delete is
+                # answered, nothing more is sent for it (but a POST in flight).
+                if push.config(task_id, config_id) is None:
+                    push.release(task_id, config_id, holder)
+                    return "deleted"
                 seq, body = (item.seq, item.task) if isinstance(item, Record) else item
                 payload = encode_bytes(stream_response(config.get("version", "1.0"), body))
                 cursor, parked = _attempt(webhook, config, seq, payload, cursor, policy)
