@@ -5,8 +5,9 @@ the same messageId, some with webhooks; pollers, a canceller, streams that
 resume, ListTasks walks) work against a real fleet while a seeded nemesis
 injects link faults (latency, cuts, a black hole, one way) and process
 faults (a worker, a pool child, beat, the front end and the gRPC process
-SIGKILLed, a worker SIGSTOPped past the stale threshold, the store and the
-broker SIGKILLed and started again on their data); the
+SIGKILLed, a worker SIGSTOPped past the stale threshold, the front end, the
+gRPC process and beat SIGSTOPped, the store and the broker SIGKILLed and
+started again on their data); the
 checker (`tests/support/history.py`) then holds the whole history against
 the service's promises. The seed and the schedule are printed:
 `TOOLNEXUS_HISTORY_SEED=<seed>` runs the same schedule again, and
@@ -46,7 +47,7 @@ def test_a_history_under_faults_has_no_anomaly(backend: str, tmp_path: Path) -> 
     assert {op.value["fault"] for op in outcome.history.of("fault")} >= {
         "latency", "cut", "black hole", "one way", "worker SIGKILL", "pool child SIGKILL",
         "worker SIGSTOP past stale", "front end SIGKILL", "beat SIGKILL", "gRPC SIGKILL",
-        *KILLED[backend],
+        "front end SIGSTOP", "gRPC SIGSTOP", "beat SIGSTOP", *KILLED[backend],
     }  # fmt: skip
     assert outcome.history.of("list") and outcome.history.of("stream")
     assert hooked(outcome.history), "no send asked for a webhook"

@@ -10,8 +10,8 @@
   and one in ten asks back (`ask:`): the sender waits for `input-required`
   and replies on the task, retrying with the reply's own messageId;
 - pollers read tasks acknowledged so far (GetTask on each binding in
-  turn), and a canceller cancels some of them (`tasks/cancel`: the task it
-  answers is a read);
+  turn), and a canceller cancels some of them (CancelTask on each binding
+  in turn: the task it answers is a read);
 - streamers send a streaming message (JSON-RPC `message/stream`,
   HTTP+JSON `POST /message:stream`, gRPC `SendStreamingMessage`, each in
   turn) and resume after the last event they saw (`tasks/resubscribe`,
@@ -347,20 +347,44 @@ class Clients:
 
     def _canceller(self, name: str) -> None:
         rng = random.Random(f"{self._seed}-{name}")
-        while not self.stop.wait(rng.uniform(0.2, 0.8)):
+        for n in itertools.count():
+            if self.stop.wait(rng.uniform(0.2, 0.8)):
+                return
             known = list(self.history.acknowledged())
             if not known:
                 continue
             task_id = rng.choice(known[-10:])
+            binding = self._bindings[n % len(self._bindings)]
             start = time.monotonic()
-            body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/cancel", "params": {"id": task_id}}
             try:
-                reply = requests.post(f"{self.url}/", json=body, timeout=10).json()
-            except (requests.RequestException, ValueError):
+                task = self._cancel(binding, task_id)
+            except (requests.RequestException, grpc.RpcError, ValueError, KeyError, TypeError):
                 continue
-            if "result" in reply:  # (an ended task is not cancelable: an error)
-                state = state_of(reply["result"])
-                self.history.record(name, "get", start, True, task_id=task_id, state=state)
+            if task is not None:  # (an ended task is not cancelable: an error)
+                state = state_of(task)
+                self.history.record(
+                    name, "get", start, True, task_id=task_id, state=state, binding=binding
+                )
+
+    def _cancel(self, binding: str, task_id: str) -> dict[str, Any] | None:
+        """CancelTask on `binding`: the task it answers (None: refused)."""
+        if binding == "jsonrpc":
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/cancel", "params": {"id": task_id}}
+            reply = requests.post(f"{self.url}/", json=body, timeout=10).json()
+            return dict(reply["result"]) if "result" in reply else None
+        if binding == "rest":
+            url = f"{self.url}/tasks/{task_id}:cancel"
+            answer = requests.post(url, json={}, headers=V10_HEADERS, timeout=10)
+            return dict(answer.json()) if answer.status_code == 200 else None
+        try:
+            with self._stub() as stub:
+                request = a2a_pb2.CancelTaskRequest(id=task_id)
+                canceled = stub.CancelTask(request, metadata=V10_METADATA, timeout=10)
+        except grpc.RpcError as error:
+            if error.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                return None  # not cancelable
+            raise
+        return dict(json_format.MessageToDict(canceled))
 
     def _streamer(self, name: str) -> None:
         for n in range(1_000_000):

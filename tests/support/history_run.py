@@ -16,9 +16,9 @@ connection cut, a black hole, one way only. Process faults: a worker
 SIGKILLed (and started again), a prefork pool child SIGKILLed (Celery
 starts another), a worker SIGSTOPped past the stale threshold (then
 SIGCONT), the front end, the gRPC process and beat SIGKILLed (and started
-again), and the store and the broker SIGKILLed and started again on their
-data (Redis: AOF, fsync always; PostgreSQL: its WAL; RabbitMQ: its quorum
-queues).
+again) and SIGSTOPped (then SIGCONT), and the store and the broker
+SIGKILLed and started again on their data (Redis: AOF, fsync always;
+PostgreSQL: its WAL; RabbitMQ: its quorum queues).
 
 After the faults every fault is healed and every process runs again; the
 clients finish what they were doing, the fleet settles (each acknowledged
@@ -237,10 +237,13 @@ def _faults(fleet: _Fleet) -> list[Fault]:
 
         return inject
 
-    def paused() -> Heal:
-        group = stack.processes["worker-b"].process.pid
-        os.killpg(group, signal.SIGSTOP)
-        return lambda: os.killpg(group, signal.SIGCONT)
+    def paused(name: str) -> Callable[[], Heal]:
+        def inject() -> Heal:
+            group = stack.processes[name].process.pid  # the process and its pool
+            os.killpg(group, signal.SIGSTOP)
+            return lambda: os.killpg(group, signal.SIGCONT)
+
+        return inject
 
     def pool_child_killed() -> Heal:
         group = stack.processes["worker-a"].process.pid
@@ -255,7 +258,12 @@ def _faults(fleet: _Fleet) -> list[Fault]:
         Fault("black hole", on_link(proxy.black_hole), (1.0, 2.5)),
         Fault("one way", on_link(proxy.one_way), (1.0, 2.5)),
         Fault("worker SIGKILL", killed("worker-a"), (0.5, 1.5)),
-        Fault("worker SIGSTOP past stale", paused, (STALE_AFTER + 1.0, STALE_AFTER + 2.0)),
+        Fault(
+            "worker SIGSTOP past stale", paused("worker-b"), (STALE_AFTER + 1.0, STALE_AFTER + 2.0)
+        ),
+        Fault("front end SIGSTOP", paused("web"), (0.5, 2.0)),
+        Fault("gRPC SIGSTOP", paused("grpc"), (0.5, 2.0)),
+        Fault("beat SIGSTOP", paused("beat"), (1.0, 3.0)),
         Fault("front end SIGKILL", killed("web"), (0.2, 1.0)),
         Fault("beat SIGKILL", killed("beat"), (0.5, 1.5)),
         Fault("gRPC SIGKILL", killed("grpc"), (0.2, 1.0)),
