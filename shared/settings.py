@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from shared.errors import ConfigError
 from shared.loading import is_reference
@@ -97,6 +97,22 @@ def _log_format(value: str) -> str:
 
 def _names(value: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in value.split(",") if item.strip())
+
+
+# The card's names of the bindings this service serves (`protocolBinding`).
+CARD_BINDINGS: Final = ("JSONRPC", "HTTP+JSON", "GRPC")
+
+
+def _card_bindings(value: str) -> tuple[str, ...]:
+    """Which bindings the public card lists: JSON-RPC always (0.3 readers
+    take the card's top-level url, which is its endpoint)."""
+    names = tuple(name.upper() for name in _names(value))
+    unknown = [name for name in names if name not in CARD_BINDINGS]
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)}: use names of {', '.join(CARD_BINDINGS)}")
+    if "JSONRPC" not in names:
+        raise ValueError("must list JSONRPC: 0.3 clients read the card's url, its endpoint")
+    return names
 
 
 def _tokens(value: str) -> tuple[str, ...]:
@@ -426,6 +442,11 @@ class Settings:
     grpc_host: str = _env("GRPC_HOST", _text, "127.0.0.1")
     grpc_port: int = _env("GRPC_PORT", _port, 50051)
     grpc_url: str | None = _env("GRPC_URL", _optional_text, None)
+    # the bindings the public card lists (each served binding not named here
+    # is listed in the extended card only): a client that checks every
+    # interface of the card it fetched (Google ADK wants each on the card's
+    # own origin) can then use a deployment whose gRPC port is elsewhere
+    card_bindings: tuple[str, ...] = _env("CARD_BINDINGS", _card_bindings, CARD_BINDINGS)
     grpc_calls: int = _env("GRPC_CALLS", _count, 10_000)
     grpc_max_message: int = _env("GRPC_MAX_MESSAGE", _count, 1024 * 1024)
     grpc_keepalive: float = _env("GRPC_KEEPALIVE", _seconds, 30.0)

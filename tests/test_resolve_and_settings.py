@@ -298,3 +298,12 @@ def test_gunicorn_stops_with_one_line_on_a_bad_setting(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, lines
     assert lines[0].startswith(f"toolnexus: {line}")
+
+
+def test_the_public_card_lists_json_rpc_whatever_else_it_leaves_out() -> None:
+    with pytest.raises(ConfigError, match="must list JSONRPC"):
+        Settings.from_env({"TOOLNEXUS_CARD_BINDINGS": "HTTP+JSON,GRPC"})
+    with pytest.raises(ConfigError, match="SOAP"):
+        Settings.from_env({"TOOLNEXUS_CARD_BINDINGS": "JSONRPC,SOAP"})
+    names = Settings.from_env({"TOOLNEXUS_CARD_BINDINGS": "jsonrpc, grpc"}).card_bindings
+    assert names == ("JSONRPC", "GRPC")

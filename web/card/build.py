@@ -19,23 +19,23 @@ forms). Which card a request gets:
 `supportedInterfaces` lists the one JSON-RPC endpoint under 1.0 and 0.3,
 from which clients of either generation pick theirs, then the HTTP+JSON
 binding (1.0) at the same base URL, and the gRPC binding (1.0) at
-TOOLNEXUS_GRPC_URL when that is set (`web.grpc.server` serves it).
+TOOLNEXUS_GRPC_URL when that is set (`web.grpc.server` serves it). The
+public card lists the bindings TOOLNEXUS_CARD_BINDINGS names (all, by
+default); the extended card lists every one served.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
 from shared.codec import encode
 from shared.dialects import V03, V10
-from shared.settings import Settings
+from shared.settings import CARD_BINDINGS, Settings
 from web.card.skills import Skill
 
-TRANSPORT: Final = "JSONRPC"
-HTTP_JSON_BINDING: Final = "HTTP+JSON"
-GRPC_BINDING: Final = "GRPC"
+TRANSPORT, HTTP_JSON_BINDING, GRPC_BINDING = CARD_BINDINGS
 PROTOCOL_V03: Final = "0.3.0"
 INTERFACE_VERSIONS: Final = (V10, V03)
 # How long a client or cache may keep the card before asking again.
@@ -52,11 +52,14 @@ def build_card(
     security: Mapping[str, Any] | None = None,
     overrides: Mapping[str, Any] | None = None,
     extended: bool = False,
+    bindings: Collection[str] = CARD_BINDINGS,
 ) -> dict[str, Any]:
     """The 1.0 card for the endpoint at `url`. `security` maps scheme names to
     `{"type": "http", "scheme": "bearer", ...}` (the OpenAPI form both
     generations derive theirs from); `overrides` replace top-level fields;
-    `extended`: an extended card is offered to authenticated callers."""
+    `extended`: an extended card is offered to authenticated callers;
+    `bindings`: the served bindings the card lists (the others are served
+    all the same)."""
     url = url.rstrip("/") + "/"
     interfaces = [
         {"url": url, "protocolBinding": TRANSPORT, "protocolVersion": version}
@@ -70,6 +73,7 @@ def build_card(
         interfaces.append(
             {"url": settings.grpc_url, "protocolBinding": GRPC_BINDING, "protocolVersion": V10}
         )
+    interfaces = [each for each in interfaces if each["protocolBinding"] in bindings]
     capabilities: dict[str, Any] = {"streaming": streaming, "pushNotifications": push}
     if extended:
         capabilities["extendedAgentCard"] = True

@@ -6,17 +6,18 @@ request's Host (see `web.http.browsers`). The extended card is the public one
 with TOOLNEXUS_EXTENDED_CARD's fields laid over it; it is served to any
 caller past the bearer check, so when no tokens are configured it is as
 public as the card itself (the public card then declares no scheme to
-authenticate with).
+authenticate with). The public card lists the bindings
+TOOLNEXUS_CARD_BINDINGS names; the extended card, every binding served.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from shared.dialects import V03
-from shared.settings import Settings
+from shared.settings import CARD_BINDINGS, Settings
 from web.card.build import build_card, with_v03_fields
 from web.card.signing import CardSigner
 from web.card.skills import Skill
@@ -40,7 +41,7 @@ class CardViews:
         """The card for `request` in `version`, and whether its URL came from
         the request's Host (then caches must vary on Host)."""
         url, from_host = self.browsers.base_url(request)
-        document = self._card(url, self.overrides)
+        document = self._card(url, self.overrides, self.settings.card_bindings)
         if version == V03:
             document = with_v03_fields(document, self.security)
         return self._signed(document), from_host
@@ -63,7 +64,9 @@ class CardViews:
     def _signed(self, document: dict[str, Any]) -> dict[str, Any]:
         return self.signer.signed(document) if self.signer is not None else document
 
-    def _card(self, url: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    def _card(
+        self, url: str, overrides: Mapping[str, Any], bindings: Collection[str] = CARD_BINDINGS
+    ) -> dict[str, Any]:
         return build_card(
             self.settings,
             self.skills,
@@ -73,4 +76,5 @@ class CardViews:
             security=self.security,
             overrides=overrides,
             extended=self.extended_fields is not None,
+            bindings=bindings,
         )
