@@ -115,6 +115,12 @@ def run_history(folder: Path, backend: str, seconds: float, seed: int) -> Outcom
         try:
             clients.start()
             _wait(lambda: len(history.acknowledged()) >= 10, 60, "the first acknowledged tasks")
+            # Faults begin once the workers consume (a run logged: their queues
+            # are declared). A RabbitMQ killed while it creates a quorum queue
+            # can keep that queue leaderless for good (a stated limit,
+            # docs/promises.md): a fault of the deployment's setup, not of a
+            # fleet at work.
+            _wait(lambda: fleet.runs.exists() and fleet.runs.stat().st_size > 0, 60, "a run")
             nemesis.run(seconds)
             _revive(fleet)
             healed = time.monotonic()
