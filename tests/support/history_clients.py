@@ -60,6 +60,8 @@ NEVER = "\u0000never completes"
 V10_HEADERS = {"A2A-Version": "1.0"}
 V10_METADATA = (("a2a-version", "1.0"),)
 EVENT_ID_FIELD = "toolnexus.eventId"  # where the gRPC binding carries an event's number
+# What a call that got no usable answer raises (cut, refused, malformed, an error).
+UNANSWERED = (requests.RequestException, grpc.RpcError, ValueError, KeyError, TypeError)
 # A stream event's kind, by its field in a StreamResponse (HTTP+JSON, gRPC).
 KINDS = {
     "task": "task",
@@ -172,17 +174,11 @@ class Clients:
         "not found" after a try whose answer was lost is a delete too)."""
         self.stop.wait(after)
         params = {"id": task_id, "pushNotificationConfigId": task_id}  # the inline config's id
-        body = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tasks/pushNotificationConfig/delete",
-            "params": params,
-        }
         start = time.monotonic()
         deadline = start + SEND_PATIENCE
         while time.monotonic() < deadline:
             try:
-                answer = requests.post(f"{self.url}/", json=body, timeout=10).json()
+                answer = self._rpc("tasks/pushNotificationConfig/delete", params)
             except (requests.RequestException, ValueError):
                 time.sleep(0.1)
                 continue
@@ -198,12 +194,9 @@ class Clients:
     def _asked(self, task_id: str) -> bool:
         """Whether the task came to ask back (False: it ended first, or never did)."""
         deadline = time.monotonic() + SEND_PATIENCE / 3
-        body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": task_id}}
         while time.monotonic() < deadline and not self.stop.is_set():
             try:
-                state = state_of(
-                    requests.post(f"{self.url}/", json=body, timeout=10).json()["result"]
-                )
+                state = state_of(self._rpc("tasks/get", {"id": task_id})["result"])
             except (requests.RequestException, ValueError, KeyError):
                 state = ""
             if state == "input-required":
@@ -220,11 +213,10 @@ class Clients:
         parts = [{"kind": "text", "text": text}]
         message = {"role": "user", "messageId": uuid.uuid4().hex, "taskId": task_id, "parts": parts}
         params = {"message": message, "configuration": {"blocking": False}}
-        body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": params}
         deadline = time.monotonic() + SEND_PATIENCE
         while time.monotonic() < deadline:
             try:
-                answer = requests.post(f"{self.url}/", json=body, timeout=10).json()
+                answer = self._rpc("message/send", params)
             except (requests.RequestException, ValueError):
                 time.sleep(0.1)
                 continue
@@ -250,7 +242,7 @@ class Clients:
                     task_id = self._send_rest(message_id, text)
                 else:
                     task_id = self._send_grpc(message_id, text)
-            except (requests.RequestException, grpc.RpcError, ValueError, KeyError, TypeError):
+            except UNANSWERED:
                 task_id = None
             if task_id:
                 return [task_id], attempts
@@ -266,13 +258,7 @@ class Clients:
         configuration: dict[str, Any] = {"blocking": False}
         if hook is not None and self.receiver is not None:
             configuration["pushNotificationConfig"] = {"url": self.receiver.url(hook)}
-        body = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "message/send",
-            "params": {"message": message, "configuration": configuration},
-        }
-        reply = requests.post(f"{self.url}/", json=body, timeout=10).json()
+        reply = self._rpc("message/send", {"message": message, "configuration": configuration})
         return str(reply["result"]["id"]) if "result" in reply else None
 
     def _send_rest(self, message_id: str, text: str) -> str | None:
@@ -314,7 +300,7 @@ class Clients:
             start = time.monotonic()
             try:
                 task = self._read(binding, task_id)
-            except (requests.RequestException, grpc.RpcError, ValueError, KeyError, TypeError):
+            except UNANSWERED:
                 time.sleep(0.1)
                 continue
             if task is not None:
@@ -326,8 +312,7 @@ class Clients:
     def _read(self, binding: str, task_id: str) -> dict[str, Any] | None:
         """GetTask on `binding`: the task (None: not answered as one)."""
         if binding == "jsonrpc":
-            body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": task_id}}
-            reply = requests.post(f"{self.url}/", json=body, timeout=10).json()
+            reply = self._rpc("tasks/get", {"id": task_id})
             return dict(reply["result"]) if "result" in reply else None
         if binding == "rest":
             answer = requests.get(f"{self.url}/tasks/{task_id}", headers=V10_HEADERS, timeout=10)
@@ -337,6 +322,16 @@ class Clients:
                 a2a_pb2.GetTaskRequest(id=task_id), metadata=V10_METADATA, timeout=10
             )
         return dict(json_format.MessageToDict(found))
+
+    def _rpc(
+        self, method: str, params: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        """One JSON-RPC call: the reply (its `result` or its `error`)."""
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        reply: dict[str, Any] = requests.post(
+            f"{self.url}/", json=body, headers=headers, timeout=10
+        ).json()
+        return reply
 
     @contextmanager
     def _stub(self) -> Iterator[a2a_pb2_grpc.A2AServiceStub]:
@@ -358,7 +353,7 @@ class Clients:
             start = time.monotonic()
             try:
                 task = self._cancel(binding, task_id)
-            except (requests.RequestException, grpc.RpcError, ValueError, KeyError, TypeError):
+            except UNANSWERED:
                 continue
             if task is not None:  # (an ended task is not cancelable: an error)
                 state = state_of(task)
@@ -369,8 +364,7 @@ class Clients:
     def _cancel(self, binding: str, task_id: str) -> dict[str, Any] | None:
         """CancelTask on `binding`: the task it answers (None: refused)."""
         if binding == "jsonrpc":
-            body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/cancel", "params": {"id": task_id}}
-            reply = requests.post(f"{self.url}/", json=body, timeout=10).json()
+            reply = self._rpc("tasks/cancel", {"id": task_id})
             return dict(reply["result"]) if "result" in reply else None
         if binding == "rest":
             url = f"{self.url}/tasks/{task_id}:cancel"
@@ -542,7 +536,7 @@ class Clients:
                     ids += page
                     if not token:
                         break
-            except (requests.RequestException, grpc.RpcError, ValueError, KeyError, TypeError):
+            except UNANSWERED:
                 self.history.record(name, "list", start, False, ids=ids, binding=binding)
                 time.sleep(0.2)
                 continue
@@ -558,9 +552,7 @@ class Clients:
             return [task.id for task in listed.tasks], listed.next_page_token
         params = {"pageSize": size, "pageToken": token}
         if binding == "jsonrpc":
-            body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": params}
-            reply = requests.post(f"{self.url}/", json=body, headers=V10_HEADERS, timeout=10)
-            result = reply.json()["result"]
+            result = self._rpc("ListTasks", params, V10_HEADERS)["result"]
         else:
             answer = requests.get(
                 f"{self.url}/tasks", params=params, headers=V10_HEADERS, timeout=10

@@ -61,7 +61,7 @@ class PostgresServer:
     """One server: `data` is its data folder (made by `initdb`, or by the
     caller, as `pg_basebackup` makes a standby's), `port` its port."""
 
-    SCHEMA = "history"
+    SCHEMA = "toolnexus"
 
     def __init__(self, data: Path, port: int | None = None, *, bin: Path | None = None) -> None:
         self.bin = bin or require_binaries()
