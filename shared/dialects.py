@@ -15,11 +15,17 @@ from collections.abc import Mapping
 from typing import Any, Final, cast
 
 from shared.events import Event
+from shared.generation import FIELD as GENERATION
+from shared.generation import generation_of, wire
 from shared.mappings import is_mapping
 from shared.task import STATES, Part, Task
 
 V03: Final = "0.3"
 V10: Final = "1.0"
+# A2A 1.1 (a draft): 1.0's shapes, and the generation on tasks and their
+# updates (`shared.generation`); the rest of 1.1 sits with what it changes.
+V11: Final = "1.1"
+VERSIONS: Final = (V11, V10, V03)
 
 _STATE_PREFIX: Final = "TASK_STATE_"
 _ROLES_V10: Final = {"user": "ROLE_USER", "agent": "ROLE_AGENT"}
@@ -32,7 +38,11 @@ _FILE_KEYS: Final = (
     ("name", "filename"),
 )
 _PRIVATE: Final = frozenset({"owner"})
-_HIDDEN_V10: Final = _PRIVATE | {"kind"}  # 1.0 tasks carry no `kind`
+_HIDDEN: Final = {
+    V03: _PRIVATE | {GENERATION},
+    V10: _PRIVATE | {GENERATION, "kind"},  # 1.0 tasks carry no `kind`
+    V11: _PRIVATE | {"kind"},
+}
 # 1.0 stream responses: which wrapper each stored event kind goes in.
 _STREAM_KEYS: Final = {
     "task": "task",
@@ -121,13 +131,13 @@ def message_for(version: str, message: Mapping[str, Any]) -> dict[str, Any]:
 
 def artifact_for(version: str, artifact: Mapping[str, Any]) -> dict[str, Any]:
     parts = [part for part in artifact.get("parts") or [] if is_mapping(part)]
-    shaped = part_v10 if version == V10 else part_v03
+    shaped = part_v03 if version == V03 else part_v10
     return {**artifact, "parts": [shaped(part) for part in parts]}
 
 
 def status_for(version: str, status: Mapping[str, Any]) -> dict[str, Any]:
     state = status.get("state")
-    out: dict[str, Any] = {"state": state_v10(state) if version == V10 else state}
+    out: dict[str, Any] = {"state": state if version == V03 else state_v10(state)}
     if "message" in status:
         out["message"] = message_for(version, status["message"])
     if "timestamp" in status:
@@ -136,9 +146,12 @@ def status_for(version: str, status: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def task_for(version: str, task: Task) -> dict[str, Any]:
-    """A stored task as `version` shows it (0.3 keeps `kind` and its states)."""
-    skipped = _HIDDEN_V10 if version == V10 else _PRIVATE
+    """A stored task as `version` shows it (0.3 keeps `kind` and its states;
+    1.1 alone shows the generation, 0 when the task keeps none)."""
+    skipped = _HIDDEN[version]
     out = {key: value for key, value in task.items() if key not in skipped}
+    if version == V11:
+        out[GENERATION] = wire(generation_of(task))
     status = task.get("status")
     out["status"] = status_for(version, status if is_mapping(status) else {})
     if "history" in task:
@@ -154,11 +167,14 @@ def event_for(version: str, event: Event) -> dict[str, Any]:
     kind = event["kind"]
     if kind == "message":
         shaped = message_for(version, event)
-    elif kind == "status-update":
-        shaped = {**event, "status": status_for(version, event["status"])}  # type: ignore[typeddict-item]
     else:
-        artifact = artifact_for(version, event["artifact"])  # type: ignore[typeddict-item]
-        shaped = {**event, "artifact": artifact}
+        shaped = {key: value for key, value in event.items() if key != GENERATION}
+        if kind == "status-update":
+            shaped["status"] = status_for(version, event["status"])  # type: ignore[typeddict-item]
+        else:
+            shaped["artifact"] = artifact_for(version, event["artifact"])  # type: ignore[typeddict-item]
+        if version == V11:
+            shaped[GENERATION] = wire(generation_of(event))
     if version == V03:
         return shaped
     body = {key: value for key, value in shaped.items() if key not in ("kind", "final")}
@@ -184,7 +200,7 @@ def webhook_for(version: str, config: Mapping[str, Any]) -> dict[str, Any]:
     if "token" in config:
         shown["token"] = config["token"]
     auth = config.get("authentication")
-    if version == V10:
+    if version != V03:
         if auth is not None:
             shown["authentication"] = dict(auth)
         return {"taskId": config["taskId"], **shown}

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, NotRequired, TypedDict
 
+from shared.generation import FIELD as GENERATION
+from shared.generation import generation_of
 from shared.task import (
     INTERRUPTED_STATES,
     STATES,
@@ -39,6 +41,7 @@ class StatusUpdate(TypedDict):
     status: TaskStatus
     final: bool  # the task stopped: terminal, or waiting for the peer
     metadata: NotRequired[dict[str, Any]]
+    generation: NotRequired[int]  # the task's after this update (shared.generation)
 
 
 class ArtifactUpdate(TypedDict):
@@ -49,6 +52,7 @@ class ArtifactUpdate(TypedDict):
     append: bool
     lastChunk: bool
     metadata: NotRequired[dict[str, Any]]
+    generation: NotRequired[int]
 
 
 Event = StatusUpdate | ArtifactUpdate | Message
@@ -73,16 +77,20 @@ def status_update(task: Task, state: str, message: Message | None = None) -> Sta
 
 def current_status(task: Task) -> StatusUpdate:
     """The status update saying what `task`'s status is (its own timestamp):
-    the first event of a new task, and the event of a task saved whole."""
+    the first event of a new task, and the event of a task saved whole
+    (which carries the generation the task is saved at)."""
     status = task["status"]
     state = status.get("state", "")
-    return {
+    event: StatusUpdate = {
         "kind": "status-update",
         "taskId": task["id"],
         "contextId": context_of(task),
         "status": status,
         "final": is_terminal(state) or state in INTERRUPTED_STATES,
     }
+    if GENERATION in task:
+        event["generation"] = generation_of(task)
+    return event
 
 
 def artifact_update(
@@ -120,6 +128,8 @@ def fold(task: Task, events: Iterable[Event]) -> Task:
     folded: Task = {**task}
     for event in events:
         kind = event["kind"]
+        if GENERATION in event:
+            folded["generation"] = event["generation"]  # type: ignore[typeddict-item]
         if kind == "status-update":
             status = event["status"]  # type: ignore[typeddict-item]
             folded["status"] = status

@@ -389,6 +389,8 @@ class Settings:
     allowed_origins: tuple[str, ...] = _env("ALLOWED_ORIGINS", _origins, ())
     max_body: int = _env("MAX_BODY", _count, 1024 * 1024)
     blocking_timeout: float = _env("BLOCKING_TIMEOUT", _seconds, 30.0)
+    # longest a GetTask with currentGeneration (A2A 1.1) is held, seconds
+    long_poll_timeout: float = _env("LONG_POLL_TIMEOUT", _seconds, 30.0)
     # MiB of finished tasks (as JSON) each front-end process answers GetTask
     # for from its own memory; 0 asks the store every time
     finished_cache_mb: int = _env("FINISHED_CACHE_MB", _count_or_zero, 32)

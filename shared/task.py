@@ -112,6 +112,9 @@ class Task(TypedDict):
     # Who created the task (web.auth.tokens's principal). Kept with the task so
     # any store holds it, and never shown to a peer (shared.dialects drops it).
     owner: NotRequired[str]
+    # One more for every status or artifact update (shared.generation); shown
+    # only to A2A 1.1 peers.
+    generation: NotRequired[int]
 
 
 # Which state may follow which. Terminal states have no successors: that is
@@ -218,6 +221,7 @@ def new_task(message: Message, context_id: str | None = None, owner: str | None 
         "status": {"state": SUBMITTED, "timestamp": now_iso()},
         "history": [first],
         "metadata": {},
+        "generation": 1,
     }
     if owner is not None:
         task["owner"] = owner

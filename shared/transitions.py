@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from shared.errors import StoreError
 from shared.events import Change, StatusUpdate, fold, status_update, to_state
+from shared.generation import stamped
 from shared.store.contract import Commit, Outcome, Record, Store
 from shared.task import Task, can_transition, is_at_rest, is_terminal, state_of
 
@@ -68,6 +69,7 @@ def transition(
         events = change(task)
         if not events or not _allowed(state_of(task), events):
             return Outcome(False, record)
+        events = stamped(task, events)
         proposed = fold(task, events)
         tail = record.tail + len(events)
         snapshot = tail >= SNAPSHOT_EVERY or is_at_rest(state_of(proposed))
@@ -108,6 +110,7 @@ def claim_by_commit(store: Store, task_id: str, from_state: str, event: StatusUp
         if state_of(record.task) != from_state:
             return Outcome(False, record)
         filled = cast(StatusUpdate, {**event, "contextId": record.task.get("contextId", "")})
+        (filled,) = stamped(record.task, [filled])
         proposed = fold(record.task, [filled])
         tail = record.tail + 1
         snapshot = tail >= SNAPSHOT_EVERY

@@ -126,7 +126,9 @@ def test_a_claim_moves_a_submitted_task_once_and_logs_its_event(store: Any) -> N
         "contextId": "ctx-claimed",
         "status": first.record.task["status"],
         "final": False,
+        "generation": 2,
     }
+    assert first.record.task["generation"] == 2
     again = claim(store, task["id"], to=WORKING, from_state=SUBMITTED)
     assert not again.applied  # a duplicate delivery finds it working
     assert again.record is not None and again.record.seq == 2

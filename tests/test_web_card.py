@@ -50,6 +50,9 @@ def test_the_default_card_is_the_1_0_card_with_the_0_3_fields() -> None:
             for v in ("1.0", "0.3")
         ),
         {"url": "http://agent.test:8080", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
+        # the A2A 1.1 draft's, last: clients that pick the first they speak pick 1.0
+        {"url": "http://agent.test:8080/", "protocolBinding": "JSONRPC", "protocolVersion": "1.1"},
+        {"url": "http://agent.test:8080", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.1"},
     ]
     assert card["skills"] == []
     # where the toolnexus client and 0.3 clients post
@@ -90,6 +93,8 @@ def test_0_3_readers_get_the_0_3_fields_too(
         ("JSONRPC", "1.0"),
         ("JSONRPC", "0.3"),
         ("HTTP+JSON", "1.0"),
+        ("JSONRPC", "1.1"),
+        ("HTTP+JSON", "1.1"),
     ]
 
 
@@ -208,6 +213,8 @@ def test_the_official_sdk_reads_the_card_with_every_interface() -> None:
         ("JSONRPC", "1.0"),
         ("JSONRPC", "0.3"),
         ("HTTP+JSON", "1.0"),
+        ("JSONRPC", "1.1"),
+        ("HTTP+JSON", "1.1"),
     ]
     assert card.skills[0].name == "hello-world"
     assert "bearer" in card.security_schemes

@@ -233,8 +233,9 @@ def test_the_extended_card_is_offered_when_configured(store: MemoryStore) -> Non
 
 def test_the_card_lists_the_http_json_interface_a_client_can_use(client: FlaskClient) -> None:
     card = client.get("/.well-known/agent-card.json").get_json()
-    (rest,) = [i for i in card["supportedInterfaces"] if i["protocolBinding"] == "HTTP+JSON"]
-    assert rest["protocolVersion"] == "1.0"
+    rest, draft = [i for i in card["supportedInterfaces"] if i["protocolBinding"] == "HTTP+JSON"]
+    assert rest["protocolVersion"] == "1.0" and draft["protocolVersion"] == "1.1"
+    assert draft["url"] == rest["url"]
     task_id = send(client)["task"]["id"]
     base = rest["url"].removeprefix("http://localhost")
     assert client.get(f"{base}/tasks/{task_id}", headers=V10).status_code == 200

@@ -13,6 +13,10 @@ When `SCRIPTED_RUNS` names a file, every call appends its text and process
 id there first, so a test can count how often the function really ran, and
 where.
 
+`rich` goes through every kind of mutation A2A 1.1 counts: "go" reports
+progress, streams three chunks of an artifact and asks back; the answer
+adds a chunk and finishes; "wait" sleeps (a task to cancel).
+
 `gated` is for in-process workers only (the front end and the worker threads
 in the test's own process): it waits at a named gate the test opens, so a
 test synchronises on events instead of on how fast threads run.
@@ -29,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from toolnexus import Ask, Progress, Reject
+from toolnexus import Ask, Chunk, Done, Progress, Reject
 
 
 def scripted(text: str) -> object:
@@ -65,6 +69,20 @@ def _steps(seconds: float, text: str) -> Iterator[Any]:
 
 
 STEPS = 4
+
+
+def rich(text: str, task: dict[str, Any]) -> Iterator[Any]:
+    if text == "wait":
+        time.sleep(30)
+        return
+    if any(m.get("role") == "agent" for m in task.get("history", [])):
+        yield Chunk(" and again", artifact="story", last=True)
+        yield Done("told")
+        return
+    yield Progress("starting")
+    for n in range(3):
+        yield Chunk(f"part {n}", artifact="story", last=False)
+    yield Ask("more?")
 
 
 def runs_of(path: str, text: str) -> list[int]:

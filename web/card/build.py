@@ -31,7 +31,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
 from shared.codec import encode
-from shared.dialects import V03, V10
+from shared.dialects import V03, V10, V11
 from shared.settings import CARD_BINDINGS, Settings
 from web.card.skills import Skill
 
@@ -73,6 +73,12 @@ def build_card(
         interfaces.append(
             {"url": settings.grpc_url, "protocolBinding": GRPC_BINDING, "protocolVersion": V10}
         )
+    # The 1.1 draft's interfaces come last: a client picking the first it
+    # speaks (the official SDKs prefer 1.0) goes on as it did.
+    interfaces += [
+        {"url": url, "protocolBinding": TRANSPORT, "protocolVersion": V11},
+        {"url": url.rstrip("/"), "protocolBinding": HTTP_JSON_BINDING, "protocolVersion": V11},
+    ]
     interfaces = [each for each in interfaces if each["protocolBinding"] in bindings]
     capabilities: dict[str, Any] = {"streaming": streaming, "pushNotifications": push}
     if extended:

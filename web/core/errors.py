@@ -127,6 +127,22 @@ class OriginNotAllowed(InvalidRequest):
     """A browser request from a page whose origin is not allowed."""
 
 
+class TaskGenerationMismatch(ToolnexusError):
+    """A2A 1.1: a follow-up's `ifGenerationMatch` is not the task's generation
+    when the follow-up would be written (the spec's example's message and
+    ErrorInfo metadata)."""
+
+    def __init__(self, task_id: str, expected: int, current: int) -> None:
+        super().__init__(
+            f"Task generation mismatch: expected {expected} but current generation is {current}"
+        )
+        self.metadata = {
+            "taskId": task_id,
+            "expectedGeneration": str(expected),
+            "currentGeneration": str(current),
+        }
+
+
 class TaskError(ToolnexusError):
     """`cause` happened to a task that was already saved; the peer hears the
     cause, plus the task id so it can read the task's recorded failure."""
@@ -196,6 +212,7 @@ _TABLE: Final[tuple[tuple[type[Exception], int, str, int, int, str], ...]] = (
         _PRECONDITION,
     ),
     (VersionNotSupported, -32009, "VERSION_NOT_SUPPORTED", 200, 400, _PRECONDITION),
+    (TaskGenerationMismatch, -32010, "TASK_GENERATION_MISMATCH", 200, 409, "ABORTED"),
     (Unauthorized, -32000, "UNAUTHENTICATED", 401, 401, "UNAUTHENTICATED"),
     (AuthUnavailable, -32603, "AUTH_UNAVAILABLE", 503, 503, _UNAVAILABLE),
 )
@@ -211,6 +228,7 @@ def describe(error: BaseException, *, task_id: str | None = None) -> WireError:
     for kind, code, reason, status, rest_status, rest_name in _TABLE:
         if isinstance(error, kind):
             where = getattr(error, "field", None)
+            metadata.update(getattr(error, "metadata", {}))
             return WireError(
                 code,
                 str(error),

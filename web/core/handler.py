@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from typing import Any, Final
 
-from shared.dialects import V03, V10, message_for, task_for, webhook_for
+from shared.dialects import V03, V10, V11, message_for, task_for, webhook_for
 from shared.errors import ToolnexusError
 from web.core import params as check
 from web.core.call import Call, Dialect
@@ -75,6 +75,10 @@ def _sent_result(dialect: Dialect, sent: Sent, history_length: int | None) -> An
 
 
 def _in_version(call: Call, request: check.SendParams) -> check.SendParams:
+    """The send as its dialect means it: its webhook's shape, and (1.1 only)
+    its `ifGenerationMatch`."""
+    if request.if_generation_match is not None and call.dialect.version != V11:
+        request = dataclasses.replace(request, if_generation_match=None)
     if request.webhook is None or request.version == call.dialect.version:
         return request
     return dataclasses.replace(request, version=call.dialect.version)
@@ -87,6 +91,8 @@ def _stream(call: Call, request: check.SendParams) -> Stream:
 
 
 def _get(call: Call, query: check.TaskQuery) -> Any:
+    if query.current_generation is not None and call.dialect.version != V11:
+        query = dataclasses.replace(query, current_generation=None)  # a 1.1 field
     with _AboutTask(query.task_id):
         task = call.tasks.get(query, call.owner)
     return task_for(call.dialect.version, with_history(task, query.history_length))

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from shared.dialects import stored_part, stored_role, stored_state
+from shared.generation import parsed as parsed_generation
 from shared.mappings import is_mapping
 from shared.quoting import shown
 from shared.store.contract import is_safe_id
@@ -49,12 +50,16 @@ class SendParams:
     media_types: tuple[str, ...] = ()  # of each part, as the peer declared it
     webhook: WebhookParams | None = None  # a push config given with the send
     version: str = "1.0"  # the wire version it came in (its webhook gets that shape)
+    # A2A 1.1: a follow-up is refused unless the task is at this generation
+    if_generation_match: int | None = None
 
 
 @dataclass(frozen=True)
 class TaskQuery:
     task_id: str
     history_length: int | None
+    # A2A 1.1: answer once the task's generation is past this (None: at once)
+    current_generation: int | None = None
 
 
 @dataclass(frozen=True)
@@ -120,12 +125,27 @@ def send_params(params: object) -> SendParams:
         history_length=_history_length(configuration, "configuration.historyLength"),
         media_types=tuple(part_media_type(part) for part in message["parts"]),
         webhook=inline_webhook(configuration),
+        if_generation_match=_generation(configuration, "configuration.ifGenerationMatch"),
     )
 
 
 def task_query(params: object) -> TaskQuery:
     body = _object(params, "params")
-    return TaskQuery(task_id(body), _history_length(body, "historyLength"))
+    current = _generation(body, "currentGeneration")
+    return TaskQuery(task_id(body), _history_length(body, "historyLength"), current)
+
+
+def _generation(body: Mapping[str, Any], name: str) -> int | None:
+    """An int64 generation (ProtoJSON: a decimal string or a number)."""
+    value = body.get(name.rpartition(".")[2])
+    if value is None:
+        return None
+    checked = parsed_generation(value)
+    if checked is None:
+        raise InvalidParams(
+            f"{name} must be a non-negative integer, got {shown(value)}", field=name
+        )
+    return checked
 
 
 def task_id(params: object) -> str:

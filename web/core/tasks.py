@@ -26,6 +26,7 @@ from shared.errors import (
     TaskNotFound,
 )
 from shared.events import Event, message_added, status_update, to_state
+from shared.generation import UNKNOWN, counts, generation_of
 from shared.push.contract import PushConfig, PushStore, TooManyConfigs
 from shared.quoting import shown
 from shared.settings import Settings
@@ -51,6 +52,7 @@ from web.core.errors import (
     InvalidParams,
     PushNotSupported,
     TaskError,
+    TaskGenerationMismatch,
 )
 from web.core.finished import FinishedTasks
 from web.core.media import accepts
@@ -89,6 +91,7 @@ class Tasks:
         self.store = store
         self.dispatcher = dispatcher
         self.blocking_timeout = settings.blocking_timeout
+        self.long_poll_timeout = settings.long_poll_timeout
         self.keepalive = settings.keepalive
         self.input_modes = settings.input_modes
         self.idempotent = settings.idempotent_sends
@@ -130,14 +133,42 @@ class Tasks:
 
     def get(self, query: TaskQuery, owner: str) -> Task:
         """The task as it stands; a finished one this process has read before
-        comes from its memory (`web.core.finished`), checked as any other."""
+        comes from its memory (`web.core.finished`), checked as any other.
+        With `current_generation` (A2A 1.1's long-poll), once its generation
+        is past that, or `long_poll_timeout` seconds on."""
         finished = self.finished
         task = finished.get(query.task_id) if finished is not None else None
         if task is None:
+            if query.current_generation is not None:
+                return self._held(query, owner)
             task = self.store.get(query.task_id)
             if finished is not None and task is not None:
                 finished.keep(task)
         return owned(task, query.task_id, owner)
+
+    def _held(self, query: TaskQuery, owner: str) -> Task:
+        """GetTask held until the task's generation passes `current_generation`
+        (at once when it already has, when it keeps none, or when it stopped
+        for good), on the store's watch: the change may come from any process."""
+        assert query.current_generation is not None
+        deadline = time.monotonic() + self.long_poll_timeout
+        record = self.store.read(query.task_id)
+        task = owned(record.task if record is not None else None, query.task_id, owner)
+        if record is None or not _behind(task, query.current_generation):
+            return task
+        quiet = deadline - time.monotonic() + 1  # no idle ticks: nobody to keep alive
+        following = follow(
+            self.store, query.task_id, record.seq, deadline=deadline, idle=quiet, reader="wait"
+        )
+        for item in following:
+            if item is None:
+                continue
+            now = item.task if isinstance(item, Record) else item[1]
+            if not counts(now) and not isinstance(item, Record):
+                continue
+            if generation_of(now) > query.current_generation or generation_of(now) == UNKNOWN:
+                break
+        return owned(self.store.get(query.task_id), query.task_id, owner)
 
     def cancel(self, task_id: str, owner: str) -> Task:
         owned(self.store.get(task_id), task_id, owner)
@@ -245,6 +276,9 @@ class Tasks:
         def resume(current: Task) -> list[Event]:
             if self.idempotent and _is_latest(current, params.message):
                 return []  # this very message was applied already
+            # Checked on the task the write is computed from: the store's
+            # compare-and-append refuses the write if another came between.
+            _require_generation(current, params.if_generation_match)
             return [
                 message_added(current, params.message),
                 status_update(current, SUBMITTED),
@@ -257,6 +291,7 @@ class Tasks:
             return Sent(outcome.record.task, outcome.record.seq), True
         if self.idempotent and _is_latest(outcome.record.task, params.message):
             return self._as_it_stands(task_id), False
+        _require_generation(outcome.record.task, params.if_generation_match)
         raise InvalidTransition(
             f"task {task_id} is {state_of(outcome.record.task)}:"
             " only a task waiting for input accepts a follow-up message"
@@ -323,6 +358,18 @@ class Tasks:
         if done and self.finished is not None:
             self.finished.keep(record.task)  # the caller's GetTask after it, likely
         return Sent(record.task, max(seq, record.seq), reply if done else None)
+
+
+def _behind(task: Task, current: int) -> bool:
+    """A long-poll waits: the task keeps a generation, not yet past
+    `current`, and may still change."""
+    generation = generation_of(task)
+    return generation != UNKNOWN and generation <= current and not is_terminal(state_of(task))
+
+
+def _require_generation(task: Task, expected: int | None) -> None:
+    if expected is not None and generation_of(task) != expected:
+        raise TaskGenerationMismatch(task["id"], expected, generation_of(task))
 
 
 def _is_latest(task: Task, message: Message) -> bool:

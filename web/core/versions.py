@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from shared.dialects import V03, V10
+from shared.dialects import V03, V10, V11, VERSIONS
 from shared.quoting import shown
 from web.core.errors import VersionNotSupported
 
@@ -13,17 +13,18 @@ VERSION_HEADER: Final = "A2A-Version"
 
 
 def wire_version(header: str | None) -> str | None:
-    """The `A2A-Version` header as V03 or V10 (None: no header). Only
+    """The `A2A-Version` header as V03, V10 or V11 (None: no header). Only
     major.minor counts, so "1.0.0" is 1.0."""
-    if header in (V10, V03):  # as clients send it: nothing to take apart
+    if header in VERSIONS:  # as clients send it: nothing to take apart
         return header
     if header is None or not header.strip():
         return None
     major_minor = ".".join(header.strip().split(".")[:2])
-    if major_minor in (V03, V10):
+    if major_minor in VERSIONS:
         return major_minor
     raise VersionNotSupported(
-        f"A2A-Version {shown(header.strip(), 20)} is not supported; use {V10!r} or {V03!r}"
+        f"A2A-Version {shown(header.strip(), 20)} is not supported;"
+        f" use {V10!r}, {V11!r} (a draft) or {V03!r}"
     )
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from shared.dialects import V03, V10
+from shared.dialects import V03, V10, V11
 from shared.mappings import is_mapping
 from shared.quoting import shown
 from web.core.call import Call, Dialect, ExtendedCard
@@ -36,6 +36,7 @@ Reply = tuple[dict[str, Any], int]
 TOOLNEXUS: Final = Dialect("toolnexus", V03, blocking=False, wraps_send=False)
 A2A_03: Final = Dialect("a2a-0.3", V03, blocking=True, wraps_send=False)
 A2A_10: Final = Dialect("a2a-1.0", V10, blocking=True, wraps_send=True)
+A2A_11: Final = Dialect("a2a-1.1", V11, blocking=True, wraps_send=True)
 
 # Every JSON-RPC method name, in both spellings, to its method's kind.
 METHODS: Final[Mapping[str, str]] = {
@@ -48,6 +49,8 @@ _NOTIFICATION: Final = object()  # a request without an id
 def choose_dialect(version: str | None, method: str) -> Dialect:
     if version == V10:
         return A2A_10
+    if version == V11:
+        return A2A_11
     if version == V03 or method in _SLASHED:
         return A2A_03
     return TOOLNEXUS
@@ -69,7 +72,7 @@ def handle(
         request_id = _request_id(envelope)
         method = _method(envelope)
         dialect = choose_dialect(wire_version(version_header), method)
-        typed = dialect.version == V10
+        typed = dialect.version != V03
         params = envelope.get("params")
         if params is not None and not is_mapping(params):
             raise InvalidParams("params must be an object", field="params")

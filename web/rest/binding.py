@@ -23,12 +23,13 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 from functools import partial
 from typing import Any, Final
 from urllib.parse import parse_qs
 
 from shared.codec import encode_bytes
-from shared.dialects import V10
+from shared.dialects import V10, V11
 from shared.mappings import is_mapping
 from shared.ops.tracing import serving
 from shared.quoting import shown
@@ -58,9 +59,10 @@ from web.rest.routes import Route, match
 log = logging.getLogger(__name__)
 
 HTTP_JSON: Final = Dialect("http+json", V10, blocking=True, wraps_send=True, enveloped=False)
+HTTP_JSON_11: Final = replace(HTTP_JSON, name="http+json-1.1", version=V11)
 
 # Query parameters that are not strings (spec §11.5: decimal and lowercase text).
-_INTEGERS: Final = frozenset({"historyLength", "pageSize"})
+_INTEGERS: Final = frozenset({"historyLength", "pageSize", "currentGeneration"})
 _BOOLEANS: Final = frozenset({"includeArtifacts"})
 _DECIMAL: Final = re.compile(r"-?[0-9]{1,18}", re.ASCII)
 
@@ -105,11 +107,11 @@ class RestEndpoint(Edge):
                 )
             owner = self._authenticator.principal(request.headers.get("Authorization"))
             params = self._params(request, route)
-            _require_v10(request.headers.get(VERSION_HEADER) or request.arg(VERSION_HEADER))
+            dialect = _dialect(request.headers.get(VERSION_HEADER) or request.arg(VERSION_HEADER))
             parsed = parse(route.kind, params)
             card = None if self._extended_card is None else partial(self._extended_card, request)
             call = Call(
-                self._tasks, HTTP_JSON, owner, None, request.headers.get("Last-Event-ID"), card
+                self._tasks, dialect, owner, None, request.headers.get("Last-Event-ID"), card
             )
             result = run(route.kind, call, parsed)
         except Exception as error:
@@ -158,12 +160,16 @@ class RestEndpoint(Edge):
         return answer(start_response, wire.rest_status, body, JSON, headers)
 
 
-def _require_v10(header: str | None) -> None:
-    if wire_version(header) != V10:
+def _dialect(header: str | None) -> Dialect:
+    version = wire_version(header)
+    if version == V11:
+        return HTTP_JSON_11
+    if version != V10:
         raise VersionNotSupported(
             "this HTTP+JSON interface speaks A2A 1.0: send 'A2A-Version: 1.0'"
             " (a request without it is A2A 0.3, which this interface does not serve)"
         )
+    return HTTP_JSON
 
 
 def _query(query: str) -> dict[str, Any]:

@@ -56,6 +56,7 @@ from typing import Any, cast
 from shared.codec import decode
 from shared.errors import ContextTaken, StoreError
 from shared.events import Event, StatusUpdate, current_status, fold
+from shared.generation import withdrawn
 from shared.push.contract import Once, PushStore
 from shared.store.contract import (
     LOG_LIMIT,
@@ -154,7 +155,10 @@ class FileStore:
             (event,), saved = restamped([current_status(task)], task, moment)
             current = self._read(task_id, locked=True)
             last = current.seq if current is not None else self._logs.last(task_id)
-            self._write(task_id, *self._next(task_id, last), [event], saved)
+            first, fresh = self._next(task_id, last)
+            if fresh and current is not None:
+                saved, (event,) = withdrawn(saved, [event])
+            self._write(task_id, first, fresh, [event], saved)
             self._indexed(task_id, state_of(task))
         return task
 
@@ -195,6 +199,8 @@ class FileStore:
                 return False
             events, task = restamped(commit.events, commit.task, moment)
             first, fresh = self._next(task_id, commit.expected)
+            if fresh:
+                task, events = withdrawn(task, events)
             # A new lineage starts with the task written whole: its log holds
             # nothing else to fold the task from.
             whole = task if commit.snapshot or fresh else None

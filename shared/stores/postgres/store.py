@@ -38,6 +38,7 @@ from shared.errors import ConfigError, ContextTaken, StoreError
 from shared.events import Event, StatusUpdate, context_of, current_status
 from shared.ops.store_metrics import count_failover
 from shared.push.contract import Once, PushStore
+from shared.store.claim_text import claim_text
 from shared.store.contract import (
     LOG_LIMIT,
     Commit,
@@ -77,7 +78,7 @@ _WRITE = (
     " %s::text[], %s::float8, %s::float8, %s::float8, %s::bigint, %s)"
 )
 _CLAIM = (
-    "SELECT outcome, doc, seq, tail FROM claim_task(%s, %s, %s, %s::float8, %s, %s,"
+    "SELECT outcome, doc, seq, tail FROM claim_task(%s, %s, %s, %s::float8, %s, %s, %s,"
     " %s::float8, %s::float8, %s::float8, %s::bigint, %s)"
 )
 _EVENTS = (
@@ -202,11 +203,9 @@ class PostgresStore:
     def claim(self, task_id: str, from_state: str, event: StatusUpdate) -> Outcome | None:
         if not is_safe_id(task_id):
             return Outcome(False, None)
-        # The event as text, split where the function puts the stored context id.
-        before, marker, after = encode({**event, "contextId": _CONTEXT_MARK}).partition(
-            _CONTEXT_MARK_JSON
-        )
-        assert marker, "the event's text holds its context id"
+        # The event as text, split where the function puts the stored context
+        # id and the generation it counts on from the task's.
+        before, between, after = claim_text(event)
         state = event["status"]["state"]
         ttl = self._ttl if self._ttl and is_terminal(state) else 0.0
         args = (
@@ -215,6 +214,7 @@ class PostgresStore:
             state,
             epoch(event["status"]["timestamp"]),
             before,
+            between,
             after,
             self._clock(),
             ttl,
@@ -378,8 +378,6 @@ _CREATE_ATTEMPTS = 5
 
 
 # Stands for the context id in a claim's event text; no context id is this.
-_CONTEXT_MARK = "\u0000context\u0000"
-_CONTEXT_MARK_JSON = encode(_CONTEXT_MARK)
 
 
 def split_url(url: str) -> tuple[str, str | None]:

@@ -31,10 +31,13 @@ from redis.retry import Retry
 from shared.codec import decode, encode
 from shared.errors import ContextTaken
 from shared.events import Event, StatusUpdate, context_of, current_status, fold
+from shared.generation import FIELD as GENERATION
+from shared.generation import UNKNOWN, generation_of, withdrawn
 from shared.ops.store_metrics import count_failover, count_unreplicated
 from shared.pooling import POOL_WAIT
 from shared.push.contract import Once, PushStore
 from shared.redis_nodes.pools import blocking_pool, node_of
+from shared.store.claim_text import claim_text
 from shared.store.contract import (
     LOG_LIMIT,
     Commit,
@@ -100,8 +103,10 @@ class RedisStore:
 
     def save(self, task: Task) -> Task:
         require_safe_id(task.get("id"))
-        event = current_status(task)
-        self._write(task, [event], expected=None, snapshot=True)
+        events = [current_status(task)]
+        if not self._write(task, events, expected=None, snapshot=True):
+            # The first write of a new lineage: saved with its generation unknown.
+            self._write(*withdrawn(task, events), expected=None, snapshot=True)
         return task
 
     # --- EventStore ----------------------------------------------------------
@@ -133,6 +138,7 @@ class RedisStore:
             supersedes or "",
             *self._listed(task),
             encode(task["contextId"]),
+            _generation(task),
         ]
         with self._reachable():
             outcome, found = cast(list[bytes], self._replicas.script(self._create, keys, args))
@@ -154,15 +160,15 @@ class RedisStore:
                 # One plain command when the snapshot holds every event (a new
                 # task, or one at rest); else the snapshot and the events after
                 # it, read together by the script.
-                doc, seq, base = self.client.hmget(key, "doc", "seq", "base")
+                doc, seq, base, kept = self.client.hmget(key, "doc", "seq", "base", "g")
                 tail = None
                 if seq != base:
-                    doc, seq, tail = self._read(keys=[key, self._key("tail", task_id)])
+                    doc, seq, tail, kept = self._read(keys=[key, self._key("tail", task_id)])
             except redis.ResponseError as error:
                 if _wrong_type(error):
                     return None  # a key of the wrong type is unreadable data
                 raise
-        return _record(doc, seq, tail)
+        return _record(doc, seq, tail, kept)
 
     def commit(self, commit: Commit) -> bool:
         return self._write(
@@ -174,15 +180,14 @@ class RedisStore:
     def claim(self, task_id: str, from_state: str, event: StatusUpdate) -> Outcome | None:
         if not is_safe_id(task_id):
             return Outcome(False, None)
-        # The event as text, split where the script puts the stored context id.
-        before, marker, after = encode({**event, "contextId": _CONTEXT_MARK}).partition(
-            _CONTEXT_MARK_JSON
-        )
-        assert marker, "the event's text holds its context id"
+        # The event as text, split where the script puts the stored context
+        # id and the generation it counts on from the task's.
+        before, between, after = claim_text(event)
         state = event["status"]["state"]
         status_time = repr(epoch(event["status"]["timestamp"]))
         args: list[str | int] = [from_state, "", state, repr(self._clock()), 0, task_id]
-        args += [self._channel, self._log_limit, self._prefix, status_time, "", "", before, after]
+        args += [self._channel, self._log_limit, self._prefix, status_time, "", ""]
+        args += [before, between, after]
         with self._reachable():
             try:
                 keys = self._write_keys(task_id)
@@ -309,6 +314,7 @@ class RedisStore:
             self._prefix,
             *self._listed(task),
             encode(context_of(task)),
+            _generation(task),
             *(encode(event) for event in events),
         ]
         with self._reachable():
@@ -359,13 +365,15 @@ class RedisStore:
         return reachable(self.client)
 
 
-# Stands for the context id in a claim's event text; no context id is this.
-_CONTEXT_MARK = "\u0000context\u0000"
-_CONTEXT_MARK_JSON = encode(_CONTEXT_MARK)
+def _generation(task: Task) -> str:
+    """The task's generation as the scripts keep it ('' for a task that keeps none)."""
+    return str(generation_of(task)) if GENERATION in task else ""
 
 
-def _record(doc: Any, seq: Any, tail: Any) -> Record | None:
-    """A task from its stored snapshot, event number and tail (None: absent or unreadable)."""
+def _record(doc: Any, seq: Any, tail: Any, kept: Any = None) -> Record | None:
+    """A task from its stored snapshot, event number, tail and generation
+    (None: absent or unreadable). A generation the hash says is unknown
+    (`g` = 0, after a new lineage) overrides what the snapshot and tail say."""
     if doc is None or seq is None:
         return None
     try:
@@ -375,7 +383,10 @@ def _record(doc: Any, seq: Any, tail: Any) -> Record | None:
         return None
     if not isinstance(task, dict):
         return None
-    return Record(fold(cast(Task, task), events), int(seq), len(events))
+    folded = fold(cast(Task, task), events)
+    if kept == b"0":
+        folded["generation"] = UNKNOWN
+    return Record(folded, int(seq), len(events))
 
 
 def _wrong_type(error: redis.ResponseError) -> bool:

@@ -1,8 +1,12 @@
 -- What COMMIT and CLAIM do once they decided to write: append the events
 -- (the Lua table `events`) after `seq`, write the snapshot (ARGV[2]; '' =
 -- append to the tail only) and keep every index in step with the new state,
--- filed under the digests `owner` and `context_digest`. KEYS and
--- ARGV[2..10] as COMMIT's.
+-- filed under the digests `owner` and `context_digest`; `generation` is the
+-- task's after the events ('' = it keeps none). KEYS and ARGV[2..10] as
+-- COMMIT's. On the first write of a new lineage whose events carry a
+-- generation, nothing is appended: the task's generation becomes unknown
+-- ('g' = 0), the jump of its numbers is kept, and the script returns
+-- `redo`, so the writer reads the task again and stamps its events anew.
 local state, ts, id = ARGV[3], ARGV[10], ARGV[6]
 -- 'st' is the status time as stamped, 'ts' where it is filed (see listed.lua);
 -- a task written before 'st' was kept has only 'ts'.
@@ -15,8 +19,15 @@ if tonumber(was[3]) ~= saved or tonumber(was[4]) < (saved + 1) * 1000000 then
     -- Another run of redis-server wrote this task last: a new lineage.
     if seq > 0 then seq = math.max(seq, now) end
     redis.call('HSET', KEYS[1], 'run', run)
+    -- The lost writes may have taken generations a reader saw: the task
+    -- says it has none from now on rather than repeat one.
+    if seq > 0 and generation ~= '' and generation ~= '0' then
+      redis.call('HSET', KEYS[1], 'seq', seq, 'g', '0')
+      return redo
+    end
   end
 end
+if generation ~= '' then redis.call('HSET', KEYS[1], 'g', generation) end
 redis.call('HSET', KEYS[1], 'ls', saved, 'lw', now)
 for _, event in ipairs(events) do
   seq = seq + 1

@@ -5,7 +5,10 @@
 -- ARGV: expected seq ('' = overwrite whatever is there: `save`), snapshot
 --       ('' = append to the tail only), new state, now, ttl seconds (0 = keep),
 --       task id, channel, log limit, key prefix, status time, owner digest,
---       context digest, the context id as JSON, then one JSON event per argument
+--       context digest, the context id as JSON, the task's generation after
+--       the events ('' = none kept), then one JSON event per argument
+-- Returns 1 when written, 0 when `seq` is not the expected one (or the
+-- events must be stamped again, see append.lua).
 local seq
 if ARGV[1] == '' then
   if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then redis.call('DEL', KEYS[1]) end
@@ -17,6 +20,7 @@ else
 end
 local owner, context_digest = ARGV[11], ARGV[12]
 local events = {}
-for i = 14, #ARGV do events[#events + 1] = ARGV[i] end
+for i = 15, #ARGV do events[#events + 1] = ARGV[i] end
+local generation, redo = ARGV[14], 0
 --#include append
 return 1

@@ -4,7 +4,8 @@
 --       index, status history
 -- ARGV: snapshot, first event, task id, now, owner, has message key ("1"/"0"),
 --       key prefix, channel, log limit, the task id the key may be moved from
---       (""), status time, owner digest, context digest, the context id as JSON
+--       (""), status time, owner digest, context digest, the context id as JSON,
+--       the task's generation ('' = none kept)
 if ARGV[6] == '1' then
   local earlier = redis.call('GET', KEYS[4])
   if earlier and earlier ~= ARGV[10]
@@ -26,6 +27,7 @@ local filed = filed_at(ARGV[7], ARGV[11])
 redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'seq', 1, 'base', 1, 'state', 'submitted',
   'mkey', mkey, 'st', ARGV[11], 'ts', filed, 'o', ARGV[12], 'c', ARGV[13], 'cj', ARGV[14],
   'run', this_run(), 'ls', redis.call('LASTSAVE'), 'lw', now_us())
+if ARGV[15] ~= '' then redis.call('HSET', KEYS[1], 'g', ARGV[15]) end
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[9], '0-1', 'e', ARGV[2])
 redis.call('ZADD', KEYS[6], ARGV[4], ARGV[3])
 redis.call('RPUSH', KEYS[7], filed .. '|submitted')
