@@ -11,7 +11,8 @@ A Starlette app with the SDK's DefaultRequestHandler, JSON-RPC routes (and its H
                    (so several workers never race to create it)
   BENCH_SDK_AGENT  "echo" (an artifact echoing the text, then completed:
                    bench/web.py), "streamer" (bench.agents.Plan: bench/streams.py)
-                   or "waiting" (a GET on bench/slow_http.py: bench/waiting.py)
+                   "waiting" (a GET on bench/slow_http.py: bench/waiting.py)
+                   or "held" (completed at a plan's due time: bench/long_poll.py)
   BENCH_SDK_URL    the URL the agent card names
 
 This is the SDK's own code as its documentation shows it; nothing of the
@@ -87,6 +88,22 @@ class Streamer(Echo):
         await updater.complete(updater.new_agent_message([Part(text="done")]))
 
 
+class Held(Echo):
+    """bench/long_poll.py's change, as an SDK executor: working until the go
+    file says, then completed at the plan's due time with a stamped message."""
+
+    async def execute(self, context: RequestContext, queue: EventQueue) -> None:
+        plan = Plan.decode(context.get_user_input())
+        updater = await _submitted(context, queue)
+        await updater.start_work()
+        start = plan.go_time()
+        while start is None:
+            await asyncio.sleep(plan.poll)
+            start = plan.go_time()
+        await asyncio.sleep(max(0.0, plan.due(start, 0) - time.time()))
+        await updater.complete(updater.new_agent_message([Part(text=stamp(0))]))
+
+
 class Waiting(Echo):
     """bench.agents.waiting, as an SDK executor: the same GET, then completed."""
 
@@ -99,7 +116,12 @@ class Waiting(Echo):
         await updater.complete()
 
 
-EXECUTORS: dict[str, type[Echo]] = {"echo": Echo, "streamer": Streamer, "waiting": Waiting}
+EXECUTORS: dict[str, type[Echo]] = {
+    "echo": Echo,
+    "streamer": Streamer,
+    "waiting": Waiting,
+    "held": Held,
+}
 
 
 # create_task_model re-declares the SDK's model class for a table of another

@@ -148,7 +148,7 @@ def status_for(version: str, status: Mapping[str, Any]) -> dict[str, Any]:
 def task_for(version: str, task: Task) -> dict[str, Any]:
     """A stored task as `version` shows it (0.3 keeps `kind` and its states;
     1.1 alone shows the generation, 0 when the task keeps none)."""
-    skipped = _HIDDEN[version]
+    skipped = _HIDDEN.get(version, _HIDDEN[V03])
     out = {key: value for key, value in task.items() if key not in skipped}
     if version == V11:
         out[GENERATION] = wire(generation_of(task))

@@ -25,6 +25,7 @@ from shared.stores.file.store import FileStore
 from shared.stores.redis.store import redis_store
 from shared.task import INPUT_REQUIRED, WORKING, agent_message, new_task, text_message
 from shared.transitions import transition
+from tests.support.agents import gate
 from tests.support.redis_server import RedisServer
 from tests.support.sse import Stream, results
 from tests.test_web_support import live_server
@@ -145,13 +146,19 @@ def test_the_generation_runs_on_by_one_through_a_whole_life(store: Store) -> Non
         assert final["generation"] == str(later[-1])
 
         # Cancel is one mutation more: submitted 1, working 2, canceled 3.
-        sent = {"message": message("wait"), "configuration": {"returnImmediately": True}}
+        name = f"cancel-{time.time_ns()}"
+        sent = {"message": message(f"wait {name}"), "configuration": {"returnImmediately": True}}
         waiting_id = call(url, "SendMessage", sent)["result"]["task"]["id"]
-        working = _until(url, waiting_id, lambda t: t["status"]["state"] == "TASK_STATE_WORKING")
-        assert working["generation"] == "2"
-        canceled = call(url, "CancelTask", {"id": waiting_id})["result"]
-        assert canceled["generation"] == "3"
-        assert call(url, "GetTask", {"id": waiting_id})["result"]["generation"] == "3"
+        try:
+            working = _until(
+                url, waiting_id, lambda t: t["status"]["state"] == "TASK_STATE_WORKING"
+            )
+            assert working["generation"] == "2"
+            canceled = call(url, "CancelTask", {"id": waiting_id})["result"]
+            assert canceled["generation"] == "3"
+            assert call(url, "GetTask", {"id": waiting_id})["result"]["generation"] == "3"
+        finally:
+            gate(name)[1].set()
 
 
 def _until(url: str, task_id: str, done: Any, timeout: float = 20) -> dict[str, Any]:

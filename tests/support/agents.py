@@ -15,7 +15,8 @@ where.
 
 `rich` goes through every kind of mutation A2A 1.1 counts: "go" reports
 progress, streams three chunks of an artifact and asks back; the answer
-adds a chunk and finishes; "wait" sleeps (a task to cancel).
+adds a chunk and finishes; "wait <gate>" waits at that gate (in-process
+workers: a task to cancel, let go once canceled).
 
 `gated` is for in-process workers only (the front end and the worker threads
 in the test's own process): it waits at a named gate the test opens, so a
@@ -72,8 +73,9 @@ STEPS = 4
 
 
 def rich(text: str, task: dict[str, Any]) -> Iterator[Any]:
-    if text == "wait":
-        time.sleep(30)
+    if text.startswith("wait "):
+        _, opened = gate(text.removeprefix("wait "))
+        opened.wait(30)
         return
     if any(m.get("role") == "agent" for m in task.get("history", [])):
         yield Chunk(" and again", artifact="story", last=True)
