@@ -1,6 +1,7 @@
 """Many held long-polls on one front-end process, beside the a2a-sdk server's held blocking sends.
 
-    python3 bench/long_poll.py [--polls 1000] [--rate 500] [--clients 0] [--skip PART ...]
+    python3 bench/long_poll.py [--polls 1000] [--rate 500] [--open-rate 1000] [--clients 0]
+                               [--skip PART ...]
 
 Two servers, one after the other, each holding --polls calls until their
 task changes, the changes spread evenly at --rate per second from two
@@ -19,7 +20,8 @@ seconds after the go signal:
   completes at the same due time with the same stamp.
 
 The clients (asyncio, httpx, a connection per call, spread over processes:
---clients, by default one per 1,000 calls) send every call, then report;
+--clients, by default one per 1,000 calls) send every call, --open-rate
+a second in all, then report;
 once all are sent and the servers had a moment to read them, the go file
 is written. Printed for each: calls held, answered after their change
 (of the calls), answered early (before their change: a hold that gave up),
@@ -54,7 +56,7 @@ from tests.support.redis_server import RedisServer
 
 CALLS_PER_CLIENT = 1_000
 LEAD = 2.0  # seconds from the go signal to the first change
-BATCH = 200
+BATCH = 20
 
 
 @dataclass
@@ -93,22 +95,22 @@ async def _call(client: httpx.AsyncClient, url: str, kind: str, key: str) -> Ans
     return Answer(key, time.time(), _made(data))
 
 
-def _shard(url: str, kind: str, keys: list[str], conn: Any) -> None:
+def _shard(url: str, kind: str, keys: list[str], open_rate: float, conn: Any) -> None:
     exit_on_sigterm()
-    asyncio.run(_drive(url, kind, keys, conn))
+    asyncio.run(_drive(url, kind, keys, open_rate, conn))
 
 
-async def _drive(url: str, kind: str, keys: list[str], conn: Any) -> None:
+async def _drive(url: str, kind: str, keys: list[str], open_rate: float, conn: Any) -> None:
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
     timeout = httpx.Timeout(30.0, read=None)
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
         calls = []
-        # A few hundred connections at a time: a burst of thousands would
-        # overflow the server's listen backlog.
+        # Paced: a server that cannot read the requests of a burst of
+        # thousands of new connections within its idle timeout closes them.
         for first in range(0, len(keys), BATCH):
             for key in keys[first : first + BATCH]:
                 calls.append(asyncio.create_task(_call(client, url, kind, key)))
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(BATCH / open_rate)
         conn.send("sent")
         answers = await asyncio.gather(*calls)
     conn.send([(a.key, a.received, a.made, a.error) for a in answers])
@@ -137,13 +139,14 @@ def run(
     for index in range(shards):
         mine, theirs = context.Pipe()
         chunk = keys[index::shards]
-        process = context.Process(target=_shard, args=(f"{server.url}/", kind, chunk, theirs))
+        rate = args.open_rate / shards
+        process = context.Process(target=_shard, args=(f"{server.url}/", kind, chunk, rate, theirs))
         process.start()
         pipes.append(mine)
         processes.append(process)
     for pipe in pipes:
         assert pipe.recv() == "sent"
-    time.sleep(2.0 + len(keys) / 2_000)  # the server reads the last requests
+    time.sleep(2.0)  # the server reads the last requests
     held = rss_kib(serving)
     start = time.time()
     go.write_text(repr(start))
@@ -155,9 +158,13 @@ def run(
     latencies = [received - made for _, received, made, error in answers if made is not None]
     early = sum(1 for _, _, made, error in answers if made is None and error is None)
     lost = len(keys) - len(latencies) - early
-    errors = [error for *_, error in answers if error]
+    errors = [(received - start, error) for _, received, _, error in answers if error]
     if errors:
-        print(f"  {kind}: {len(errors)} errors, first: {errors[0]}")
+        times = sorted(at for at, _ in errors)
+        print(
+            f"  {kind}: {len(errors)} errors, {times[0]:.1f}-{times[-1]:.1f} s after go,"
+            f" first: {errors[0][1]}"
+        )
     return Outcome(len(keys), len(latencies), early, lost, latencies, before, held)
 
 
@@ -233,6 +240,7 @@ def main() -> None:
     parser.add_argument("--polls", type=int, default=1_000)
     parser.add_argument("--rate", type=float, default=500.0)
     parser.add_argument("--clients", type=int, default=0)
+    parser.add_argument("--open-rate", type=float, default=1_000.0, help="new calls a second")
     parser.add_argument("--skip", action="append", default=[], choices=["ours", "peer"])
     args = parser.parse_args()
     print(

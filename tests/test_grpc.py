@@ -211,7 +211,8 @@ def test_the_card_declares_the_grpc_interface(deployment: Deployment) -> None:
     card = requests.get(f"{deployment.web_url}/.well-known/agent-card.json", timeout=10).json()
     grpc_interfaces = [i for i in card["supportedInterfaces"] if i["protocolBinding"] == "GRPC"]
     assert grpc_interfaces == [
-        {"url": deployment.address, "protocolBinding": "GRPC", "protocolVersion": "1.0"}
+        {"url": deployment.address, "protocolBinding": "GRPC", "protocolVersion": version}
+        for version in ("1.0", "1.1")  # the 1.1 draft's after every 1.0 interface
     ]
 
 

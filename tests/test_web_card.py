@@ -221,6 +221,24 @@ def test_the_official_sdk_reads_the_card_with_every_interface() -> None:
     assert card.security_schemes["bearer"].http_auth_security_scheme.scheme == "bearer"
 
 
+def test_with_grpc_the_card_lists_it_under_1_0_and_last_under_the_1_1_draft() -> None:
+    card = card_for(Settings(grpc_url="grpc.agent.test:50051"))
+    listed = [(i["protocolBinding"], i["protocolVersion"]) for i in card["supportedInterfaces"]]
+    assert listed == [
+        ("JSONRPC", "1.0"),
+        ("JSONRPC", "0.3"),
+        ("HTTP+JSON", "1.0"),
+        ("GRPC", "1.0"),
+        ("JSONRPC", "1.1"),
+        ("HTTP+JSON", "1.1"),
+        ("GRPC", "1.1"),
+    ]
+    grpc_urls = {i["url"] for i in card["supportedInterfaces"] if i["protocolBinding"] == "GRPC"}
+    assert grpc_urls == {"grpc.agent.test:50051"}
+    parsed = parse_agent_card(card)  # the official SDK reads every entry
+    assert [(i.protocol_binding, i.protocol_version) for i in parsed.supported_interfaces] == listed
+
+
 def test_shipped_example_skill() -> None:
     card = card_for(Settings(skills=str(EXAMPLES)))
     assert card["skills"] == [

@@ -19,9 +19,10 @@ forms). Which card a request gets:
 `supportedInterfaces` lists the one JSON-RPC endpoint under 1.0 and 0.3,
 from which clients of either generation pick theirs, then the HTTP+JSON
 binding (1.0) at the same base URL, and the gRPC binding (1.0) at
-TOOLNEXUS_GRPC_URL when that is set (`web.grpc.server` serves it). The
-public card lists the bindings TOOLNEXUS_CARD_BINDINGS names (all, by
-default); the extended card lists every one served.
+TOOLNEXUS_GRPC_URL when that is set (`web.grpc.server` serves it); then the
+same bindings again under the A2A 1.1 draft. The public card lists the
+bindings TOOLNEXUS_CARD_BINDINGS names (all, by default); the extended card
+lists every one served.
 """
 
 from __future__ import annotations
@@ -79,6 +80,10 @@ def build_card(
         {"url": url, "protocolBinding": TRANSPORT, "protocolVersion": V11},
         {"url": url.rstrip("/"), "protocolBinding": HTTP_JSON_BINDING, "protocolVersion": V11},
     ]
+    if settings.grpc_url:
+        interfaces.append(
+            {"url": settings.grpc_url, "protocolBinding": GRPC_BINDING, "protocolVersion": V11}
+        )
     interfaces = [each for each in interfaces if each["protocolBinding"] in bindings]
     capabilities: dict[str, Any] = {"streaming": streaming, "pushNotifications": push}
     if extended:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 from shared.broker.dispatcher import Dispatcher
@@ -156,19 +157,61 @@ class Tasks:
         task = owned(record.task if record is not None else None, query.task_id, owner)
         if record is None or not _behind(task, query.current_generation):
             return task
+        for _ in self._until_past(query.task_id, query.current_generation, record.seq, deadline):
+            pass
+        return owned(self.store.get(query.task_id), query.task_id, owner)
+
+    def held(
+        self, query: TaskQuery, owner: str, deadline: float, nudge: Callable[[], object]
+    ) -> Generator[None, None, None]:
+        """A long-poll's wait alone, for an event loop to drive: it never
+        blocks, but yields None where it would wait, and `nudge` is called
+        (from the waking thread) when it may go on (as a stream's follower,
+        `shared.store.follow.follow`). It ends once the task's generation is
+        past `current_generation`, at once when `_held` would answer at once
+        (or the task is not the caller's), or at `deadline`; the answer is
+        then GetTask's plain read."""
+        assert query.current_generation is not None
+        finished = self.finished
+        if finished is not None and finished.get(query.task_id) is not None:
+            return  # finished: it never changes again
+        record = self.store.read(query.task_id)
+        if record is None or record.task.get("owner", "") != owner:
+            return
+        if _behind(record.task, query.current_generation):
+            yield from self._until_past(
+                query.task_id, query.current_generation, record.seq, deadline, nudge
+            )
+
+    def _until_past(
+        self,
+        task_id: str,
+        current: int,
+        after: int,
+        deadline: float,
+        nudge: Callable[[], object] | None = None,
+    ) -> Generator[None, None, None]:
+        """The task's events after `after`, followed until one (or the task as
+        it stands, after a gap) carries a generation past `current` or an
+        unknown one, or until `deadline`; None where a nudged follower waits."""
         quiet = deadline - time.monotonic() + 1  # no idle ticks: nobody to keep alive
         following = follow(
-            self.store, query.task_id, record.seq, deadline=deadline, idle=quiet, reader="wait"
+            self.store, task_id, after, deadline=deadline, idle=quiet, reader="wait", nudge=nudge
         )
-        for item in following:
-            if item is None:
-                continue
-            now = item.task if isinstance(item, Record) else item[1]
-            if not counts(now) and not isinstance(item, Record):
-                continue
-            if generation_of(now) > query.current_generation or generation_of(now) == UNKNOWN:
-                break
-        return owned(self.store.get(query.task_id), query.task_id, owner)
+        try:
+            for item in following:
+                if item is None:
+                    if nudge is not None:
+                        yield None
+                    continue
+                now = item.task if isinstance(item, Record) else item[1]
+                if not counts(now) and not isinstance(item, Record):
+                    continue
+                if generation_of(now) > current or generation_of(now) == UNKNOWN:
+                    return
+        finally:
+            close: Callable[[], object] = getattr(following, "close", lambda: None)
+            close()  # its watch ends now, not when the follower is collected
 
     def cancel(self, task_id: str, owner: str) -> Task:
         owned(self.store.get(task_id), task_id, owner)

@@ -10,6 +10,10 @@ The RPCs are `web.grpc.service`'s, run from an event loop:
   fast (`OnLoop`): the hand-off to a thread and back costs the process more
   than the read (bench/grpc_load.py measures both; docs/grpc.md has the
   figures);
+- a GetTask a 1.1 caller asks to hold (`current_generation`, the long-poll)
+  holds no thread either: its wait (`A2AGrpcService.hold`) is driven as a
+  stream is, below, until the task's generation passes the one it named or
+  its deadline comes; then it is answered as any GetTask, a plain read;
 - a stream holds no thread. Its follower is opened with a nudge
   (`web.core.streaming.Stream.open`): where it would wait for its task's next
   event it hands back at once, and the store's watch calls the nudge (from
@@ -29,8 +33,9 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from enum import Enum
 from typing import Any, Final, NoReturn
 
@@ -41,7 +46,9 @@ from web.grpc.service import (
     STREAMING,
     UNARY,
     A2AGrpcService,
+    Hold,
     Observed,
+    Replies,
     Status,
     metadata_of,
     record,
@@ -50,6 +57,8 @@ from web.grpc.service import (
 from web.grpc.wire import DETAILS_KEY
 from web.http.disconnects import Hangup
 from web.http.metrics import web_metrics
+
+log = logging.getLogger(__name__)
 
 # Threads for unary calls: each holds one for its length (a blocking send
 # for the task's), as a synchronous server's call does.
@@ -60,11 +69,16 @@ STREAM_THREADS: Final = 8
 STEP: Final = 64
 # Unary calls answered on the loop itself: each is one short store read.
 ON_LOOP: Final = frozenset({"GetTask"})
+# Unary calls that may be held (A2A 1.1's long-poll), and the request field
+# that asks for it.
+HELD: Final[Mapping[str, str]] = {"GetTask": "current_generation"}
 # An answer on the loop that took longer than this (a slow or unreachable
 # store) sends the next ones to the pool for COOL_OFF seconds, so a store in
 # trouble stalls the loop, and every stream on it, for one call at most.
 SLOW: Final = 0.005
 COOL_OFF: Final = 1.0
+
+_DONE: Final = object()  # a held GetTask's wait has ended
 
 
 class _Turn(Enum):
@@ -119,21 +133,69 @@ class AsyncA2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
         self._steps.shutdown(wait=False)
 
     async def unary(
-        self, name: str, kind: str, reply: type[ProtoMessage], request: Any, context: Any
+        self, name: str, kind: str, replies: Replies, request: Any, context: Any
     ) -> ProtoMessage:
         loop = asyncio.get_running_loop()
         metadata = metadata_of(context)
-        if name in ON_LOOP and self._on_loop.allowed():
+        started = time.monotonic()
+        if _asks_to_wait(name, request):
+            try:
+                # Off the loop: it checks the caller (a JWT may fetch its issuer's keys).
+                hold = await loop.run_in_executor(
+                    self._steps, self._service.hold, request, metadata
+                )
+                if hold is not None:
+                    await self._wait(hold)
+                    request.ClearField(HELD[name])  # waited: now the task as it stands
+            except asyncio.CancelledError:
+                record(name, "CANCELLED", started)  # the caller went away
+                raise
+        # A call that still asks to wait (one the answer refuses) never runs
+        # on the loop, where a hold would stall it.
+        if name in ON_LOOP and not _asks_to_wait(name, request) and self._on_loop.allowed():
             began = time.monotonic()
-            answer = self._service.answer(name, kind, request, metadata, reply)
+            answer = self._service.answer(name, kind, request, metadata, replies, started)
             self._on_loop.took(time.monotonic() - began)
         else:
             answer = await loop.run_in_executor(
-                self._unary_calls, self._service.answer, name, kind, request, metadata, reply
+                self._unary_calls,
+                self._service.answer,
+                name,
+                kind,
+                request,
+                metadata,
+                replies,
+                started,
             )
         if isinstance(answer, tuple):
             await _abort(context, answer)
         return answer
+
+    async def _wait(self, hold: Hold) -> None:
+        """Drive a long-poll's wait, a step at a time on the streams' pool, each
+        step once nudged or at the deadline. A step the store fails ends the
+        wait: the answer's read then says what is wrong."""
+        loop = asyncio.get_running_loop()
+        nudged = asyncio.Event()
+        steps = hold.steps(_nudge(loop, nudged))
+        step: concurrent.futures.Future[Any] | None = None
+        try:
+            while True:
+                nudged.clear()  # before the step: a wake-up during it nudges again
+                step = self._steps.submit(next, steps, _DONE)
+                try:
+                    if await asyncio.wrap_future(step) is _DONE:
+                        return
+                except Exception:
+                    log.warning("a held GetTask's wait failed; answering at once", exc_info=True)
+                    return
+                left = hold.deadline - time.monotonic()
+                if left <= 0:
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(nudged.wait(), left)
+        finally:
+            _after(step, steps.close)  # its watch ends
 
     async def stream(
         self, name: str, kind: str, request: Any, context: Any
@@ -167,7 +229,7 @@ class AsyncA2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
                 step = self._steps.submit(bound.run, _advance, items)
                 batch, turn = await asyncio.wrap_future(step)
                 for item in batch:
-                    response = streamed(item)
+                    response = streamed(item, stream.wire.version)
                     if isinstance(response, tuple):
                         outcome = response[0].name
                         await _abort(context, response)
@@ -187,6 +249,11 @@ class AsyncA2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
                     observed.__exit__(None, None, None)
 
             _after(step, lambda: bound.run(finish))
+
+
+def _asks_to_wait(name: str, request: Any) -> bool:
+    field = HELD.get(name)
+    return field is not None and isinstance(request, ProtoMessage) and request.HasField(field)
 
 
 def _nudge(loop: asyncio.AbstractEventLoop, nudged: asyncio.Event) -> Callable[[], None]:
@@ -212,9 +279,9 @@ async def _abort(context: Any, status: Status) -> NoReturn:
     raise AssertionError("grpc's abort returns only by raising")
 
 
-def _unary_rpc(name: str, kind: str, reply: type[ProtoMessage]) -> Any:
+def _unary_rpc(name: str, kind: str, replies: Replies) -> Any:
     async def rpc(self: AsyncA2AGrpcService, request: Any, context: Any) -> ProtoMessage:
-        return await self.unary(name, kind, reply, request, context)
+        return await self.unary(name, kind, replies, request, context)
 
     rpc.__name__ = name
     return rpc
@@ -231,7 +298,7 @@ def _streaming_rpc(name: str, kind: str) -> Any:
 
 
 # The RPCs of `web.grpc.service`'s tables, looked up by name on the servicer.
-for _name, (_kind, _reply) in UNARY.items():
-    setattr(AsyncA2AGrpcService, _name, _unary_rpc(_name, _kind, _reply))
+for _name, (_kind, _replies) in UNARY.items():
+    setattr(AsyncA2AGrpcService, _name, _unary_rpc(_name, _kind, _replies))
 for _name, _kind in STREAMING.items():
     setattr(AsyncA2AGrpcService, _name, _streaming_rpc(_name, _kind))

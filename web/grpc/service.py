@@ -1,4 +1,5 @@
-"""The gRPC binding of A2A 1.0: `lf.a2a.v1.A2AService` on the transport-free handler.
+"""The gRPC binding of A2A 1.0 and the 1.1 draft: `lf.a2a.v1.A2AService` on
+the transport-free handler.
 
 A thin binding, as HTTP+JSON is: each RPC's request message becomes the
 params a JSON-RPC call of the method carries (`web.grpc.wire`), and the
@@ -8,12 +9,13 @@ idempotency by messageId, media types, owner scoping) and its errors. The
 RPCs, the method each runs and the message it answers with are the rows of
 `web.core.method_table`. The generated servicer and messages are the ones
 the a2a-sdk package ships (`a2a.types.a2a_pb2_grpc`), from the spec's own
-`a2a.proto`.
+`a2a.proto`; a 1.1 caller's are the draft's (`web.grpc.draft11`), which
+carry the task's generation.
 
 Metadata stands in for HTTP headers: `authorization` (the bearer token,
-checked as on the HTTP edge), `a2a-version` (this interface speaks 1.0
-only: none means 0.3, refused as §3.6.2 says), `x-request-id`, and on the
-streaming RPCs `last-event-id`: resume after that event, as SSE's
+checked as on the HTTP edge), `a2a-version` (this interface speaks 1.0 and
+the 1.1 draft: none means 0.3, refused as §3.6.2 says), `x-request-id`, and
+on the streaming RPCs `last-event-id`: resume after that event, as SSE's
 `Last-Event-ID` does. A stream's responses carry their event number in
 their own `metadata` under `toolnexus.eventId` (a gRPC message has no other
 place for it); that is the number to resume after.
@@ -21,20 +23,27 @@ place for it); that is the number to resume after.
 Streams follow the task's event log (`web.core.streaming`) and end when the
 task is terminal or stops for the peer; a client that cancels its call
 ends its stream at once (the call's done-callback wakes the follower).
+
+A 1.1 GetTask with `current_generation` is held until the task's generation
+passes it (`web.core.tasks`): here, on grpcio's synchronous server, on the
+call's own thread; grpc.aio's binding (`web.grpc.aio`) waits without one,
+by `hold`, and then answers it as a plain read.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Final, NoReturn, TypeVar
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any, Final, NoReturn
 
 import grpc
-from a2a.types import a2a_pb2, a2a_pb2_grpc
+from a2a.types import a2a_pb2_grpc
 from google.protobuf.message import Message as ProtoMessage
 
-from shared.dialects import V10
+from shared.dialects import V10, V11
 from shared.ops.correlation import REQUEST_ID_HEADER, accepted_request_id, bind
 from shared.ops.tracing import serving
 from web.auth.tokens import Authenticator
@@ -47,7 +56,8 @@ from web.core.errors import (
     status_body,
 )
 from web.core.handler import parse, run
-from web.core.method_table import METHOD_TABLE
+from web.core.method_table import GET, METHOD_TABLE
+from web.core.params import TaskQuery
 from web.core.streaming import Stream
 from web.core.tasks import Tasks
 from web.core.versions import wire_version
@@ -65,16 +75,25 @@ from web.http.metrics import latency_of, requests_counted, web_metrics
 log = logging.getLogger("web.requests")
 
 GRPC: Final = Dialect("grpc", V10, blocking=True, wraps_send=True, enveloped=False)
+GRPC_11: Final = replace(GRPC, name="grpc-1.1", version=V11)
+_DIALECTS: Final = {V10: GRPC, V11: GRPC_11}
 RESUME_KEY: Final = "last-event-id"
 EVENT_ID_FIELD: Final = "toolnexus.eventId"
 SERVICE: Final = "lf.a2a.v1.A2AService"
 _REQUEST_ID_KEY: Final = REQUEST_ID_HEADER.lower()  # gRPC metadata keys are lowercase
-R = TypeVar("R", bound=ProtoMessage)
 # A refusal: the gRPC code, its message, and the serialized google.rpc.Status.
 Status = tuple[grpc.StatusCode, str, bytes]
+# A message in each wire version, by version.
+Replies = Mapping[str, type[ProtoMessage]]
+
+
+def _replies(name: str) -> Replies:
+    return {version: message_class(name, version) for version in _DIALECTS}
+
+
 # Each unary RPC: the method it runs, and the message it answers with.
-UNARY: Final[Mapping[str, tuple[str, type[ProtoMessage]]]] = {
-    method.name: (method.kind, message_class(method.reply))
+UNARY: Final[Mapping[str, tuple[str, Replies]]] = {
+    method.name: (method.kind, _replies(method.reply))
     for method in METHOD_TABLE
     if not method.streams
 }
@@ -82,6 +101,16 @@ UNARY: Final[Mapping[str, tuple[str, type[ProtoMessage]]]] = {
 STREAMING: Final[Mapping[str, str]] = {
     method.name: method.kind for method in METHOD_TABLE if method.streams
 }
+STREAM_RESPONSES: Final = _replies("StreamResponse")
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A long-poll GetTask's wait, for an event loop to drive: `steps(nudge)`
+    is `web.core.tasks.Tasks.held`'s follower, which ends by `deadline`."""
+
+    deadline: float
+    steps: Callable[[Callable[[], object]], Generator[None, None, None]]
 
 
 class A2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
@@ -98,9 +127,9 @@ class A2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
     # --- one way for every RPC ---------------------------------------------------------
 
     def _unary(
-        self, name: str, kind: str, request: ProtoMessage, context: Any, reply: type[R]
-    ) -> R:
-        answer = self.answer(name, kind, request, metadata_of(context), reply)
+        self, name: str, kind: str, request: ProtoMessage, context: Any, replies: Replies
+    ) -> ProtoMessage:
+        answer = self.answer(name, kind, request, metadata_of(context), replies)
         if isinstance(answer, tuple):
             _abort(context, answer)
         return answer
@@ -111,15 +140,21 @@ class A2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
         kind: str,
         request: ProtoMessage,
         metadata: Mapping[str, str],
-        reply: type[R],
-    ) -> R | Status:
-        """One unary call, observed and counted: its reply, or the status it
-        is refused with (for the binding's server to abort the call with)."""
-        started, outcome = time.monotonic(), "ok"
+        replies: Replies,
+        started: float | None = None,
+    ) -> ProtoMessage | Status:
+        """One unary call, observed and counted (from `started`, when it
+        began before: a held GetTask's wait): its reply in the caller's
+        version, or the status it is refused with (for the binding's server
+        to abort the call with)."""
+        outcome = "ok"
+        if started is None:
+            started = time.monotonic()
         with Observed(name, metadata):
             try:
-                result = run(kind, self._call(metadata), _parsed(kind, request))
-                return message_of(result, reply)
+                call = self._call(metadata)
+                result = run(kind, call, _parsed(kind, request))
+                return message_of(result, replies[call.dialect.version])
             except Exception as error:
                 wire = describe(error)
                 outcome = wire.status
@@ -156,7 +191,7 @@ class A2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
                 for item in stream.open(hangup):
                     if item is None:
                         continue  # HTTP/2 pings keep the connection alive, not comments
-                    response = streamed(item)
+                    response = streamed(item, stream.wire.version)
                     if isinstance(response, tuple):
                         outcome = response[0].name
                         _abort(context, response)
@@ -166,14 +201,35 @@ class A2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
                 web_metrics().streams_open.dec()
                 record(name, outcome, started, events)
 
+    def hold(self, request: ProtoMessage, metadata: Mapping[str, str]) -> Hold | None:
+        """The wait of a GetTask a 1.1 caller asks to hold (`current_generation`),
+        for an event loop to drive before it answers the call as a plain read;
+        None when there is none to drive: a 1.0 caller's, or a call the
+        answer refuses (it says why)."""
+        try:
+            call = self._call(metadata)
+            query = _parsed(GET, request)
+        except Exception:
+            return None
+        if call.dialect.version != V11 or not isinstance(query, TaskQuery):
+            return None
+        if query.current_generation is None:
+            return None
+        deadline = time.monotonic() + self._tasks.long_poll_timeout
+        return Hold(deadline, partial(self._tasks.held, query, call.owner, deadline))
+
     def _call(self, metadata: Mapping[str, str]) -> Call:
         owner = self._authenticator.principal(metadata.get("authorization"))
-        if wire_version(metadata.get("a2a-version")) != V10:
+        dialect = _DIALECTS.get(wire_version(metadata.get("a2a-version")) or "")
+        if dialect is None:
             raise VersionNotSupported(
-                "this gRPC interface speaks A2A 1.0: send the metadata 'a2a-version: 1.0'"
-                " (a call without it is A2A 0.3, which this interface does not serve)"
+                "this gRPC interface speaks A2A 1.0 and the 1.1 draft: send the metadata"
+                " 'a2a-version: 1.0' or '1.1' (a call without it is A2A 0.3, which this"
+                " interface does not serve)"
             )
-        return Call(self._tasks, GRPC, owner, None, metadata.get(RESUME_KEY), self._extended_card)
+        return Call(
+            self._tasks, dialect, owner, None, metadata.get(RESUME_KEY), self._extended_card
+        )
 
 
 def metadata_of(context: Any) -> dict[str, str]:
@@ -199,16 +255,17 @@ def _parsed(kind: str, request: ProtoMessage | Undecodable) -> Any:
     return parse(kind, params)
 
 
-def streamed(item: tuple[int, dict[str, Any]]) -> a2a_pb2.StreamResponse | Status:
-    """One stream item as the response to send, or the status that ends the
-    stream (an item numbered 0 is the stream's end by an error)."""
+def streamed(item: tuple[int, dict[str, Any]], version: str) -> ProtoMessage | Status:
+    """One stream item as the response to send in `version`'s messages, or
+    the status that ends the stream (an item numbered 0 is the stream's end
+    by an error)."""
     seq, payload = item
     if not seq:
         return rich_status(payload["error"])
-    return _numbered(seq, message_of(payload, a2a_pb2.StreamResponse))
+    return _numbered(seq, message_of(payload, STREAM_RESPONSES[version]))
 
 
-def _numbered(seq: int, response: a2a_pb2.StreamResponse) -> a2a_pb2.StreamResponse:
+def _numbered(seq: int, response: ProtoMessage) -> ProtoMessage:
     """`response` with its event's number in the event's metadata, to resume
     after (set on the message, so the conversion before it stays the same for
     every subscriber and can be remembered)."""
@@ -256,9 +313,9 @@ def record(name: str, outcome: str, started: float, events: int | None = None) -
     log.info("grpc %s outcome=%s%s duration_ms=%.1f", name, outcome, shown, elapsed * 1000)
 
 
-def _unary_rpc(name: str, kind: str, reply: type[ProtoMessage]) -> Callable[..., Any]:
+def _unary_rpc(name: str, kind: str, replies: Replies) -> Callable[..., Any]:
     def rpc(self: A2AGrpcService, request: Any, context: Any) -> ProtoMessage:
-        return self._unary(name, kind, request, context, reply)
+        return self._unary(name, kind, request, context, replies)
 
     rpc.__name__ = name
     return rpc
@@ -273,7 +330,7 @@ def _streaming_rpc(name: str, kind: str) -> Callable[..., Any]:
 
 
 # grpcio looks each RPC up by name on the servicer.
-for _name, (_kind, _reply) in UNARY.items():
-    setattr(A2AGrpcService, _name, _unary_rpc(_name, _kind, _reply))
+for _name, (_kind, _replies_of) in UNARY.items():
+    setattr(A2AGrpcService, _name, _unary_rpc(_name, _kind, _replies_of))
 for _name, _kind in STREAMING.items():
     setattr(A2AGrpcService, _name, _streaming_rpc(_name, _kind))

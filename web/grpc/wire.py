@@ -1,11 +1,13 @@
-"""The gRPC binding's wire: protobuf messages to and from the 1.0 JSON
-shapes the handler already speaks, and errors as gRPC statuses.
+"""The gRPC binding's wire: protobuf messages to and from the 1.0 (and 1.1
+draft) JSON shapes the handler already speaks, and errors as gRPC statuses.
 
 A request message becomes the params a JSON-RPC call of the same method
 carries (`google.protobuf.json_format`, camelCase names: ProtoJSON is the
 1.0 JSON binding's own shape), so the handler's parsers (`web.core.handler`)
 check it exactly as they check JSON-RPC and HTTP+JSON. A result goes back
-the same road, as the message the method table names (`message_class`).
+the same road, as the message the method table names (`message_class`), in
+the caller's version: the SDK's compiled 1.0 messages, or the 1.1 draft's
+(`web.grpc.draft11`), which also decode every request.
 
 An error is the google.rpc.Status that HTTP+JSON sends as JSON
 (`web.core.errors.status_body`), with its gRPC code from the same table's code
@@ -30,6 +32,8 @@ from google.protobuf.message_factory import GetMessageClass
 from google.rpc import error_details_pb2, status_pb2
 
 from shared.codec import encode_bytes
+from shared.dialects import V10, V11
+from web.grpc import draft11
 
 P = TypeVar("P", bound=ProtoMessage)
 
@@ -53,12 +57,13 @@ def add_service(servicer: object, server: Any) -> None:
     """The A2AService's RPCs on `servicer`, added to `server` (either grpcio
     server) as the generated registration adds them (the same names,
     messages and kinds, read from the service's descriptor; registered, so
-    grpcio finds each without a lookup by name), but with requests that do
-    not decode passed on as `Undecodable`."""
-    service = a2a_pb2.DESCRIPTOR.services_by_name["A2AService"]
+    grpcio finds each without a lookup by name), but with requests decoded
+    as the 1.1 draft's messages (a superset of 1.0's), requests that do not
+    decode passed on as `Undecodable`, and replies of either version's
+    messages serialized."""
+    service = draft11.SERVICE
     table = {}
     for method in service.methods:
-        request, reply = GetMessageClass(method.input_type), GetMessageClass(method.output_type)
         make = (
             grpc.unary_stream_rpc_method_handler
             if method.server_streaming
@@ -66,13 +71,18 @@ def add_service(servicer: object, server: Any) -> None:
         )
         table[method.name] = make(
             getattr(servicer, method.name),
-            request_deserializer=_lenient(request),
-            response_serializer=reply.SerializeToString,
+            request_deserializer=_lenient(GetMessageClass(method.input_type)),
+            response_serializer=_serialize,
         )
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(service.full_name, table),)
     )
     server.add_registered_method_handlers(service.full_name, table)
+
+
+def _serialize(message: ProtoMessage) -> bytes:
+    serialized: bytes = message.SerializeToString()
+    return serialized
 
 
 def _lenient(kind: type[ProtoMessage]) -> Any:
@@ -85,11 +95,13 @@ def _lenient(kind: type[ProtoMessage]) -> Any:
     return decode
 
 
-def message_class(name: str) -> type[ProtoMessage]:
-    """The protobuf message a method's row of `web.core.method_table` names:
-    a message of the A2A package ("Task"), or one by its full name
-    ("google.protobuf.Empty")."""
+def message_class(name: str, version: str = V10) -> type[ProtoMessage]:
+    """The protobuf message a method's row of `web.core.method_table` names,
+    in `version` (V10 or V11): a message of the A2A package ("Task"), or one
+    by its full name ("google.protobuf.Empty")."""
     full_name = name if "." in name else f"{a2a_pb2.DESCRIPTOR.package}.{name}"
+    if version == V11:
+        return draft11.message_class(full_name)
     kind: type[ProtoMessage] = GetMessageClass(
         descriptor_pool.Default().FindMessageTypeByName(full_name)
     )
