@@ -355,3 +355,18 @@ def test_the_file_store_says_unknown_after_a_reboot(tmp_path: Path) -> None:
     _chunk(rebooted, task_id, "after")
     assert generation_of(rebooted.get(task_id) or {}) == 0
     assert generation_of(rebooted.events(task_id, 0)[-1][1]) == 0
+
+
+def test_a_long_poll_is_owner_scoped() -> None:
+    store = resolve_store("memory")
+    with serve(store, "examples.agents:echo", api_tokens=("alice:tok-a", "bob:tok-b")) as url:
+        headers = {"A2A-Version": "1.1", "Authorization": "Bearer tok-a"}
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage"}
+        sent = {"message": message("hi"), "configuration": {"returnImmediately": True}}
+        task = requests.post(f"{url}/", json={**body, "params": sent}, headers=headers, timeout=10)
+        task_id = task.json()["result"]["task"]["id"]
+        poll = {"id": task_id, "currentGeneration": "99"}
+        asked = {"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": poll}
+        headers["Authorization"] = "Bearer tok-b"
+        reply = requests.post(f"{url}/", json=asked, headers=headers, timeout=10).json()
+        assert reply["error"]["code"] == -32001  # bob is told of no such task, and not held
