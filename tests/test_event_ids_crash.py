@@ -1,4 +1,5 @@
-"""Event numbers are never reused, even by a Redis that lost its last writes.
+"""Event numbers are never reused, nor generations shown twice for different
+content, even by a Redis that lost its last writes.
 
 A real redis-server with AOF `everysec` (what compose runs) is killed with
 SIGKILL right after a burst of events, and restarted; in one case the last
@@ -19,6 +20,7 @@ import pytest
 
 from shared import Settings
 from shared.events import artifact_update, to_state
+from shared.generation import generation_of
 from shared.store.contract import Record, TaskStore
 from shared.store.follow import follow
 from shared.stores.redis.store import redis_store
@@ -149,3 +151,35 @@ def test_numbers_run_on_by_one_while_the_same_redis_runs(server: RedisServer) ->
     numbers = [seq for seq, _ in store.events(task_id, 0)]
     assert numbers[:5] == [1, 2, 3, 4, 5]
     assert numbers[5] > 10**15 and numbers[6] == numbers[5] + 1  # a new lineage, then by one
+
+
+def test_no_generation_is_emitted_twice_across_a_redis_crash(server: RedisServer) -> None:
+    """SIGKILL after a burst, the AOF's last writes cut off as a lost second
+    leaves it: the writes after the restart carry no generation a reader
+    could have seen before with other content (the task says 0: unknown)."""
+    store = redis_store(f"{server.url}/0")
+    task_id = store.create(new_task(text_message("user", "go"))).task["id"]
+    assert transition(store, task_id, to_state(WORKING)).applied
+    for n in range(100):
+        chunk(store, task_id, f"before-{n}")
+    (incr,) = (server.directory / "appendonlydir").glob("*.incr.aof")
+    kept = incr.stat().st_size
+    for n in range(100, 200):
+        chunk(store, task_id, f"before-{n}")
+    emitted = {generation_of(e): e for _, e in store.events(task_id, 0) if generation_of(e)}
+    assert sorted(emitted) == list(range(1, 203))
+    server.kill()
+    with incr.open("r+b") as file:
+        file.truncate(kept)
+    server.start()
+    store = redis_store(f"{server.url}/0")
+    survived = store.read(task_id)
+    assert survived is not None and 3 < generation_of(survived.task) < 202  # writes were lost
+    for n in range(5):
+        chunk(store, task_id, f"after-{n}")
+    after = store.read(task_id)
+    assert after is not None and generation_of(after.task) == 0
+    for _, event in store.events(task_id, 0):
+        generation = generation_of(event)
+        if generation:
+            assert emitted[generation] == event  # the same content, or no generation at all

@@ -41,6 +41,7 @@ from shared.task import COMPLETED, INPUT_REQUIRED, WORKING, agent_message, new_t
 from shared.transitions import transition
 from tests.support.agents import gate
 from tests.support.compose import ServiceProcess
+from tests.support.grpc_process import grpc_process as started_grpc_process
 from tests.support.polling import wait_for
 from tests.support.ports import free_port
 from web.assembly import assemble
@@ -444,16 +445,8 @@ def grpc_process(redis_url: str, tmp_path: Path) -> Iterator[tuple[ServiceProces
         "TOOLNEXUS_LOG_LEVEL": "WARNING",
     }
     log = tmp_path / "grpc.log"
-    process = ServiceProcess("grpc", [sys.executable, "-m", "web.grpc_process"], env, ROOT, log)
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            try:
-                grpc.channel_ready_future(channel).result(timeout=60)
-            except grpc.FutureTimeoutError:
-                pytest.fail(f"the gRPC process did not listen: {process.output()[-3000:]}")
+    with started_grpc_process(env, log) as process:
         yield process, f"127.0.0.1:{port}"
-    finally:
-        process.stop()
 
 
 def threads_of(process: ServiceProcess) -> int:

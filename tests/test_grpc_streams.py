@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from shared.stores.redis.store import RedisStore, redis_store
 from shared.task import COMPLETED, WORKING, text_message
 from shared.transitions import transition
 from tests.support.compose import ServiceProcess
+from tests.support.grpc_process import grpc_process
 from tests.support.polling import wait_for
 from tests.support.redis_server import free_port
 from web.grpc.aio import STREAM_THREADS
@@ -68,16 +68,8 @@ def served(
         "PYTHONPROFILEIMPORTTIME": "1",
     }
     log = tmp_path_factory.mktemp("grpc-streams") / "grpc.log"
-    process = ServiceProcess("grpc", [sys.executable, "-m", "web.grpc_process"], env, ROOT, log)
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            try:
-                grpc.channel_ready_future(channel).result(timeout=60)
-            except grpc.FutureTimeoutError:
-                pytest.fail(f"the gRPC process did not listen: {process.output()[-3000:]}")
+    with grpc_process(env, log) as process:
         yield GrpcProcess(process, port, redis_store(store_url))
-    finally:
-        process.stop()
 
 
 def send_request() -> a2a_pb2.SendMessageRequest:
