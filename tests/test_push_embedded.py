@@ -163,3 +163,41 @@ def _final(body: dict[str, object]) -> bool:
     """A completed status, in either generation's StreamResponse shape."""
     text = str(body)
     return "TASK_STATE_COMPLETED" in text or "'state': 'completed'" in text
+
+
+@pytest.mark.parametrize("version", ["1.1", "1.0"])
+def test_a_webhook_gets_the_generation_only_when_a_1_1_caller_set_it(
+    served: str, receiver: Receiver, version: str
+) -> None:
+    """A webhook speaks the version of the call that set it: 1.1's updates
+    carry their generation, one more each; 1.0's carry none, as before."""
+    message = {"role": "ROLE_USER", "messageId": f"m-{version}", "parts": [{"text": "hi"}]}
+    configuration = {
+        "returnImmediately": True,
+        "taskPushNotificationConfig": {"url": receiver.url(f"/v{version}")},
+    }
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {"message": message, "configuration": configuration},
+    }
+    sent = httpx.post(f"{served}/", json=body, headers={"A2A-Version": version}, timeout=10)
+    assert "task" in sent.json()["result"]
+
+    def finished() -> bool:
+        return any(_final(hit.body) for hit in receiver.delivered(f"/v{version}"))
+
+    wait_for(finished, timeout=30, what="the final event at the receiver")
+    updates = [
+        update
+        for hit in receiver.delivered(f"/v{version}")
+        for kind, update in hit.body.items()
+        if kind in ("statusUpdate", "artifactUpdate")
+    ]
+    assert updates
+    if version == "1.0":
+        assert all(b"generation" not in hit.raw for hit in receiver.delivered("/v1.0"))
+        return
+    generations = [int(update["generation"]) for update in updates]
+    assert generations == list(range(generations[0], generations[0] + len(generations)))
