@@ -10,6 +10,7 @@ import copy
 import json
 import multiprocessing
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -308,6 +309,48 @@ def test_a_task_directory_of_the_older_format_keeps_working(tmp_path: Path) -> N
     assert json.loads((tmp_path / f"{task['id']}.json").read_text()) == task
     assert store.get(task["id"]) == record.task
     assert store.all() == {task["id"]: record.task}
+
+
+_CREATOR = """
+import os, signal, sys
+from shared.stores.file.store import FileStore
+from shared.task import new_task, text_message
+store = FileStore(sys.argv[1])
+dies_in = sys.argv[2]
+setattr(store, dies_in, lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL))
+task = new_task(text_message("user", "hi"))
+print(task["id"], flush=True)
+store.create(task)
+"""
+
+
+@pytest.mark.parametrize("dies_in", ["_write", "_indexed"])
+def test_a_creator_killed_mid_create_leaves_no_task_the_re_sender_misses(
+    tmp_path: Path, dies_in: str
+) -> None:
+    """SIGKILLed before it wrote the task, or after: a written task is
+    marked waiting (the re-sender finds it); a task never written leaves no
+    marker behind."""
+    import subprocess
+    import sys
+
+    ran = subprocess.run(
+        [sys.executable, "-c", _CREATOR, str(tmp_path), dies_in],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == -9, ran.stderr
+    task_id = ran.stdout.strip()
+    store = FileStore(tmp_path)
+    later = time.time() + 60
+    if dies_in == "_indexed":  # the task was written: it waits, and is found
+        assert store.get(task_id) is not None
+        assert store.waiting(later) == [task_id]
+    else:  # nothing was written: nothing is sent, and the marker goes
+        assert store.get(task_id) is None
+        assert store.waiting(later) == []
+        assert not (tmp_path / ".waiting" / task_id).exists()
 
 
 def test_a_task_file_replaced_out_of_band_is_adopted(tmp_path: Path) -> None:

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.errors import StoreError
-from shared.events import status_update
-from shared.store.contract import Commit
+from shared.events import to_state
 from shared.store.wakeups import Waiter
 from shared.task import new_task
+from shared.transitions import transition
 
 
 def a_task() -> dict[str, object]:
@@ -69,12 +69,12 @@ class Writers:
 
 
 def advance(store: Any, task_id: str, state: str) -> int:
-    """Commit a move of the task to `state`; the new event's number."""
-    record = store.read(task_id)
-    assert record is not None
-    event = status_update(record.task, state)
-    assert store.commit(Commit(record.task, [event], record.seq, snapshot=False))
-    return int(record.seq) + 1
+    """Move the task to `state` as every writer does (`transition`: a first
+    write on a promoted Redis master is stamped again, see
+    docs/event-log.md); the new event's number."""
+    outcome = transition(store, task_id, to_state(state))
+    assert outcome.applied and outcome.record is not None
+    return outcome.record.seq
 
 
 def quiet(waiter: Waiter) -> None:

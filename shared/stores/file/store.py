@@ -182,6 +182,11 @@ class FileStore:
                 # The record first: a crash before the task is written leaves a
                 # record of nothing, which a retry overwrites; never two tasks.
                 _write_atomically(record_path, task_id.encode())
+            # The waiting marker before the task too: a creator killed between
+            # the two would leave a submitted task no re-sender ever finds
+            # (and a retry of its message, which finds the task, queues
+            # nothing). A marker of nothing is dropped by `_due`.
+            _touch(self._waiting / task_id, self._clock())
             events, saved = restamped([current_status(task)], task, moment)
             self._write(task_id, 1, False, events, saved)
             self._indexed(task_id, SUBMITTED)
@@ -259,6 +264,8 @@ class FileStore:
         due = []
         for task_id in _older(folder, cutoff):
             record = self.read(task_id)
+            if record is None and folder is self._waiting and self._never_written(task_id):
+                continue  # a creator killed before it wrote the task: no task, no marker
             if record is None or state_of(record.task) in states:
                 due.append(task_id)  # (gone: its reader says so, as before)
                 continue
@@ -275,6 +282,17 @@ class FileStore:
                     )
                     self._indexed(task_id, state_of(record.task))
         return due
+
+    def _never_written(self, task_id: str) -> bool:
+        """No file of the task at all (under its lock, so not a create in
+        progress): its waiting marker, if still there, is removed."""
+        with self._locked(task_id):
+            if os.path.lexists(self._task_file(task_id)) or os.path.lexists(
+                self._logs.path(task_id)
+            ):
+                return False
+            (self._waiting / task_id).unlink(missing_ok=True)
+            return True
 
     def resent(self, task_id: str) -> None:
         if is_safe_id(task_id):
