@@ -23,7 +23,7 @@ says it has none (the spec's own signal to fall back) rather than repeat one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeVar, cast
 
 # A task or an event: this module sits below `shared.events`, which folds with it.
@@ -59,14 +59,6 @@ def stamped(task: Mapping[str, Any], events: Sequence[Item]) -> list[Item]:
             event = cast(Item, {**event, FIELD: generation})
         out.append(event)
     return out
-
-
-def folded(generation: int, events: Iterable[Mapping[str, Any]]) -> int:
-    """The generation after `events` (as stamped) from `generation`."""
-    for event in events:
-        if counts(event):
-            generation = generation_of(event)
-    return generation
 
 
 Task_ = TypeVar("Task_", bound=Mapping[str, Any])

@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
+from shared.generation import FIRST as FIRST_GENERATION
+
 
 class TaskState(StrEnum):
     """A2A task states, spelled as stored (and as A2A 0.3 sends them)."""
@@ -221,7 +223,7 @@ def new_task(message: Message, context_id: str | None = None, owner: str | None 
         "status": {"state": SUBMITTED, "timestamp": now_iso()},
         "history": [first],
         "metadata": {},
-        "generation": 1,
+        "generation": FIRST_GENERATION,
     }
     if owner is not None:
         task["owner"] = owner

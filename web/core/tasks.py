@@ -74,9 +74,13 @@ class Sent:
     repeated: bool = False  # an earlier send of the same message made the task
 
 
+def owns(task: Task, owner: str) -> bool:
+    return task.get("owner", "") == owner
+
+
 def owned(task: Task | None, task_id: str, owner: str) -> Task:
     """`task` if `owner` created it; otherwise it does not exist for them."""
-    if task is None or task.get("owner", "") != owner:
+    if task is None or not owns(task, owner):
         raise TaskNotFound(f"task {task_id} not found")
     return task
 
@@ -176,7 +180,7 @@ class Tasks:
         if finished is not None and finished.get(query.task_id) is not None:
             return  # finished: it never changes again
         record = self.store.read(query.task_id)
-        if record is None or record.task.get("owner", "") != owner:
+        if record is None or not owns(record.task, owner):
             return
         if _behind(record.task, query.current_generation):
             yield from self._until_past(
