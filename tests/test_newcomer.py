@@ -78,7 +78,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path) -> Pat
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=60)
     done = subprocess.run(
         [
-            *(str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"),
+            *(str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-compile"),
             *("--no-index", "--find-links", str(wheelhouse), "toolnexus-serve"),
         ],
         env=newcomer_env(),
