@@ -46,7 +46,7 @@ from web.core.errors import (
 from web.core.versions import VERSION_HEADER, typed_errors, wire_version
 from web.http.body import JSON
 from web.http.disconnects import HangupMonitor
-from web.http.observe import observe
+from web.http.observe import backlog_of, observe
 from web.jsonrpc.endpoint import RpcEndpoint
 from web.rest.binding import RestEndpoint
 
@@ -82,7 +82,7 @@ def create_app(
     app = Flask(__name__)
     app.extensions["toolnexus"] = tasks
     app.extensions[ASSEMBLY] = assembly
-    observe(app, authenticator)
+    observe(app, authenticator, backlog_of(dispatcher))
 
     @app.before_request
     def screen() -> BaseResponse | None:

@@ -17,6 +17,7 @@ from typing import Any, Final
 from celery import Celery
 
 from shared.broker.amqp import CONFIRM_TIMEOUT, amqp_config, is_amqp
+from shared.broker.backlog import Backlog, amqp_backlog, sent_at
 from shared.broker.dispatcher import CANCEL_COMMAND, FULFIL_TASK
 from shared.broker.redis import broker_transport, celery_broker
 from shared.broker.redis_queue import RedisTaskQueue
@@ -48,6 +49,7 @@ class CeleryDispatcher:
 
     def __init__(self, settings: Settings, *, on_queued: Callable[[], None] = _nothing) -> None:
         self.queue = settings.queue
+        self._queues = (settings.queue, settings.push_queue)
         self._on_queued = on_queued
         transport = broker_transport(settings.broker_url)
         timeouts = {
@@ -89,7 +91,7 @@ class CeleryDispatcher:
             with publishing(FULFIL_TASK, task_id) as trace_headers:
                 # The worker logs the request id beside the task id and
                 # continues the trace (worker.engine.observe, shared.ops.tracing).
-                headers = {CELERY_HEADER: request_id(), **trace_headers}
+                headers = {CELERY_HEADER: request_id(), **sent_at(), **trace_headers}
                 if self._redis_queue is not None:
                     self._redis_queue.send(task_id, headers)
                 else:
@@ -123,6 +125,20 @@ class CeleryDispatcher:
             # came under: a resend's, or one a finished copy left unfindable
             # by id (worker.runtime.cancel).
             self.app.control.broadcast(CANCEL_COMMAND, arguments={"task_id": task_id})
+        except Exception as error:
+            raise BrokerError(f"broker unavailable: {_reason(error)}") from error
+
+    def backlog(self) -> list[Backlog]:
+        """Each queue the workers take from (fulfilment, push): its depth and,
+        on Redis, its oldest message's age (shared.broker.backlog)."""
+        try:
+            if self._redis_queue is not None:
+                return self._redis_queue.backlog(self._queues)
+            with self.app.connection_for_read() as connection:
+                connection.ensure_connection(
+                    max_retries=1, interval_start=0, interval_step=0.2, timeout=CONNECT_TIMEOUT * 2
+                )
+                return amqp_backlog(connection, self._queues)
         except Exception as error:
             raise BrokerError(f"broker unavailable: {_reason(error)}") from error
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import os
 import uuid
+from collections.abc import Sequence
 from typing import Any, Final
 
 import redis
@@ -26,6 +27,7 @@ from celery.utils.time import utcoffset
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from shared.broker.backlog import Backlog, redis_backlog
 from shared.broker.dispatcher import FULFIL_TASK
 from shared.codec import encode_bytes
 from shared.pooling import POOL_WAIT
@@ -121,6 +123,10 @@ class RedisTaskQueue:
         pipe.lpush(self._queue, message)
         pipe.publish(self._event_channel, announcement)
         pipe.execute()
+
+    def backlog(self, queues: Sequence[str]) -> list[Backlog]:
+        """The backlog of these queues on this broker (shared.broker.backlog)."""
+        return redis_backlog(self._client, queues)
 
     def _origin(self) -> str:
         """This process's Celery node name (gen<pid>@<host>), made again after a fork."""

@@ -28,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from prometheus_client import values as prometheus_values
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from prometheus_client.registry import Collector
 
 from shared.addresses import no_delay
 
@@ -76,13 +77,20 @@ def remove_multiprocess_dir() -> None:
         shutil.rmtree(_directory, ignore_errors=True)
 
 
-def exposition() -> tuple[bytes, str]:
-    """The current samples in Prometheus' text format, and its content type."""
+def exposition(*read_now: Collector) -> tuple[bytes, str]:
+    """The current samples in Prometheus' text format, and its content type;
+    `read_now` adds collectors whose figures are read at this scrape."""
     registry: Any = REGISTRY
     if _directory is not None:
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=str(_directory))  # type: ignore[no-untyped-call]
-    return generate_latest(registry), CONTENT_TYPE_LATEST
+    body = generate_latest(registry)
+    if read_now:
+        extra = CollectorRegistry(auto_describe=False)
+        for collector in read_now:
+            extra.register(collector)
+        body += generate_latest(extra)
+    return body, CONTENT_TYPE_LATEST
 
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]

@@ -24,6 +24,7 @@ from typing import Any, Final, TypeVar
 
 from flask import Flask, Response, g, request
 
+from shared.broker.backlog import BacklogSource
 from shared.broker.dispatcher import Dispatcher
 from shared.codec import encode
 from shared.mappings import is_mapping
@@ -33,6 +34,7 @@ from shared.ops.metrics import METRICS_PATH, exposition
 from shared.ops.tracing import trace_flask
 from web.auth.tokens import Authenticator
 from web.core.errors import RequestError
+from web.http.backlog_metrics import BacklogCollector
 from web.http.metrics import latency_of, requests_counted, web_metrics
 from web.http.wsgi import HttpRequest
 
@@ -69,7 +71,10 @@ class Observed:
         return f"{http_method} {self.route}"
 
 
-def observe(app: Flask, authenticator: Authenticator) -> None:
+def observe(app: Flask, authenticator: Authenticator, backlog: BacklogSource | None = None) -> None:
+    """Request ids, logs, traces and metrics for every request; `/metrics`
+    with the broker's `backlog` read at each scrape when given."""
+    read_now = (BacklogCollector(backlog),) if backlog is not None else ()
     trace_flask(app)
     app.before_request(_begin)
     app.after_request(_finish)
@@ -86,7 +91,7 @@ def observe(app: Flask, authenticator: Authenticator) -> None:
             )
             reply.headers["WWW-Authenticate"] = 'Bearer realm="toolnexus"'
             return reply
-        body, content_type = exposition()
+        body, content_type = exposition(*read_now)
         return Response(body, status=200, content_type=content_type)
 
     app.add_url_rule(METRICS_PATH, endpoint="metrics", view_func=metrics, methods=["GET"])
@@ -133,6 +138,13 @@ class CountingDispatcher:
 
     def check(self) -> None:
         self.inner.check()
+
+
+def backlog_of(dispatcher: Dispatcher) -> BacklogSource | None:
+    """Where `/metrics` reads the queues' backlog: the dispatcher (or the one a
+    CountingDispatcher wraps) when it can tell it, else nowhere."""
+    inner = dispatcher.inner if isinstance(dispatcher, CountingDispatcher) else dispatcher
+    return inner if isinstance(inner, BacklogSource) else None
 
 
 def outcome_of(payload: Mapping[str, Any]) -> tuple[str, str]:

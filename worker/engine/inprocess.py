@@ -6,18 +6,22 @@ so there these threads are greenlets, sharing the server's event loop.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
 import threading
 import time
+from collections import deque
 
+from shared.broker.backlog import Backlog
 from shared.errors import BrokerError
 from shared.ops.correlation import correlated, request_id
 from shared.ops.tracing import current_context, within
 from shared.settings import Settings
 from shared.store.contract import Store
 from worker.engine.agent import Agent
+from worker.engine.metrics import worker_metrics
 from worker.engine.observe import observed_fulfil
 
 log = logging.getLogger(__name__)
@@ -52,16 +56,26 @@ class InProcessDispatcher:
         # (task id, the request id and trace context that queued it), or None: stop.
         self._queue: queue.SimpleQueue[tuple[str, str | None, object] | None] = queue.SimpleQueue()
         self._closed = threading.Event()
+        # When each task still in the queue was put there, oldest first.
+        self._queued_at: deque[float] = deque()
         self._threads = [
             threading.Thread(target=self._work, name=f"toolnexus-worker-{n}", daemon=True)
             for n in range(threads or default_threads(settings))
         ]
         for thread in self._threads:
             thread.start()
+        worker_metrics().capacity.set(len(self._threads))
 
     def enqueue(self, task_id: str) -> None:
         self.check()
+        self._queued_at.append(time.time())
         self._queue.put((task_id, request_id(), current_context()))
+
+    def backlog(self) -> list[Backlog]:
+        """The tasks queued in this process that no thread has taken yet."""
+        queued = list(self._queued_at)
+        age = max(0.0, time.time() - queued[0]) if queued else None
+        return [Backlog(self._settings.queue, len(queued), age)]
 
     def revoke(self, task_id: str) -> None:
         log.info("task %s: canceled; a running call finishes, its result is dropped", task_id)
@@ -83,6 +97,8 @@ class InProcessDispatcher:
 
     def _work(self) -> None:
         while (queued := self._queue.get()) is not None:
+            with contextlib.suppress(IndexError):  # taken: no longer waiting
+                self._queued_at.popleft()
             if self._closed.is_set():
                 continue  # drain without running: shutting down
             task_id, queued_by, trace_context = queued

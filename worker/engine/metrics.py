@@ -19,6 +19,8 @@ class WorkerMetrics:
     unanswered: Counter
     calls_held: Gauge
     loop_lag: Gauge
+    running: Gauge
+    capacity: Gauge
 
 
 @cache
@@ -57,5 +59,15 @@ def worker_metrics() -> WorkerMetrics:
             "toolnexus_event_loop_lag_seconds",
             "How late the worker's event loop last woke a sleeper: an agent blocking it",
             multiprocess_mode="livemax",
+        ),
+        running=Gauge(
+            "toolnexus_tasks_running",
+            "Agent calls running now, in all of a worker's processes",
+            multiprocess_mode="livesum",
+        ),
+        capacity=Gauge(
+            "toolnexus_worker_capacity",
+            "Agent calls a worker runs at once (its pool's concurrency)",
+            multiprocess_mode="livesum",
         ),
     )

@@ -37,17 +37,27 @@ def observed_fulfil(
 ) -> str:
     """`fulfil`, logged and counted when this delivery ran the function."""
     started: list[float] = []
+    running = worker_metrics().running
+
+    def on_run() -> None:
+        started.append(time.monotonic())
+        running.inc()
+
     attributes = {"toolnexus.task_id": task_id, "toolnexus.run": settings.run or ""}
-    with span("agent", attributes):
-        state = fulfil(
-            store,
-            task_id,
-            agent,
-            settings,
-            timeout_errors=timeout_errors,
-            on_run=lambda: started.append(time.monotonic()),
-            held=held,
-        )
+    try:
+        with span("agent", attributes):
+            state = fulfil(
+                store,
+                task_id,
+                agent,
+                settings,
+                timeout_errors=timeout_errors,
+                on_run=on_run,
+                held=held,
+            )
+    finally:
+        if started:
+            running.dec()
     # With no function to run, the claiming delivery fails the task itself.
     ran = bool(started) or (agent.run is None and state == FAILED)
     if ran:

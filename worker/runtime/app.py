@@ -32,6 +32,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from kombu.entity import Queue
 
 from shared.broker.amqp import CONFIRM_TIMEOUT, amqp_config, is_amqp
+from shared.broker.backlog import sent_at
 from shared.broker.dispatcher import (
     FULFIL_TASK,
     PUSH_SWEEP_TASK,
@@ -222,6 +223,7 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
             args=[task_id],
             task_id=resend_id(task_id),
             queue=settings.queue,
+            headers=sent_at(),
             confirm_timeout=CONFIRM_TIMEOUT,  # beat must not wait on RabbitMQ for ever
         )
 
@@ -266,6 +268,7 @@ def register_push(app: Celery, settings: Settings, runtime: ProcessRuntime) -> N
             PUSH_TASK,
             args=[task_id, config_id, holder],
             queue=settings.push_queue,
+            headers=sent_at(),
             confirm_timeout=CONFIRM_TIMEOUT,  # beat must not wait on RabbitMQ for ever
         )
 

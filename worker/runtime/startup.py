@@ -37,6 +37,7 @@ from shared.ops.metrics import (
 )
 from shared.ops.startup import startup_line
 from shared.settings import Settings
+from worker.engine.metrics import worker_metrics
 from worker.runtime.pools import celery_pool
 
 log = logging.getLogger("worker.runtime.startup")
@@ -51,6 +52,8 @@ def install(settings: Settings) -> None:
 
     def setup_logging(loglevel: Any = None, **_: Any) -> None:
         configure_logging(settings, root_level=loglevel)
+
+    capacity: list[int] = []  # the worker's concurrency, once Celery has settled it
 
     def name_the_node(sender: Any = None, instance: Any = None, **_: Any) -> None:
         # Only the name Celery makes up; a name given with -n is kept.
@@ -74,6 +77,8 @@ def install(settings: Settings) -> None:
                 getattr(used, "__name__", used),
                 settings.pool,
             )
+        if isinstance(getattr(instance, "concurrency", None), int):
+            capacity.append(instance.concurrency)
         extra = {
             "node": sender,
             "pool": settings.pool,
@@ -84,6 +89,8 @@ def install(settings: Settings) -> None:
         log.info(startup_line("worker", settings, extra, omit=("api_tokens",)))
 
     def worker_ready(**_: Any) -> None:
+        if capacity:  # in the main process, whose gauge lives as long as the worker
+            worker_metrics().capacity.set(capacity[-1])
         _serve(settings)
         # The process that holds the calls on the threads and asyncio pools.
         start_collector(settings.gc_freeze_every, settings.gc_thaw_every)
