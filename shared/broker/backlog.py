@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, runtime_checkable
 
@@ -53,9 +53,7 @@ def sent_at() -> dict[str, float]:
     return {SENT_AT: time.time()}
 
 
-def redis_backlog(
-    client: redis.Redis, queues: Sequence[str], clock: Callable[[], float] = time.time
-) -> list[Backlog]:
+def redis_backlog(client: redis.Redis, queues: Sequence[str]) -> list[Backlog]:
     """The backlog of each queue on a Redis broker, in one round trip."""
     pipe = client.pipeline(transaction=False)
     for queue in queues:
@@ -63,7 +61,7 @@ def redis_backlog(
             pipe.llen(name)
         pipe.lindex(queue, -1)
     replies = pipe.execute()
-    now = clock()
+    now = time.time()
     found = []
     width = 1 + len(_PRIORITY_STEPS) + 1
     for index, queue in enumerate(queues):

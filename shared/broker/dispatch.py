@@ -135,19 +135,14 @@ class CeleryDispatcher:
             if self._redis_queue is not None:
                 return self._redis_queue.backlog(self._queues)
             with self.app.connection_for_read() as connection:
-                connection.ensure_connection(
-                    max_retries=1, interval_start=0, interval_step=0.2, timeout=CONNECT_TIMEOUT * 2
-                )
-                return amqp_backlog(connection, self._queues)
+                return amqp_backlog(_connected(connection), self._queues)
         except Exception as error:
             raise BrokerError(f"broker unavailable: {_reason(error)}") from error
 
     def check(self) -> None:
         try:
             with self.app.connection_for_write() as connection:
-                connection.ensure_connection(
-                    max_retries=1, interval_start=0, interval_step=0.2, timeout=CONNECT_TIMEOUT * 2
-                )
+                _connected(connection)
         except Exception as error:
             raise BrokerError(f"broker unavailable: {_reason(error)}") from error
 
@@ -159,3 +154,11 @@ class CeleryDispatcher:
 
 def _reason(error: Any) -> str:
     return f"{type(error).__name__}: {error}"[:200]
+
+
+def _connected(connection: Any) -> Any:
+    """`connection`, connected within the dispatcher's bound (one quick retry)."""
+    connection.ensure_connection(
+        max_retries=1, interval_start=0, interval_step=0.2, timeout=CONNECT_TIMEOUT * 2
+    )
+    return connection
