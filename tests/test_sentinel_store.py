@@ -74,8 +74,12 @@ def test_the_store_follows_the_promoted_master(group: SentinelGroup) -> None:
                 return None  # connections to the dead node still being dropped
 
         found = wait_for(node, timeout=30, interval=0.1, what="the store on the promoted master")
-        assert found.startswith(f"{promoted[0]}:{promoted[1]} ")
-        assert failovers() == before + 1
+        # The master the Sentinels name now: on a loaded machine they can judge
+        # the promoted node down too (down-after 1 s) and fail over again, to
+        # the old master now in sync; the store must follow that one as well.
+        current = group.master_address()
+        assert current is not None and found.startswith(f"{current[0]}:{current[1]} ")
+        assert failovers() >= before + 1
 
         # The acknowledged write survived; a commit on the new master is heard.
         quiet(waiter)
