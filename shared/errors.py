@@ -54,6 +54,19 @@ class ContextTaken(ToolnexusError):
     """A new task named a context that another caller's tasks already use."""
 
 
+class OwnerLimitExceeded(ToolnexusError):
+    """A send over its owner's limits (`shared.owners.admission`), refused
+    before anything of it is saved or queued: `limit` names which one
+    ("rate" or "max_active"), `retry_after` the seconds after which a send
+    may be accepted again."""
+
+    def __init__(self, message: str, *, limit: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.retry_after = retry_after
+        self.metadata = {"limit": limit}
+
+
 class NotReplicated(StoreError):
     """A write the store's master took but too few replicas confirmed in time:
     it may vanish in a failover, so it is not acknowledged as done."""

@@ -272,6 +272,83 @@ def _json_object(value: str) -> dict[str, Any] | None:
     return loaded
 
 
+# What a per-owner override may set (TOOLNEXUS_OWNER_LIMITS), and whether
+# its value is a whole number; `weight` and `rate` may be fractions.
+OWNER_LIMIT_KEYS: Final = {
+    "rate": False,
+    "burst": True,
+    "max_active": True,
+    "max_running": True,
+    "weight": False,
+}
+
+
+def _rate(value: str) -> float | None:
+    """Sends per second; empty or 0: no limit."""
+    if not value or float(value) == 0:
+        return None
+    number = float(value)
+    if not 0 < number < float("inf"):
+        raise ValueError("must be a positive number of sends per second, or 0 for no limit")
+    return number
+
+
+def _cap(value: str) -> int | None:
+    """A whole number of at least 1; empty or 0: no cap."""
+    number = int(value) if value else 0
+    if number < 0:
+        raise ValueError("must be a whole number of at least 1, or 0 for no cap")
+    return number or None
+
+
+# Per-owner overrides as ((owner, ((limit, value), ...)), ...): immutable, as
+# every setting is; shared/owners/limits.py reads them into a table.
+OwnerOverrides = tuple[tuple[str, tuple[tuple[str, float], ...]], ...]
+
+
+def _owner_limits(value: str) -> OwnerOverrides:
+    """A JSON or YAML file (its path) mapping each owner to the limits that
+    differ from the defaults: {"alice": {"rate": 20, "max_running": 4}}."""
+    if not value:
+        return ()
+    import yaml  # a dependency already; only needed when the file is named
+
+    try:
+        loaded = yaml.safe_load(Path(value).read_text())
+    except OSError as error:
+        raise ValueError(f"cannot read {value!r}: {error.strerror}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise ValueError(f"{value!r} is not JSON or YAML: {error}") from None
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{value!r} must map owners to their limits")
+    table: list[tuple[str, tuple[tuple[str, float], ...]]] = []
+    for owner, limits in loaded.items():
+        if not isinstance(limits, dict):
+            raise ValueError(f"the entry for {owner!r} must map limits to numbers")
+        entry: dict[str, float] = {}
+        for key, number in limits.items():
+            if key not in OWNER_LIMIT_KEYS:
+                raise ValueError(
+                    f"{owner!r}: unknown limit {key!r} (use {', '.join(OWNER_LIMIT_KEYS)})"
+                )
+            whole = OWNER_LIMIT_KEYS[key]
+            valid = (
+                isinstance(number, int | float)
+                and not isinstance(number, bool)
+                and number >= 0
+                and number != float("inf")
+                and (not whole or float(number).is_integer())
+                and (key != "weight" or number > 0)
+            )
+            if not valid:
+                kind = "a whole number" if whole else "a number"
+                least = "above 0" if key == "weight" else "of at least 0 (0: no limit)"
+                raise ValueError(f"{owner!r}: {key} must be {kind} {least}")
+            entry[key] = float(number)
+        table.append((str(owner), tuple(entry.items())))
+    return tuple(table)
+
+
 def _env(name: str, parse: Callable[[str], Any], default: Any) -> Any:
     return field(default=default, metadata={"env": f"TOOLNEXUS_{name}", "parse": parse})
 
@@ -394,6 +471,22 @@ class Settings:
     # MiB of finished tasks (as JSON) each front-end process answers GetTask
     # for from its own memory; 0 asks the store every time
     finished_cache_mb: int = _env("FINISHED_CACHE_MB", _count_or_zero, 32)
+    # per-owner limits (shared/owners/limits.py; docs/fair-share.md), each
+    # off by default: sends a second with a burst, shared by every front end
+    # through the store; tasks an owner has unfinished at once; tasks of an
+    # owner published or running at once across the fleet (the rest wait)
+    owner_rate: float | None = _env("OWNER_RATE", _rate, None)
+    owner_burst: int | None = _env("OWNER_BURST", _cap, None)
+    owner_max_active: int | None = _env("OWNER_MAX_ACTIVE", _cap, None)
+    owner_max_running: int | None = _env("OWNER_MAX_RUNNING", _cap, None)
+    # a JSON or YAML file of per-owner values over those (and each owner's
+    # weight in the fair share)
+    owner_limits: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = _env(
+        "OWNER_LIMITS", _owner_limits, ()
+    )
+    # workers take the next task round-robin over owners (weighted), not in
+    # arrival order
+    fair_share: bool = _env("FAIR_SHARE", _flag, True)
     # a message id a caller already sent names the same message (a retry);
     # false for peers that reuse message ids for different messages
     idempotent_sends: bool = _env("IDEMPOTENT_SENDS", _flag, True)
@@ -416,6 +509,9 @@ class Settings:
     # the task console (web/console/views.py): pages at /console that call the API
     # as any browser client would; the embedded server turns it on by default
     console: bool = _env("CONSOLE", _flag, False)
+    # principals (token names, `jwt:<subject>`) the console's turn counts show
+    # every owner's counts to; empty: each caller sees only its own
+    admin_tokens: tuple[str, ...] = _env("ADMIN_TOKENS", _names, ())
     # the extended agent card (GetExtendedAgentCard, GET /extendedAgentCard):
     # fields laid over the public card for callers past the bearer check;
     # unset: none is offered

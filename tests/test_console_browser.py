@@ -2,7 +2,8 @@
 embedded server, console on by default) with its in-process worker running
 tests/support/console_agent.py, and two principals (alice, bob); and once
 against compose.yaml's services (gunicorn, a Celery worker, beat, Redis)
-with the console turned on.
+with the console turned on. The turn counts over the list are checked on an
+in-process front end whose broker runs nothing, so tasks stay held.
 
 Tasks are sent through the API by the official a2a-sdk client; what the
 pages show is checked against what the API says. The run saves screenshots
@@ -28,12 +29,15 @@ from a2a.client import ClientConfig, ClientFactory
 from a2a.client.card_resolver import A2ACardResolver
 from a2a.types import Message, Part, Role, SendMessageRequest
 
+from shared import Settings, memory_store
 from tests.support.a2a import wait_ready
 from tests.support.browser import chromium
 from tests.support.compose import local_stack
 from tests.support.embedded import embedded_server
 from tests.support.polling import wait_for
 from tests.support.redis_server import ci
+from tests.test_web_support import NoBroker, live_server
+from web import create_app
 from web.console.views import CONTENT_SECURITY_POLICY
 
 try:
@@ -512,6 +516,48 @@ def test_the_console_works_from_the_keyboard_and_refuses_a_wrong_token(
     page.keyboard.press("Enter")
     page.wait_for_url(f"**/console/tasks/{task_id}")
     tab.wait_state("completed")
+
+
+def test_the_list_shows_the_callers_tasks_waiting_for_their_turn(
+    browser: Any, tmp_path: Path
+) -> None:
+    """The counts line over the list (GET /console/api/turns): a front end
+    whose broker runs nothing and where no worker registered its slots takes
+    one task into flight and holds the rest. Alice sees her own counts; Bob,
+    an administrator here (TOOLNEXUS_ADMIN_TOKENS), every owner's."""
+    settings = Settings(
+        console=True,
+        api_tokens=tuple(f"{who}:{token}" for who, token in TOKENS.items()),
+        admin_tokens=("bob",),
+    )
+    app = create_app(settings, store=memory_store(), dispatcher=NoBroker())
+    with live_server(app) as (base, _):
+        held = Console(base, tmp_path)
+        for n in range(3):
+            message = {
+                "role": "ROLE_USER",
+                "messageId": uuid.uuid4().hex,
+                "parts": [{"text": f"{n}"}],
+            }
+            params = {"message": message, "configuration": {"returnImmediately": True}}
+            held.call("alice", "SendMessage", params)
+        alice, bob = Tab(browser, held), Tab(browser, held)
+        try:
+            alice.sign_in("alice")
+            mine = "Your tasks: 2 waiting for their turn, 1 running or queued."
+            expect(alice.page.locator("#turns-mine")).to_have_text(mine)
+            assert alice.page.locator("#turns-owners").count() == 0
+            bob.sign_in("bob")
+            expect(bob.page.locator("#turns-mine")).to_have_text(
+                "Your tasks: 0 waiting for their turn, 0 running or queued."
+            )
+            row = bob.page.locator("#turns-owners tbody tr", has_text="alice")
+            expect(row).to_have_text(re.compile(r"alice\s*2\s*1"))
+            for tab in (alice, bob):
+                assert tab.errors == [] and tab.dialogs == []
+        finally:
+            alice.context.close()
+            bob.context.close()
 
 
 @pytest.fixture(scope="module")

@@ -85,6 +85,9 @@ def gunicorn(
         "TOOLNEXUS_MAX_BODY": str(MAX_BODY),
         "TOOLNEXUS_BLOCKING_TIMEOUT": "0.001",
         "TOOLNEXUS_KEEPALIVE": "600",  # a stream with nothing to say stays silent
+        # Every send straight to the broker, where `BrokerQueue` reads it: with
+        # fair turns and no worker's slots, all but one would wait in the book.
+        "TOOLNEXUS_FAIR_SHARE": "false",
     }
     with local_stack(tmp_path, overrides) as (_, stack):
         stack.start("web", WEB_CONCURRENCY="1", TOOLNEXUS_STORE=f"file:{directory}")

@@ -73,7 +73,10 @@ def send(session: requests.Session, url: str, n: int, timeout: float = 30) -> st
 def test_a_burst_waits_for_broker_connections_and_an_outage_still_fails_fast(
     tmp_path: Path, broker: RedisServer
 ) -> None:
-    settings = {"TOOLNEXUS_RUN": "examples.agents:slow"}
+    # Every send publishes at once (no turns): the burst's subject is the
+    # publish path's connections; with fair turns and no worker, all but one
+    # task would wait in the turn book instead (tests/test_fair_share.py).
+    settings = {"TOOLNEXUS_RUN": "examples.agents:slow", "TOOLNEXUS_FAIR_SHARE": "false"}
     with local_stack(tmp_path, settings) as (_, stack):
         web = stack.start("web", WEB_CONCURRENCY="1", TOOLNEXUS_BROKER_URL=broker.url)
         session = requests.Session()

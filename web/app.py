@@ -82,7 +82,8 @@ def create_app(
     app = Flask(__name__)
     app.extensions["toolnexus"] = tasks
     app.extensions[ASSEMBLY] = assembly
-    observe(app, authenticator, backlog_of(dispatcher))
+    book = tasks.turns.book if tasks.turns is not None else None
+    observe(app, authenticator, backlog_of(dispatcher), book, settings.queue)
 
     @app.before_request
     def screen() -> BaseResponse | None:
@@ -116,7 +117,7 @@ def create_app(
         app.add_url_rule(path, view_func=agent_card, endpoint=path, methods=["GET"])
 
     if settings.console:
-        install_console(app, settings, task_store, authenticator.required)
+        install_console(app, settings, task_store, authenticator, book)
 
     @app.get("/")
     def index() -> BaseResponse:

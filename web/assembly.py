@@ -20,6 +20,7 @@ from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
 
 from shared.broker.dispatcher import Dispatcher
+from shared.owners.admission import admission
 from shared.settings import Settings
 from shared.store.wiring import load_hook, open_store
 from web.auth.tokens import Authenticator, authenticator_for
@@ -107,7 +108,12 @@ def assemble(
     dispatcher = dispatcher if dispatcher is not None else celery_dispatcher(settings)
     authenticator = authenticator_for(settings)
     browsers = browser_policy(settings, strict_hosts=strict_hosts)
-    tasks = Tasks(settings, task_store, dispatcher, load_hook(settings))
+    # The owners' send limits on the store's ledger, made once; None (nothing
+    # on a send's way) when none is set. A user's store may keep no ledger
+    # (two methods, or a whole contract that predates it): a limit then
+    # stops start-up, naming it.
+    limits = admission(settings, getattr(task_store, "send_ledger", None))
+    tasks = Tasks(settings, task_store, dispatcher, load_hook(settings), admission=limits)
     overrides = {**(settings.card or {}), **(card or {})}
     return Assembly(settings, tasks, authenticator, browsers, overrides)
 

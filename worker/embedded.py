@@ -45,7 +45,7 @@ from worker.embedded_flags import EMBEDDED_OVERRIDES
 from worker.embedded_flags import parse_embedded_args as parse_args
 from worker.engine.agent import load_agent
 from worker.engine.inprocess import InProcessDispatcher, default_threads
-from worker.engine.reaper import ReaperThread, resend_waiting
+from worker.engine.reaper import ReaperThread, resend_waiting, turns_send
 from worker.push.delivery import push_thread
 
 if TYPE_CHECKING:
@@ -84,18 +84,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning(note)
     tracing.enable(PROGRAM)  # when the `otel` extra is installed
     dispatcher = InProcessDispatcher(store, agent, settings)
+    counting = CountingDispatcher(dispatcher)
+    turns = dispatcher.turns
     server: WSGIServer | None = None
     grpc_server: GrpcServer | None = None
     try:
-        app = create_app(
-            settings, store=store, dispatcher=CountingDispatcher(dispatcher), strict_hosts=True
-        )
+        app = create_app(settings, store=store, dispatcher=counting, strict_hosts=True)
         server = gevent_server(
             listening_socket(settings.host, settings.port), app, idle_timeout=settings.idle_timeout
         )
         if settings.grpc_url is not None:
             grpc_server = serve_grpc(settings, assembly_of(app))
-        if resumed := resend_waiting(store, dispatcher.enqueue, time.time(), 0.0):
+        resend = dispatcher.enqueue if turns is None else turns_send(turns, store)
+        if resumed := resend_waiting(store, resend, time.time(), 0.0):
             log.info("queued %d task(s) left submitted by a previous run", len(resumed))
     except (ToolnexusError, OSError, RuntimeError) as error:  # bad skills dir, store down,
         # a port taken (grpcio says so with a RuntimeError)
@@ -113,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         input_timeout=settings.input_timeout,
         on_terminal=agent.on_task,
         clock=time.time,
+        turns=turns,
     ).start()
     pusher = push_thread(store, settings)
     collector = start_collector(settings.gc_freeze_every, settings.gc_thaw_every)

@@ -47,6 +47,9 @@ class CeleryDispatcher:
     """`on_queued` runs after each message is on the broker: the front end
     passes its counter in at wiring, so this package imports no web code."""
 
+    # Its workers (worker.runtime.app) make room in the turn book as each delivery ends.
+    takes_turns = True
+
     def __init__(self, settings: Settings, *, on_queued: Callable[[], None] = _nothing) -> None:
         self.queue = settings.queue
         self._queues = (settings.queue, settings.push_queue)

@@ -42,6 +42,15 @@ class Dispatcher(Protocol):
         """Raise BrokerError when work could not be enqueued right now."""
 
 
+def takes_turns(dispatcher: object) -> bool:
+    """Whether the workers behind `dispatcher` make room in the turn book as
+    their deliveries end (`shared.owners.turns`): this project's Celery
+    workers and in-process threads do. Any other dispatcher (a user's, a
+    test's) is handed every task at once, in arrival order, since nothing
+    behind it would give a held task its turn."""
+    return bool(getattr(dispatcher, "takes_turns", False))
+
+
 def is_resend(celery_id: str, task_id: str) -> bool:
     """Whether the message with `celery_id` for `task_id` is one of the reaper's resends."""
     return celery_id.startswith(task_id + RESEND_MARK)

@@ -19,7 +19,8 @@ what a store can do. What the adapter gives it:
 - `claim` the long way (read, check, save);
 - time indexes that hold nothing (no heartbeats kept, nothing to reap or
   re-send), no listing (`Unsupported`), no record of the reaper's runs
-  (`Unsupported`), no push notifications.
+  (`Unsupported`), no push notifications, no ledger of per-owner sends
+  (so no send limit can be set with it).
 
 `adapt(store)` logs one line at start-up naming what the store lacks.
 """
@@ -28,16 +29,20 @@ from __future__ import annotations
 
 import logging
 from contextlib import AbstractContextManager
-from typing import Final, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from shared.errors import Unsupported
 from shared.events import Event, StatusUpdate, current_status
+from shared.owners.book import TurnBook
 from shared.push.contract import PushStore
 from shared.store.contract import Commit, Created, Outcome, Record, TaskStore
 from shared.store.listing import Listing, Query
 from shared.store.wakeups import Notifier, Poller, Waiter
 from shared.task import Task, epoch
 from shared.transitions import claim_by_commit
+
+if TYPE_CHECKING:
+    from shared.owners.admission import SendLedger
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +175,12 @@ class Adapted:
             closing()
 
     def push_store(self, ttl: float | None = None) -> PushStore | None:
+        return None
+
+    def turn_book(self) -> TurnBook | None:
+        return None
+
+    def send_ledger(self) -> SendLedger | None:
         return None
 
     # --- what the poller reads ----------------------------------------------

@@ -27,6 +27,8 @@ from shared.store.listing import Listing, Query
 from shared.task import Task
 
 if TYPE_CHECKING:
+    from shared.owners.admission import SendLedger
+    from shared.owners.book import TurnBook
     from shared.push.contract import PushStore
 
 # One safe file name: starts with a letter or digit (so never "." or ".."),
@@ -236,6 +238,13 @@ class Store(TaskStore, Protocol):
     def close(self) -> None: ...
 
     def push_store(self, ttl: float | None = None) -> PushStore | None: ...
+
+    def turn_book(self) -> TurnBook | None:
+        """Its book of fair turns (`shared.owners.turns`); None: it keeps none."""
+
+    def send_ledger(self) -> SendLedger | None:
+        """Its owners' send limits (`shared.owners.admission`), shared by every
+        process on the store; None: it keeps none (no limit can be set)."""
 
 
 # What a store must have to be used as it is; anything less is adapted.

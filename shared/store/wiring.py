@@ -13,6 +13,7 @@ from typing import cast
 
 from shared.errors import ConfigError
 from shared.loading import load_object
+from shared.owners.book import TurnBook
 from shared.settings import Settings
 from shared.store.adapter import adapt
 from shared.store.contract import Store, is_full_store
@@ -50,3 +51,10 @@ def load_hook(settings: Settings) -> OnTerminal | None:
     if not callable(hook):
         raise ConfigError(f"TOOLNEXUS_ON_TASK: {settings.on_task!r} is not callable")
     return cast(OnTerminal, hook)
+
+
+def turn_book_of(store: Store) -> TurnBook | None:
+    """The store's turn book; None for a user's store that keeps none (a
+    whole-contract store of a user's may predate the book)."""
+    book = getattr(store, "turn_book", None)
+    return book() if callable(book) else None

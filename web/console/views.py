@@ -7,7 +7,9 @@ A2A JSON-RPC API at `POST /` exactly as any browser client would: ListTasks,
 GetTask, SubscribeToTask, SendStreamingMessage, CancelTask, with the token
 the user pasted (kept in the tab's sessionStorage) as `Authorization`. The
 server renders no task data, so the console shows only what the API shows
-its caller: the API's owner scoping is the console's.
+its caller: the API's owner scoping is the console's. Its one call of its
+own, the caller's turn counts (`web.console.turns`), checks the same token
+the same way.
 
 Every console response carries a Content-Security-Policy that allows only
 this origin's own script and style (no inline script, no `eval`, nothing
@@ -23,9 +25,12 @@ from typing import Any, Final
 from flask import Blueprint, Flask, Request, render_template, request
 from werkzeug.wrappers import Response
 
+from shared.owners.book import TurnBook
 from shared.settings import Settings
 from shared.store.contract import Store
 from shared.task import TaskState
+from web.auth.tokens import Authenticator
+from web.console.turns import JSON, TURNS_PATH, TurnCounts
 
 PREFIX: Final = "/console"
 CONTENT_SECURITY_POLICY: Final = "; ".join(
@@ -52,8 +57,15 @@ _PAGE_HEADERS: Final = {
 STATE_NAMES: Final = tuple(state.value for state in TaskState)
 
 
-def install_console(app: Flask, settings: Settings, store: Store, auth_required: bool) -> None:
-    """Serve the console on `app` (call only when the console is on)."""
+def install_console(
+    app: Flask,
+    settings: Settings,
+    store: Store,
+    authenticator: Authenticator,
+    book: TurnBook | None = None,
+) -> None:
+    """Serve the console on `app` (call only when the console is on); `book`
+    is the turn book the front end takes turns on (None: turns are off)."""
     console = Blueprint(
         "console",
         __name__,
@@ -63,7 +75,7 @@ def install_console(app: Flask, settings: Settings, store: Store, auth_required:
     )
     shared: dict[str, Any] = {
         "agent_name": settings.name,
-        "auth_required": auth_required,
+        "auth_required": authenticator.required,
         "states": STATE_NAMES,
         "lists_by_scan": lists_by_scan(store),
     }
@@ -81,6 +93,13 @@ def install_console(app: Flask, settings: Settings, store: Store, auth_required:
     @console.get("/tasks/<path:task_id>")
     def task(task_id: str) -> str:
         return render_template("console/task.html", **shared, **_page(request), task_id=task_id)
+
+    counts = TurnCounts(authenticator, book, settings.admin_tokens)
+
+    @console.get(TURNS_PATH)
+    def turns() -> Response:
+        body, status, headers = counts.reply(request.headers.get("Authorization"))
+        return Response(body, status=status, headers=headers, mimetype=JSON)
 
     console.after_request(with_page_headers)
     app.register_blueprint(console)  # `/console` redirects to `/console/`

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -23,6 +24,7 @@ from shared.errors import (
     ContextTaken,
     InvalidTaskId,
     InvalidTransition,
+    OwnerLimitExceeded,
     StoreError,
     TaskNotCancelable,
     TaskNotFound,
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 
 ERROR_INFO: Final = "type.googleapis.com/google.rpc.ErrorInfo"
 BAD_REQUEST: Final = "type.googleapis.com/google.rpc.BadRequest"
+RETRY_INFO: Final = "type.googleapis.com/google.rpc.RetryInfo"
 A2A_DOMAIN: Final = "a2a-protocol.org"
 OWN_DOMAIN: Final = "toolnexus-serve"
 
@@ -159,7 +162,9 @@ class WireError:
     the HTTP status of each binding (`http_status`: JSON-RPC's; `rest_status`
     and `status`, the google.rpc code name: HTTP+JSON's; `status` is also the
     gRPC binding's status code) and any context worth returning (e.g. the
-    task id)."""
+    task id); `retry_after`, seconds, when the peer may try again then
+    (JSON-RPC's `data.retryAfter`, a RetryInfo detail, HTTP+JSON's
+    `Retry-After`)."""
 
     code: int
     message: str
@@ -170,6 +175,7 @@ class WireError:
     metadata: dict[str, str] = dataclasses.field(default_factory=dict)
     rest_status: int = 500
     status: str = "INTERNAL"
+    retry_after: float | None = None
 
 
 # google.rpc code names: HTTP+JSON's `error.status`, and the gRPC binding's
@@ -213,9 +219,16 @@ _TABLE: Final[tuple[tuple[type[Exception], int, str, int, int, str], ...]] = (
     ),
     (VersionNotSupported, -32009, "VERSION_NOT_SUPPORTED", 200, 400, _PRECONDITION),
     (TaskGenerationMismatch, -32010, "TASK_GENERATION_MISMATCH", 200, 409, "ABORTED"),
+    (OwnerLimitExceeded, -32029, "OWNER_LIMIT_EXCEEDED", 200, 429, "RESOURCE_EXHAUSTED"),
     (Unauthorized, -32000, "UNAUTHENTICATED", 401, 401, "UNAUTHENTICATED"),
     (AuthUnavailable, -32603, "AUTH_UNAVAILABLE", 503, 503, _UNAVAILABLE),
 )
+
+
+# Reasons this service defines itself (their ErrorInfo's domain is its own):
+# a send over its owner's limits (-32029: in JSON-RPC's range for server
+# errors, clear of A2A's -32001..-32009 and this service's -32010; 29 for 429).
+_OWN_REASONS: Final = frozenset({"OWNER_LIMIT_EXCEEDED"})
 
 
 def describe(error: BaseException, *, task_id: str | None = None) -> WireError:
@@ -229,15 +242,20 @@ def describe(error: BaseException, *, task_id: str | None = None) -> WireError:
         if isinstance(error, kind):
             where = getattr(error, "field", None)
             metadata.update(getattr(error, "metadata", {}))
+            retry_after: float | None = getattr(error, "retry_after", None)
+            if retry_after is not None:  # for readers of ErrorInfo alone (the a2a-sdk's errors)
+                metadata["retryAfter"] = f"{retry_seconds(retry_after):.3f}".rstrip("0").rstrip(".")
             return WireError(
                 code,
                 str(error),
                 reason,
+                OWN_DOMAIN if reason in _OWN_REASONS else A2A_DOMAIN,
                 http_status=status,
                 field=where,
                 metadata=metadata,
                 rest_status=rest_status,
                 status=rest_name,
+                retry_after=retry_after,
             )
     if isinstance(error, StoreError | BrokerError):
         log.warning("%s fault: %s", "store" if isinstance(error, StoreError) else "broker", error)
@@ -265,17 +283,20 @@ def error_body(wire: WireError, request_id: object, *, typed_data: bool) -> dict
     error: dict[str, Any] = {"code": wire.code, "message": wire.message}
     if typed_data:
         error["data"] = details(wire)
-    elif wire.metadata or wire.field is not None:
+    elif wire.metadata or wire.field is not None or wire.retry_after is not None:
         plain: dict[str, Any] = dict(wire.metadata)
         if wire.field is not None:
             plain["field"] = wire.field
+        if wire.retry_after is not None:
+            plain["retryAfter"] = retry_seconds(wire.retry_after)
         error["data"] = plain
     return {"jsonrpc": "2.0", "id": request_id, "error": error}
 
 
 def details(wire: WireError) -> list[dict[str, Any]]:
     """The typed details of an error (ProtoJSON `Any`s): a google.rpc.ErrorInfo,
-    plus a BadRequest naming the field when one is at fault."""
+    plus a BadRequest naming the field when one is at fault, and a RetryInfo
+    when the peer may try again after a while."""
     found: list[dict[str, Any]] = [
         {
             "@type": ERROR_INFO,
@@ -287,7 +308,19 @@ def details(wire: WireError) -> list[dict[str, Any]]:
     if wire.field is not None:
         violation = {"field": wire.field, "description": wire.message}
         found.append({"@type": BAD_REQUEST, "fieldViolations": [violation]})
+    if wire.retry_after is not None:
+        found.append({"@type": RETRY_INFO, "retryDelay": f"{retry_seconds(wire.retry_after):.3f}s"})
     return found
+
+
+def retry_seconds(seconds: float) -> float:
+    """A retry hint as the wire gives it: to the millisecond, rounded up."""
+    return max(0.001, math.ceil(seconds * 1000) / 1000)
+
+
+def retry_after_header(seconds: float) -> str:
+    """HTTP's `Retry-After`: whole seconds, rounded up, at least 1."""
+    return str(max(1, math.ceil(seconds)))
 
 
 def status_body(wire: WireError) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import Any, Final, Literal
 from shared.dialects import stored_part, stored_role, stored_state
 from shared.generation import parsed as parsed_generation
 from shared.mappings import is_mapping
+from shared.owners.turns import PRIORITY_KEY, priority_problem
 from shared.quoting import shown
 from shared.store.contract import is_safe_id
 from shared.task import PART_KINDS, Message, Part
@@ -109,6 +110,9 @@ def send_params(params: object) -> SendParams:
     context_id = _optional_text(message.get("contextId"), "message.contextId", MAX_ID_LENGTH)
     if "metadata" in message:
         stored["metadata"] = dict(_value(message["metadata"], "message.metadata", object_only=True))
+        if problem := priority_problem(stored):
+            field = f"message.metadata.{PRIORITY_KEY}"
+            raise InvalidParams(f"{field} {problem}", field=field)
     if "extensions" in message:
         stored["extensions"] = _strings(message["extensions"], "message.extensions")
     if "referenceTaskIds" in message:

@@ -9,6 +9,12 @@ Every task belongs to the caller that created it (`owner`; "" when the
 service runs without auth). Another caller is told the task does not exist.
 Once a task is saved, any error on the way out names it (`TaskError`), so
 the peer can ask GetTask instead of sending again.
+
+With per-owner send limits (`shared.owners.admission`) a send is admitted
+before anything of it is saved: it takes a token of its owner's rate (a
+follow-up and a retry too), and one that would create a task reserves a
+slot among the owner's unfinished tasks; a retry of an accepted message,
+which makes no task, takes none (see `_reserve`).
 """
 
 from __future__ import annotations
@@ -18,21 +24,25 @@ import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
-from shared.broker.dispatcher import Dispatcher
+from shared.broker.dispatcher import Dispatcher, takes_turns
 from shared.errors import (
     ContextTaken,
     InvalidTransition,
+    OwnerLimitExceeded,
     StoreError,
     TaskNotCancelable,
     TaskNotFound,
 )
 from shared.events import Event, message_added, status_update, to_state
 from shared.generation import UNKNOWN, counts, generation_of
+from shared.owners.admission import Admission
+from shared.owners.turns import turns_for
 from shared.push.contract import PushConfig, PushStore, TooManyConfigs
 from shared.quoting import shown
 from shared.settings import Settings
 from shared.store.contract import Record, Store, message_key
 from shared.store.follow import follow
+from shared.store.wiring import turn_book_of
 from shared.task import (
     CANCELED,
     FAILED,
@@ -92,8 +102,13 @@ class Tasks:
         store: Store,
         dispatcher: Dispatcher,
         hook: OnTerminal | None = None,
+        *,
+        admission: Admission | None = None,
     ) -> None:
+        """`admission`: the owners' send limits (`shared.owners.admission`),
+        None when none is set."""
         self.store = store
+        self.admission = admission
         self.dispatcher = dispatcher
         self.blocking_timeout = settings.blocking_timeout
         self.long_poll_timeout = settings.long_poll_timeout
@@ -105,6 +120,10 @@ class Tasks:
         self.max_webhooks = settings.push_max_configs
         budget = settings.finished_cache_mb * 2**20
         self.finished = FinishedTasks(budget, settings.task_ttl) if budget else None
+        # Fair turns over owners: a send is held in the store's turn book and
+        # published when its turn comes (shared.owners.turns).
+        book = turn_book_of(store) if takes_turns(dispatcher) else None
+        self.turns = turns_for(settings, book, dispatcher.enqueue, dispatcher.check)
 
     def send(self, params: SendParams, owner: str, *, blocking: bool) -> Sent:
         # The bound counts from the request, not from the end of saving and
@@ -128,6 +147,8 @@ class Tasks:
                     f"message.parts[{index}] is {shown(media_type)}; this agent accepts"
                     f" {', '.join(self.input_modes)}"
                 )
+        if self.admission is not None:
+            self.admission.take(owner)  # the owner's rate: before anything is saved
         if params.task_id is None:
             sent, fresh = self._create(params, owner)
         else:
@@ -230,7 +251,18 @@ class Tasks:
             self.dispatcher.revoke(task_id)
         except Exception:  # the stored `canceled` already wins over a late worker
             log.warning("could not revoke task %s", task_id, exc_info=True)
+        self._out_of_turn(task_id)
         return outcome.task
+
+    def _out_of_turn(self, task_id: str) -> None:
+        """A finished task leaves the turn book (if it waited there, its turn
+        goes to the next); beat's sweep does it should this fail."""
+        if self.turns is None:
+            return
+        try:
+            self.turns.released([task_id])
+        except Exception:
+            log.warning("task %s: could not leave the turn book", task_id, exc_info=True)
 
     # --- push notification configs ----------------------------------------------
 
@@ -291,15 +323,20 @@ class Tasks:
         task = new_task(params.message, params.context_id, owner or None)
         push = self._push() if params.webhook is not None else None  # refused before anything
         key = message_key(owner, params.message["messageId"]) if self.idempotent else None
+        reserved = self._reserve(owner, task["id"], key, params.message)
         try:
             created = self.store.create(task, key)
         except ContextTaken as error:
+            if reserved:
+                self._unreserve(owner, task["id"])
             raise InvalidParams(str(error), field="message.contextId") from None
         if not created.created and _moved_on(created.task, params.message):
             # The caller continued or canceled the task this message id made:
             # it cannot be a retry of a lost reply (that caller never knew the
             # task), so it is a new message that reuses the id.
             created = self.store.create(task, key, supersedes=created.task["id"])
+        if reserved and not created.created:
+            self._unreserve(owner, task["id"])  # a retry: its task holds its slot
         if push is not None and params.webhook is not None:
             # Saved once the task exists (a retry's goes with the task it made)
             # and before it is queued: the feed starts at the task's first
@@ -309,6 +346,45 @@ class Tasks:
         if created.created:
             return Sent(created.task, 1), True
         return self._as_it_stands(created.task["id"]), False
+
+    def _reserve(self, owner: str, task_id: str, key: str | None, message: Message) -> bool:
+        """A slot among the owner's unfinished tasks for `task_id`, the task
+        this send would create: True when one was reserved. At the cap, a
+        retry of a message already accepted (whose task the caller has not
+        moved on from) goes through without one: it makes no new task. A
+        reservation whose create fails on the store is kept: the check at
+        the cap drops it once its task is found missing."""
+        admission = self.admission
+        if admission is None:
+            return False
+        try:
+            return admission.reserve(owner, task_id, self._finished_or_gone)
+        except OwnerLimitExceeded:
+            if key is not None and self._repeats(admission, key, message):
+                return False
+            raise
+
+    def _repeats(self, admission: Admission, key: str, message: Message) -> bool:
+        """`message` repeats one this caller sent before, whose task stands."""
+        earlier = admission.accepted(key)
+        task = self.store.get(earlier) if earlier is not None else None
+        return task is not None and not _moved_on(task, message)
+
+    def _finished_or_gone(self, task_id: str) -> bool | None:
+        """Whether the task is finished; None when the store has no such task."""
+        if self.finished is not None and self.finished.get(task_id) is not None:
+            return True
+        task = self.store.get(task_id)
+        return None if task is None else is_terminal(state_of(task))
+
+    def _unreserve(self, owner: str, task_id: str) -> None:
+        """Give back a slot no task took; should that fail, the check at the
+        cap drops it later (its task is never found)."""
+        assert self.admission is not None
+        try:
+            self.admission.release(owner, task_id)
+        except StoreError:
+            log.warning("task %s: could not give back its owner's slot", task_id)
 
     def _resume(self, params: SendParams, owner: str) -> tuple[Sent, bool]:
         assert params.task_id is not None
@@ -360,7 +436,10 @@ class Tasks:
         and a failed task that a worker then skips says why; one left
         `submitted` would wait for beat's resend, where beat runs at all."""
         try:
-            self.dispatcher.enqueue(task["id"])
+            if self.turns is not None:
+                self.turns.enqueue(task)
+            else:
+                self.dispatcher.enqueue(task["id"])
         except Exception as error:
             self._not_queued(task, error)
             raise TaskError(error, task["id"]) from error
@@ -377,6 +456,7 @@ class Tasks:
                 to_state(FAILED, agent_message(reason)),
                 on_terminal=self._hook,
             )
+            self._out_of_turn(task["id"])
         except StoreError:
             # Both down: the task stays `submitted`, and beat resends it from
             # the store's waiting index once the broker is back.

@@ -11,7 +11,7 @@ the caller's version: the SDK's compiled 1.0 messages, or the 1.1 draft's
 
 An error is the google.rpc.Status that HTTP+JSON sends as JSON
 (`web.core.errors.status_body`), with its gRPC code from the same table's code
-name and its details (ErrorInfo, BadRequest) packed as `Any`s in the
+name and its details (ErrorInfo, BadRequest, RetryInfo) packed as `Any`s in the
 `grpc-status-details-bin` trailer, as spec 1.0.1 §10 and the official
 clients expect.
 """
@@ -38,8 +38,12 @@ from web.grpc import draft11
 P = TypeVar("P", bound=ProtoMessage)
 
 DETAILS_KEY: Final = "grpc-status-details-bin"
-# ErrorInfo and BadRequest must be in the descriptor pool for ParseDict to pack them.
-_DETAIL_TYPES: Final = (error_details_pb2.ErrorInfo, error_details_pb2.BadRequest)
+# ErrorInfo, BadRequest and RetryInfo must be in the descriptor pool for ParseDict to pack them.
+_DETAIL_TYPES: Final = (
+    error_details_pb2.ErrorInfo,
+    error_details_pb2.BadRequest,
+    error_details_pb2.RetryInfo,
+)
 _CODES: Final = {code.name: code for code in grpc.StatusCode}
 _CACHED_UP_TO: Final = 16 * 1024  # bytes of JSON: at most 1024 x 16 KiB remembered
 

@@ -25,13 +25,14 @@ from typing import Any, Final, TypeVar
 from flask import Flask, Response, g, request
 
 from shared.broker.backlog import BacklogSource
-from shared.broker.dispatcher import Dispatcher
+from shared.broker.dispatcher import Dispatcher, takes_turns
 from shared.codec import encode
 from shared.mappings import is_mapping
 from shared.ops.correlation import REQUEST_ID_HEADER, Binding, accepted_request_id, bind
 from shared.ops.logs import fields
 from shared.ops.metrics import METRICS_PATH, exposition
 from shared.ops.tracing import trace_flask
+from shared.owners.book import TurnBook
 from web.auth.tokens import Authenticator
 from web.core.errors import RequestError
 from web.http.backlog_metrics import BacklogCollector
@@ -71,10 +72,17 @@ class Observed:
         return f"{http_method} {self.route}"
 
 
-def observe(app: Flask, authenticator: Authenticator, backlog: BacklogSource | None = None) -> None:
+def observe(
+    app: Flask,
+    authenticator: Authenticator,
+    backlog: BacklogSource | None = None,
+    book: TurnBook | None = None,
+    queue: str | None = None,
+) -> None:
     """Request ids, logs, traces and metrics for every request; `/metrics`
-    with the broker's `backlog` read at each scrape when given."""
-    read_now = (BacklogCollector(backlog),) if backlog is not None else ()
+    with the broker's `backlog` read at each scrape when given, counting the
+    tasks the turn `book` holds for `queue`."""
+    read_now = (BacklogCollector(backlog, book, queue),) if backlog is not None else ()
     trace_flask(app)
     app.before_request(_begin)
     app.after_request(_finish)
@@ -128,6 +136,7 @@ class CountingDispatcher:
 
     def __init__(self, inner: Dispatcher) -> None:
         self.inner = inner
+        self.takes_turns = takes_turns(inner)
 
     def enqueue(self, task_id: str) -> None:
         self.inner.enqueue(task_id)

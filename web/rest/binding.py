@@ -43,6 +43,7 @@ from web.core.errors import (
     VerbNotAllowed,
     VersionNotSupported,
     describe,
+    retry_after_header,
     status_body,
 )
 from web.core.handler import parse, run
@@ -155,6 +156,8 @@ class RestEndpoint(Edge):
         headers = [*self._headers(request, observed), *challenge(wire.rest_status)]
         if isinstance(error, VerbNotAllowed):
             headers.append(("Allow", ", ".join(error.allowed)))
+        if wire.retry_after is not None:
+            headers.append(("Retry-After", retry_after_header(wire.retry_after)))
         finish(observed, wire.rest_status)
         body = encode_bytes(status_body(wire))
         return answer(start_response, wire.rest_status, body, JSON, headers)

@@ -10,6 +10,7 @@ import contextlib
 import logging
 import os
 import queue
+import socket
 import threading
 import time
 from collections import deque
@@ -18,8 +19,10 @@ from shared.broker.backlog import Backlog
 from shared.errors import BrokerError
 from shared.ops.correlation import correlated, request_id
 from shared.ops.tracing import current_context, within
+from shared.owners.turns import SlotKeeper, turns_for
 from shared.settings import Settings
 from shared.store.contract import Store
+from shared.store.wiring import turn_book_of
 from worker.engine.agent import Agent
 from worker.engine.metrics import worker_metrics
 from worker.engine.observe import observed_fulfil
@@ -41,6 +44,8 @@ class InProcessDispatcher:
     while still queued is skipped when its turn comes, because `fulfil`
     only runs `submitted` tasks. There are no time limits in this mode.
     """
+
+    takes_turns = True  # its threads make room in the turn book as each delivery ends
 
     def __init__(
         self,
@@ -65,6 +70,20 @@ class InProcessDispatcher:
         for thread in self._threads:
             thread.start()
         worker_metrics().capacity.set(len(self._threads))
+        # The threads take their turns from the store's turn book, as a Celery
+        # worker does: their slots registered, room made as each delivery ends.
+        self.turns = turns_for(settings, turn_book_of(store), self.enqueue)
+        self._slots = (
+            SlotKeeper(
+                self.turns,
+                f"in-process-{os.getpid()}-{id(self):x}@{socket.gethostname()}",
+                len(self._threads),
+                every=settings.heartbeat,
+                ttl=settings.stale_after,
+            ).start()
+            if self.turns is not None
+            else None
+        )
 
     def enqueue(self, task_id: str) -> None:
         self.check()
@@ -88,6 +107,8 @@ class InProcessDispatcher:
         """Stop taking work, let running tasks finish for up to `timeout`
         seconds; True if every thread ended. Queued tasks stay `submitted`."""
         self._closed.set()
+        if self._slots is not None:
+            self._slots.stop()
         for _ in self._threads:
             self._queue.put(None)
         deadline = time.monotonic() + timeout
@@ -104,6 +125,12 @@ class InProcessDispatcher:
             task_id, queued_by, trace_context = queued
             with correlated(request=queued_by, task=task_id), within(trace_context):
                 try:
-                    observed_fulfil(self._store, task_id, self._agent, self._settings)
+                    state = observed_fulfil(self._store, task_id, self._agent, self._settings)
                 except Exception:
                     log.exception("task %s: fulfilment crashed", task_id)
+                    continue
+                if self.turns is not None:
+                    try:
+                        self.turns.delivered(task_id, state)
+                    except Exception:  # the reaper's sweep settles it
+                        log.exception("task %s: could not make room after it", task_id)

@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable
 
 from shared.errors import StoreError
+from shared.owners.turns import Turns
 from shared.store.contract import Store
 from shared.task import INTERRUPTED_STATES, WORKING
 from shared.transitions import OnTerminal, transition
@@ -105,6 +106,15 @@ def resend_waiting(
     return resent
 
 
+def turns_send(turns: Turns, store: Store) -> Callable[[str], None]:
+    """A resend through the turn book: a held task keeps waiting for its turn."""
+
+    def send(task_id: str) -> None:
+        turns.resend(task_id, store.get)
+
+    return send
+
+
 def sweep(
     store: Store,
     send: Callable[[str], None],
@@ -113,14 +123,21 @@ def sweep(
     on_terminal: OnTerminal | None = None,
     *,
     input_timeout: float | None = None,
+    turns: Turns | None = None,
 ) -> list[str]:
     """One run of the reaper: reap, resend, end what waited too long for
-    input (`input_timeout`, None: never), purge, and record that it ran."""
+    input (`input_timeout`, None: never), purge, and record that it ran.
+    With `turns`, a resend goes through the turn book, and what is in flight
+    but finished is released from it (a worker killed, a revoked message)."""
     reaped = reap_stale(store, now, stale_after, on_terminal)
     if input_timeout:
         end_unanswered(store, now, input_timeout, on_terminal)
+    if turns is not None:
+        send = turns_send(turns, store)
     try:
         resend_waiting(store, send, now, stale_after)
+        if turns is not None:
+            turns.settle(store.get)
     except StoreError:
         raise
     except Exception as error:  # the broker: /readyz says so; the reaper itself ran
@@ -145,8 +162,10 @@ class ReaperThread:
         on_terminal: OnTerminal | None = None,
         clock: Clock,
         input_timeout: float | None = None,
+        turns: Turns | None = None,
     ) -> None:
         self._input_timeout = input_timeout
+        self._turns = turns
         self._store = store
         self._send = send
         self._every = every
@@ -175,6 +194,7 @@ class ReaperThread:
                     self._stale_after,
                     self._on_terminal,
                     input_timeout=self._input_timeout,
+                    turns=self._turns,
                 )
             except StoreError as error:
                 log.warning("reaper: store unavailable, will retry: %s", error)

@@ -22,17 +22,19 @@ Reliability settings, chosen together (docs/workers.md explains each):
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from typing import Any
 
-from celery import Celery
+from celery import Celery, bootsteps
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.entity import Queue
 
 from shared.broker.amqp import CONFIRM_TIMEOUT, amqp_config, is_amqp
 from shared.broker.backlog import sent_at
+from shared.broker.dispatch import CeleryDispatcher
 from shared.broker.dispatcher import (
     FULFIL_TASK,
     PUSH_SWEEP_TASK,
@@ -44,10 +46,11 @@ from shared.broker.dispatcher import (
 from shared.broker.redis import broker_transport, celery_broker
 from shared.errors import StoreError
 from shared.ops.tracing import continuing, enable
+from shared.owners.turns import SlotKeeper, Turns, turns_for
 from shared.push.contract import PushStore
 from shared.settings import Settings
 from shared.store.contract import Store
-from shared.store.wiring import open_store
+from shared.store.wiring import open_store, turn_book_of
 from worker.engine.agent import Agent, agent_or_problem
 from worker.engine.observe import observed_fulfil
 from worker.engine.reaper import sweep
@@ -57,6 +60,8 @@ from worker.runtime.cancel import register_cancel
 from worker.runtime.outcome import TaskFailed, celery_result
 from worker.runtime.pools import celery_pool, concurrency, holds_many, store_connections
 from worker.runtime.signals import bind_deliveries
+
+log = logging.getLogger(__name__)
 
 # Beyond the hard time limit, so the broker never redelivers a running task.
 VISIBILITY_MARGIN = 60.0
@@ -152,6 +157,8 @@ class ProcessRuntime:
         self._pid = -1
         self._store: Store | None = None
         self._agent: Agent | None = None
+        self._turns: Turns | None = None
+        self._turns_pid = -1
 
     def store(self) -> Store:
         if self._given_store is not None:
@@ -162,6 +169,27 @@ class ProcessRuntime:
     def agent(self) -> Agent:
         _, agent = self._current()
         return agent
+
+    def turns(self) -> Turns | None:
+        """This process's turn taking, publishing what has its turn as the
+        front end does (None: off, or a store that keeps no turn book)."""
+        store = self.store()
+        with self._lock:
+            if self._turns is None or self._turns_pid != os.getpid():
+                self._turns = turns_for(
+                    self._settings, turn_book_of(store), CeleryDispatcher(self._settings).enqueue
+                )
+                self._turns_pid = os.getpid()
+            return self._turns
+
+    def delivered(self, task_id: str, state: str) -> None:
+        """Make room in the turn book after a delivery; beat's sweep does it
+        should this fail."""
+        try:
+            if (turns := self.turns()) is not None:
+                turns.delivered(task_id, state)
+        except Exception as error:
+            log.warning("task %s: could not make room after it: %s", task_id, error)
 
     def _current(self) -> tuple[Store, Agent]:
         with self._lock:
@@ -203,6 +231,7 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
                 timeout_errors=(SoftTimeLimitExceeded,),
                 held=held,
             )
+            runtime.delivered(task_id, state)
             return celery_result(
                 task_id,
                 state,
@@ -237,10 +266,44 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
             settings.stale_after,
             hook,
             input_timeout=settings.input_timeout,
+            turns=runtime.turns(),
         )
 
     register_push(app, settings, runtime)
+    app.steps["worker"].add(slot_keeping(settings, runtime))
     return app
+
+
+def slot_keeping(settings: Settings, runtime: ProcessRuntime) -> type[bootsteps.StartStopStep]:
+    """A worker bootstep that keeps the worker's slots in the turn book
+    while it consumes (every worker, the programs' and tests' alike)."""
+
+    class SlotKeeping(bootsteps.StartStopStep):  # type: ignore[misc]
+        requires = ("celery.worker.components:Pool",)
+
+        def __init__(self, worker: Any, **kwargs: Any) -> None:
+            super().__init__(worker, **kwargs)
+            self.keeper: SlotKeeper | None = None
+
+        def start(self, worker: Any) -> None:
+            turns = runtime.turns()
+            if turns is None:
+                return
+            slots = int(getattr(worker, "concurrency", 1) or 1)
+            self.keeper = SlotKeeper(
+                turns,
+                str(worker.hostname),
+                slots,
+                every=settings.heartbeat,
+                ttl=settings.stale_after,
+            ).start()
+
+        def stop(self, worker: Any) -> None:
+            if self.keeper is not None:
+                self.keeper.stop()
+                self.keeper = None
+
+    return SlotKeeping
 
 
 def register_push(app: Celery, settings: Settings, runtime: ProcessRuntime) -> None:

@@ -9,6 +9,9 @@ reachable by more than the operators, so this wraps both handlers in
 Tornado's `authenticated` decorator, the one that guards every other Flower
 page, and then runs `celery -A worker flower` unchanged. A Prometheus scrape
 of Flower's /metrics gives the same basic_auth as a person does.
+
+It also adds `/owners` (`worker.runtime.flower_owners`): every owner's tasks
+held for their turn and in flight, behind the same login.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from collections.abc import Sequence
 import tornado.web
 from celery.bin.celery import main as celery_main
 from flower.views import monitor
+
+from worker.runtime.flower_owners import add_owners_page
 
 OPEN_PAGES = (monitor.Metrics, monitor.Healthcheck)
 
@@ -32,7 +37,8 @@ def require_login() -> None:
 USAGE = """usage: python -m worker.runtime.flower_login [flower options] (toolnexus-serve flower)
 
 Flower (`celery -A worker flower`) with every page behind its login,
-/metrics and /healthcheck included. Flower's options (--port, --address,
+/metrics and /healthcheck included, and /owners: every owner's tasks
+waiting for their turn and in flight. Flower's options (--port, --address,
 --basic-auth, ...) and its FLOWER_* variables work as usual; the TOOLNEXUS_*
 settings name the broker and the store."""
 
@@ -44,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(USAGE)
         return
     require_login()
+    add_owners_page()
     sys.argv = ["celery", "-A", "worker", "flower", *options]
     celery_main()
 

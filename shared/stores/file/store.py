@@ -19,6 +19,7 @@ Layout under the directory:
   .expires/<id>      for a finished task when a time to live is set: its
                      mtime is the moment it expires (the reaper purges it)
   .beat              touched by each run of the reaper
+  .turns/book.json   the turn book, one JSON file (`shared.stores.file.turns`)
 
 A write of the whole task writes a temporary file, appends the change's
 events with the new file's marker, then renames the file into place, so
@@ -79,10 +80,12 @@ from shared.store.listing import (
 )
 from shared.store.spec import ALWAYS
 from shared.store.wakeups import Notifier, Poller, Waiter
+from shared.stores.file.admission import FileLedger
 from shared.stores.file.boot import booted_at
 from shared.stores.file.log import Durability, LogFiles, Marker, open_no_link
 from shared.stores.file.moment import ListingMoment
 from shared.stores.file.push import FilePush
+from shared.stores.file.turns import FileTurnBook
 from shared.task import INTERRUPTED_STATES, SUBMITTED, WORKING, Task, is_terminal, state_of
 from shared.transitions import claim_by_commit
 
@@ -139,6 +142,7 @@ class FileStore:
         self._moment = ListingMoment(self._locks)
         self._notifier = Notifier()
         self._push = Once()
+        self._turns = FileTurnBook(self.directory, fsync=self._durability.files_synced)
         self._poller = Poller(
             self._notifier, self._log_stamp, every=_POLL, name="toolnexus-file-events"
         )
@@ -316,6 +320,12 @@ class FileStore:
 
     def push_store(self, ttl: float | None = None) -> PushStore:
         return self._push.get(lambda: FilePush(self.directory, ttl))
+
+    def send_ledger(self) -> FileLedger:
+        return FileLedger(self.directory, self.read, self._clock)
+
+    def turn_book(self) -> FileTurnBook:
+        return self._turns
 
     def ping(self) -> None:
         """Raise StoreError unless the directory is there and writable."""

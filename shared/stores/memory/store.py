@@ -25,6 +25,7 @@ from typing import Any
 from shared.codec import decode, encode_bytes
 from shared.errors import ContextTaken
 from shared.events import Event, StatusUpdate, current_status, fold
+from shared.owners.book import LocalBook
 from shared.push.contract import Once, PushStore
 from shared.store.contract import (
     LOG_LIMIT,
@@ -38,6 +39,7 @@ from shared.store.contract import (
 from shared.store.listing import Listing, Query, stamped_after, trimmed
 from shared.store.ordered import OrderedIndex
 from shared.store.wakeups import Notifier, Waiter
+from shared.stores.memory.admission import MemoryLedger
 from shared.stores.memory.push import MemoryPush
 from shared.task import (
     INTERRUPTED_STATES,
@@ -90,6 +92,8 @@ class MemoryStore:
         self._beat: float | None = None
         self._notifier = Notifier()
         self._push = Once()
+        self._turns = LocalBook()
+        self._ledger = MemoryLedger(self._messages.get, self.read, clock)
         self._order = OrderedIndex()
         # The latest moment a listing is read as of (shared.store.listing): a status
         # saved after it must not carry a timestamp at or before it.
@@ -292,6 +296,12 @@ class MemoryStore:
 
     def push_store(self, ttl: float | None = None) -> PushStore:
         return self._push.get(lambda: MemoryPush(ttl))
+
+    def send_ledger(self) -> MemoryLedger:
+        return self._ledger
+
+    def turn_book(self) -> LocalBook:
+        return self._turns
 
     def _expire(self) -> int:
         """Forget finished tasks past their time to live, with their message

@@ -12,6 +12,7 @@ Tables (schema `toolnexus`, created by `toolnexus-serve db upgrade`, see
   history   (task_id, seq) -> (ts, state): status changes, for listings
   contexts  c -> o: a context's owner
   beat      the reaper's last run
+  turn_book the turn book, one JSONB row (`shared.stores.postgres.turns`)
 
 Each write is one statement calling a function (`create_task`,
 `write_task`, `claim_task`), so the compare, the append, the index columns,
@@ -51,6 +52,7 @@ from shared.store.contract import (
 )
 from shared.store.listing import WINDOW, Listing, Query
 from shared.store.wakeups import Waiter
+from shared.stores.postgres.admission import PostgresLedger
 from shared.stores.postgres.listener import PostgresListener
 from shared.stores.postgres.listing import answer
 from shared.stores.postgres.pool import ForkSafePool
@@ -58,6 +60,7 @@ from shared.stores.postgres.push import PostgresPush
 from shared.stores.postgres.records import TAIL, record_of
 from shared.stores.postgres.schema import DEFAULT_SCHEMA, behind, checked_schema
 from shared.stores.postgres.statements import KeyTaken, Statements
+from shared.stores.postgres.turns import PostgresTurnBook
 from shared.task import Task, epoch, is_terminal, state_of
 
 log = logging.getLogger(__name__)
@@ -132,6 +135,7 @@ class PostgresStore:
         self.statements = Statements(self._pool, self.schema, self._where)
         self._listener = PostgresListener(self.conninfo, channel, self._newest, notify=notify)
         self._push = Once()
+        self._turns = PostgresTurnBook(self.statements)
         self._primary: str | None = None  # the server new connections last landed on
         self._primary_lock = threading.Lock()
 
@@ -318,6 +322,12 @@ class PostgresStore:
 
     def push_store(self, ttl: float | None = None) -> PushStore:
         return self._push.get(lambda: PostgresPush(self.statements, ttl))
+
+    def send_ledger(self) -> PostgresLedger:
+        return PostgresLedger(self.statements, self._clock)
+
+    def turn_book(self) -> PostgresTurnBook:
+        return self._turns
 
     # --- internals -----------------------------------------------------------
 

@@ -51,12 +51,14 @@ from shared.store.contract import (
 from shared.store.listing import Listing, Query
 from shared.store.spec import POOL_SIZE
 from shared.store.wakeups import Waiter
+from shared.stores.redis.admission import RedisLedger
 from shared.stores.redis.faults import reachable
 from shared.stores.redis.listener import RedisListener
 from shared.stores.redis.listing import RedisListing
 from shared.stores.redis.push import RedisPush
 from shared.stores.redis.replicas import Replicas
 from shared.stores.redis.scripts import CLAIM, COMMIT, CREATE, FORGET_EXPIRED, READ
+from shared.stores.redis.turns import RedisTurnBook
 from shared.task import Task, epoch, is_terminal, state_of
 
 Clock = Callable[[], float]
@@ -94,6 +96,7 @@ class RedisStore:
         self._read = client.register_script(READ)
         self._listener = RedisListener(client, self._channel, self._newest)
         self._push = Once()
+        self._turns = RedisTurnBook(client, prefix)
 
     # --- the contract ------------------------------------------------------
 
@@ -295,6 +298,12 @@ class RedisStore:
 
     def push_store(self, ttl: float | None = None) -> PushStore:
         return self._push.get(lambda: RedisPush(self.client, self._prefix, ttl, self._replicas))
+
+    def send_ledger(self) -> RedisLedger:
+        return RedisLedger(self.client, self._prefix)
+
+    def turn_book(self) -> RedisTurnBook:
+        return self._turns
 
     # --- internals -----------------------------------------------------------
 

@@ -72,6 +72,13 @@
     return `${Math.round(seconds / 86400)} d ago`;
   }
 
+  // "3 waiting for their turn, 2 running or queued"
+  function turnCounts(counts) {
+    const held = Number(counts.held) || 0;
+    const taken = Number(counts.inFlight) || 0;
+    return `${held} waiting for ${held === 1 ? "its" : "their"} turn, ${taken} running or queued`;
+  }
+
   function timeOf(timestamp) {
     return el("time", { datetime: timestamp, title: timestamp }, ago(timestamp));
   }
@@ -139,6 +146,22 @@
     }
     if (reply.error) throw failure(reply.error, response.status, sentToken);
     return reply.result;
+  }
+
+  // A GET of the console's own JSON (its turn counts), with the same token
+  // and refused the same way as an API call.
+  async function getJson(url) {
+    const sentToken = token();
+    const headers = token() ? { Authorization: `Bearer ${token()}` } : {};
+    const response = await fetch(url, { headers, credentials: "omit", cache: "no-store" });
+    let reply;
+    try {
+      reply = await response.json();
+    } catch {
+      throw failure(null, response.status, sentToken);
+    }
+    if (!response.ok) throw failure(reply && reply.error, response.status, sentToken);
+    return reply;
   }
 
   // A streaming method: each result goes to onResult(result, eventId) as its
@@ -355,6 +378,63 @@
       );
     }
 
+    // The caller's tasks waiting for their turn and taken (queued or running),
+    // when turns are on; an administrator also sees every owner's. Nothing is
+    // shown when turns are off or the counts cannot be had (the list says why).
+    async function turns(current = () => true) {
+      let answer = null;
+      try {
+        answer = await getJson(`${consoleUrl}api/turns`);
+      } catch {
+        answer = null;
+      }
+      if (!current()) return;
+      const box = byId("turns");
+      if (!answer || !answer.turns || !answer.owner) {
+        box.replaceChildren();
+        box.hidden = true;
+        return;
+      }
+      const shown = [el("p", { id: "turns-mine" }, `Your tasks: ${turnCounts(answer.owner)}.`)];
+      if (answer.admin && answer.owners) {
+        const rows = Object.entries(answer.owners).map(([owner, counts]) =>
+          el(
+            "tr",
+            {},
+            el("td", {}, owner ? el("code", {}, owner) : el("span", { class: "muted" }, "(no token)")),
+            el("td", { class: "number" }, String(counts.held)),
+            el("td", { class: "number" }, String(counts.inFlight)),
+          ),
+        );
+        shown.push(
+          el(
+            "p",
+            { class: "muted" },
+            `Every owner's tasks (you are an administrator); the live workers have ${answer.capacity} slot${answer.capacity === 1 ? "" : "s"}.`,
+          ),
+          el(
+            "table",
+            { id: "turns-owners" },
+            el("caption", { class: "visually-hidden" }, "Every owner's tasks waiting for their turn and taken"),
+            el(
+              "thead",
+              {},
+              el(
+                "tr",
+                {},
+                el("th", { scope: "col" }, "Owner"),
+                el("th", { scope: "col", class: "number" }, "Waiting for their turn"),
+                el("th", { scope: "col", class: "number" }, "Running or queued"),
+              ),
+            ),
+            el("tbody", {}, ...rows),
+          ),
+        );
+      }
+      box.replaceChildren(...shown);
+      box.hidden = false;
+    }
+
     function row(task) {
       const status = task.status || {};
       const first = (task.history || []).find((m) => m.role === "ROLE_USER");
@@ -401,7 +481,7 @@
       loading = (async () => {
         try {
           const mark = await newest();
-          await Promise.all([show(current), counts(current)]);
+          await Promise.all([show(current), counts(current), turns(current)]);
           if (!current()) return;
           watermark = mark;
           answering = true;

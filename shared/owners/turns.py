@@ -1,0 +1,260 @@
+"""Whose task runs next: fair turns over owners, and each owner's running cap.
+
+Without turns every accepted task is published to the broker at once, and
+workers take them in arrival order: one owner's flood puts every other
+owner's next task behind all of it. With turns, a task is first *held* in
+the store's turn book; only as many tasks are *in flight* (published, or
+running) as the live workers have slots for, plus one message a worker
+(`window`). Whenever room frees (a send, a delivery's end, a worker
+starting, beat's sweep) the next tasks are taken:
+
+- round-robin over the owners with held tasks, weighted (stride
+  scheduling: each owner has a pass, the lowest goes next and moves on by
+  1/weight; an owner that starts waiting again joins at the pass of the
+  last one taken, so waiting earns no credit), so one owner's backlog
+  delays another owner's task by about one task per worker slot;
+- skipping an owner with `max_running` tasks in flight;
+- within an owner, the highest message priority first, then arrival.
+
+With fair share off (`TOOLNEXUS_FAIR_SHARE=false`) but a running cap set,
+tasks are taken in arrival order, skipping capped owners.
+
+Nothing is lost on a crash between two steps: a task taken but never
+published, or whose message the broker lost, is still `submitted`, and
+beat's resend finds it (it publishes a task in flight again, and holds one
+that is neither held nor in flight); ids left in flight by a task that
+finished without its delivery ending (a worker killed, a revoked message)
+are released by beat's sweep, which checks each against the store. No live
+worker registered (none started yet, or all gone): a window of `FLOOR`, so
+the broker's queue shows work to an autoscaler that scales from zero, and
+the metrics count held tasks as waiting.
+
+The book is the store's (`Store.turn_book()`): memory and file keep it
+with the algorithm here (`TurnState`), Redis in one script a step, each
+step atomic against every other process on that store.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from shared.owners.book import Entry, TurnBook
+from shared.owners.limits import LimitTable
+from shared.settings import Settings
+from shared.task import SUBMITTED, WORKING, state_of
+
+log = logging.getLogger(__name__)
+
+# Seconds a broker that took a message (or answered a check) is taken to be up.
+BROKER_FRESH: Final = 1.0
+# A message's priority (`metadata.priority`): higher runs first, within its owner.
+PRIORITY_KEY: Final = "priority"
+LOWEST, HIGHEST = -10, 10
+
+
+def priority_of(message: Mapping[str, Any]) -> int:
+    """The message's priority from its metadata, 0 when it names none; the
+    params check refuses anything but a whole number in range."""
+    metadata = message.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return 0
+    value = metadata.get(PRIORITY_KEY)
+    if isinstance(value, int) and not isinstance(value, bool) and LOWEST <= value <= HIGHEST:
+        return value
+    return 0
+
+
+def priority_problem(message: Mapping[str, Any]) -> str | None:
+    """Why the message's priority is refused, or None."""
+    metadata = message.get("metadata")
+    if not isinstance(metadata, Mapping) or PRIORITY_KEY not in metadata:
+        return None
+    value = metadata[PRIORITY_KEY]
+    if isinstance(value, int) and not isinstance(value, bool) and LOWEST <= value <= HIGHEST:
+        return None
+    return f"must be a whole number from {LOWEST} to {HIGHEST} (higher runs first)"
+
+
+class Turns:
+    """Turn taking for one process: holds what is sent, publishes whatever
+    has its turn, and makes room as deliveries end.
+
+    `publish(task_id)` puts a task's message on the broker (raising when it
+    cannot); a task taken but not published stays in flight for beat's
+    resend. `check()` raises when the broker cannot take a message now: a
+    send held for its turn is refused as one the broker refused when the
+    broker has not been heard from within `BROKER_FRESH` seconds and does
+    not answer (the front end's; a worker's turns need none).
+    """
+
+    def __init__(
+        self,
+        book: TurnBook,
+        limits: LimitTable,
+        publish: Callable[[str], None],
+        *,
+        fair: bool = True,
+        check: Callable[[], None] | None = None,
+    ) -> None:
+        self.book = book
+        self.limits = limits
+        self.fair = fair
+        self._publish = publish
+        self._check = check
+        self._broker_heard = 0.0  # monotonic: the broker last took a message or answered
+
+    def entry(self, task: Mapping[str, Any]) -> Entry:
+        owner = str(task.get("owner") or "")
+        terms = self.limits.of(owner)
+        history = task.get("history") or []
+        latest = history[-1] if history else {}
+        return Entry(
+            task_id=str(task["id"]),
+            owner=owner,
+            priority=priority_of(latest) if isinstance(latest, Mapping) else 0,
+            weight=terms.weight,
+            max_running=terms.max_running,
+        )
+
+    def enqueue(self, task: Mapping[str, Any]) -> bool:
+        """Hold a saved task and publish what has its turn; True when this
+        task itself was published (raising if that publish failed)."""
+        taken = self.book.hold_and_take([self.entry(task)], self.fair)
+        if self._publish_all(taken, own=str(task["id"])):
+            return True
+        self._broker_answers()
+        return False
+
+    def _broker_answers(self) -> None:
+        """Held, the task runs only once the broker takes messages: with the
+        broker down the send is refused, as before turns, not left waiting."""
+        if self._check is None or time.monotonic() - self._broker_heard < BROKER_FRESH:
+            return
+        self._check()
+        self._broker_heard = time.monotonic()
+
+    def ended(self, task_id: str) -> None:
+        """A delivery of `task_id` ended with the task out of flight (run,
+        or found finished): make room and publish what has its turn."""
+        self._publish_all(self.book.release_and_take([task_id], self.fair))
+
+    def delivered(self, task_id: str, state: str) -> None:
+        """A delivery of `task_id` ended, leaving the task in `state` ("" when
+        it is gone). Still `working` means another delivery runs it (a
+        duplicate message), which makes room when it ends; otherwise the
+        task is out of flight."""
+        if state not in (WORKING, SUBMITTED):
+            self.ended(task_id)
+
+    def released(self, task_ids: list[str]) -> None:
+        """Tasks finished without their delivery ending (reaped, canceled)."""
+        if task_ids:
+            self._publish_all(self.book.release_and_take(task_ids, self.fair))
+
+    def feed(self) -> None:
+        """Publish what has room now (a worker starting, beat's sweep)."""
+        self._publish_all(self.book.release_and_take([], self.fair))
+
+    def _publish_all(self, taken: list[str], own: str | None = None) -> bool:
+        """Publish each taken task; after the broker refuses one the rest stay
+        in flight unpublished, for beat's resend (they are still `submitted`).
+        Raises the refusal when this process's own task is among them."""
+        for index, task_id in enumerate(taken):
+            try:
+                self._publish(task_id)
+                self._broker_heard = time.monotonic()
+            except Exception as error:
+                self._broker_heard = 0.0
+                left = taken[index:]
+                if own in left:
+                    raise
+                log.warning("turns: %d task(s) left for beat's resend: %s", len(left), error)
+                return False
+        return own in taken
+
+    def resend(self, task_id: str, read: Callable[[str], Mapping[str, Any] | None]) -> None:
+        """Beat's resend of a task still `submitted`: a held one waits for its
+        turn; one in flight is published again (its message may be lost);
+        one in neither (lost between two steps, or saved before turns were
+        on) is held."""
+        held, flying = self.book.held_among([task_id])
+        if task_id in held:
+            return
+        if task_id in flying:
+            self._publish(task_id)
+            return
+        task = read(task_id)
+        if task is not None:
+            self.enqueue(task)
+
+    def settle(self, read: Callable[[str], Mapping[str, Any] | None]) -> list[str]:
+        """Release what is in flight but neither waiting nor running any more
+        (finished, waiting for the peer, or gone), then publish what has
+        room; the ids released."""
+        gone = []
+        for task_id in self.book.in_flight():
+            task = read(task_id)
+            if task is None or state_of(task) not in (SUBMITTED, WORKING):
+                gone.append(task_id)
+        self._publish_all(self.book.release_and_take(gone, self.fair))
+        return gone
+
+
+def turns_for(
+    settings: Settings,
+    book: TurnBook | None,
+    publish: Callable[[str], None],
+    check: Callable[[], None] | None = None,
+) -> Turns | None:
+    """Turn taking as settings ask for it (fair share, or a running cap), on
+    the store's book; None when neither is asked for or the store keeps no
+    book (a user's store: tasks then go to the broker in arrival order)."""
+    limits = LimitTable(settings)
+    if book is None or not (settings.fair_share or limits.caps_running):
+        return None
+    return Turns(book, limits, publish, fair=settings.fair_share, check=check)
+
+
+class SlotKeeper:
+    """Keeps one worker's slots registered in the turn book while it runs
+    (every `every` seconds, each registration good for `ttl`), and publishes
+    what has room once it first counts; gone from the book when stopped, or
+    by expiry when the worker dies."""
+
+    def __init__(self, turns: Turns, worker: str, slots: int, every: float, ttl: float) -> None:
+        self._turns = turns
+        self._worker = worker
+        self._slots = slots
+        self._every = every
+        self._ttl = ttl
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="toolnexus-slots", daemon=True)
+
+    def start(self) -> SlotKeeper:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self._every + 1)
+        try:
+            self._turns.book.unregister(self._worker)
+        except Exception as error:  # it expires by itself
+            log.warning("turns: could not unregister %s: %s", self._worker, error)
+
+    def _loop(self) -> None:
+        fed = False
+        while not self._stop.is_set():
+            try:
+                self._turns.book.register(self._worker, self._slots, self._ttl)
+                if not fed:
+                    self._turns.feed()
+                    fed = True
+            except Exception as error:  # the store or broker down: the next round retries
+                log.warning("turns: could not register %s's slots: %s", self._worker, error)
+            self._stop.wait(self._every)

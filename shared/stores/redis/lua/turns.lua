@@ -1,0 +1,127 @@
+-- One step of the turn book (shared/owners/turns.py): hold tasks, release
+-- tasks, then take into flight every held task whose turn has come.
+-- Keys are made here from the book's prefix: per-owner lines are not known
+-- before the script reads the book (the store runs on one Redis, or a
+-- Sentinel-managed master, never a cluster).
+-- ARGV: prefix, fair (1/0), floor, n, then n x (task, owner, priority,
+--   weight, cap or ''), then m, then m task ids to release.
+-- Returns the ids taken, in turn order.
+local p = ARGV[1]
+local fair = ARGV[2] == '1'
+local floor = tonumber(ARGV[3])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+local where, held_at, owners, terms = p .. 'where', p .. 'held_at', p .. 'owners', p .. 'terms'
+local flight, flight_at, running = p .. 'flight', p .. 'flight_at', p .. 'running'
+local workers, slots, vtime, seq = p .. 'workers', p .. 'slots', p .. 'vtime', p .. 'seq'
+local span = 10000000000000
+
+local i = 5
+for _ = 1, tonumber(ARGV[4]) do
+  local task, owner, priority = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local weight, cap = ARGV[i + 3], ARGV[i + 4]
+  i = i + 5
+  if redis.call('HEXISTS', where, task) == 0 and redis.call('HEXISTS', flight, task) == 0 then
+    local number = redis.call('INCR', seq)
+    redis.call('HSET', terms, owner, weight .. ' ' .. cap)
+    redis.call('ZADD', p .. 'held:' .. owner, (10 - priority) * span + number, task)
+    redis.call('HSET', where, task, owner)
+    redis.call('ZADD', held_at, now, task)
+    if not redis.call('ZSCORE', owners, owner) then
+      redis.call('ZADD', owners, tonumber(redis.call('GET', vtime) or '0'), owner)
+    end
+  end
+end
+
+local released = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, released do
+  local task = ARGV[i]
+  i = i + 1
+  local owner = redis.call('HGET', flight, task)
+  if owner then
+    redis.call('HDEL', flight, task)
+    redis.call('ZREM', flight_at, task)
+    if redis.call('HINCRBY', running, owner, -1) <= 0 then
+      redis.call('HDEL', running, owner)
+    end
+  end
+  owner = redis.call('HGET', where, task)
+  if owner then
+    local line = p .. 'held:' .. owner
+    redis.call('HDEL', where, task)
+    redis.call('ZREM', held_at, task)
+    redis.call('ZREM', line, task)
+    if redis.call('ZCARD', line) == 0 then
+      redis.call('ZREM', owners, owner)
+    end
+  end
+end
+
+-- The window: the live workers' slots and one message each, or the floor.
+redis.call('ZREMRANGEBYSCORE', workers, '-inf', now)
+local live = redis.call('ZRANGE', workers, 0, -1)
+local window = floor
+if #live > 0 then
+  window = #live
+  for _, count in ipairs(redis.call('HMGET', slots, unpack(live))) do
+    window = window + (tonumber(count) or 0)
+  end
+end
+local room = window - redis.call('HLEN', flight)
+if room <= 0 or redis.call('ZCARD', owners) == 0 then
+  return {}
+end
+
+local function terms_of(owner)
+  local text = redis.call('HGET', terms, owner) or '1 '
+  local space = string.find(text, ' ', 1, true)
+  return tonumber(string.sub(text, 1, space - 1)), tonumber(string.sub(text, space + 1))
+end
+
+local function open(owner)
+  local _, cap = terms_of(owner)
+  return cap == nil or tonumber(redis.call('HGET', running, owner) or '0') < cap
+end
+
+local taken = {}
+while room > 0 do
+  -- Fair: the lowest pass, and of owners on equal passes the one whose next
+  -- task came first (as TurnState in shared/owners/book.py, not by name);
+  -- else the next task that came first, whatever its owner's pass.
+  local pick, pass, earliest = nil, nil, nil
+  local listed = redis.call('ZRANGE', owners, 0, -1, 'WITHSCORES')
+  for k = 1, #listed, 2 do
+    local score = tonumber(listed[k + 1])
+    if fair and pick ~= nil and score > pass then
+      break
+    end
+    if open(listed[k]) then
+      local first = redis.call('ZRANGE', p .. 'held:' .. listed[k], 0, 0, 'WITHSCORES')
+      local number = tonumber(first[2]) % span
+      if earliest == nil or number < earliest then
+        earliest, pick, pass = number, listed[k], score
+      end
+    end
+  end
+  if pick == nil then
+    break
+  end
+  local line = p .. 'held:' .. pick
+  local task = redis.call('ZPOPMIN', line)[1]
+  redis.call('HDEL', where, task)
+  redis.call('ZREM', held_at, task)
+  redis.call('HSET', flight, task, pick)
+  redis.call('ZADD', flight_at, now, task)
+  redis.call('HINCRBY', running, pick, 1)
+  redis.call('SET', vtime, string.format('%.17g', pass))
+  if redis.call('ZCARD', line) == 0 then
+    redis.call('ZREM', owners, pick)
+  else
+    local weight = terms_of(pick)
+    redis.call('ZADD', owners, string.format('%.17g', pass + 1 / weight), pick)
+  end
+  taken[#taken + 1] = task
+  room = room - 1
+end
+return taken

@@ -1,0 +1,98 @@
+"""The turn book in Redis, under the store's prefix (`shared.owners.turns`).
+
+Keys under `<prefix>turns:`: `where` (held task -> owner), `held:<owner>`
+(a sorted set per owner: priority, then arrival), `held_at` (held task ->
+when), `owners` (owners with held tasks -> pass), `terms` (owner ->
+"weight cap"), `flight` (task in flight -> owner), `flight_at`, `running`
+(owner -> tasks in flight), `workers` (worker -> expiry) and `slots`,
+`vtime`, `seq`. Each step is one script (`lua/turns.lua`), on the server's
+clock, so front ends and workers with skewed clocks agree.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import cast
+
+import redis
+
+from shared.owners.book import FLOOR, BookView, Entry, OwnerCount
+from shared.stores.redis.faults import reachable
+from shared.stores.redis.scripts import load
+
+
+class RedisTurnBook:
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
+        self._client = client
+        self._prefix = f"{prefix}turns:"
+        self._step = client.register_script(load("turns"))
+        self._register = client.register_script(load("turns_register"))
+
+    def _run(self, entries: list[Entry], released: list[str], fair: bool) -> list[str]:
+        args: list[str | int | float] = [self._prefix, 1 if fair else 0, FLOOR, len(entries)]
+        for entry in entries:
+            cap = "" if entry.max_running is None else entry.max_running
+            args += [entry.task_id, entry.owner, entry.priority, repr(entry.weight), cap]
+        args += [len(released), *released]
+        with reachable(self._client):
+            taken = self._step(keys=[], args=args)
+        return [item.decode() if isinstance(item, bytes) else str(item) for item in taken]
+
+    def hold_and_take(self, entries: list[Entry], fair: bool) -> list[str]:
+        return self._run(entries, [], fair)
+
+    def release_and_take(self, task_ids: list[str], fair: bool) -> list[str]:
+        return self._run([], task_ids, fair)
+
+    def held_among(self, task_ids: list[str]) -> tuple[set[str], set[str]]:
+        if not task_ids:
+            return set(), set()
+        with reachable(self._client):
+            pipe = self._client.pipeline(transaction=False)
+            pipe.hmget(f"{self._prefix}where", task_ids)
+            pipe.hmget(f"{self._prefix}flight", task_ids)
+            held, flying = pipe.execute()
+        return (
+            {task for task, owner in zip(task_ids, held, strict=True) if owner is not None},
+            {task for task, owner in zip(task_ids, flying, strict=True) if owner is not None},
+        )
+
+    def in_flight(self) -> list[str]:
+        with reachable(self._client):
+            ids = cast(list[bytes], self._client.hkeys(f"{self._prefix}flight"))
+        return [item.decode() for item in ids]
+
+    def register(self, worker: str, slots: int, ttl: float) -> None:
+        with reachable(self._client):
+            self._register(keys=[], args=[self._prefix, worker, slots, ttl])
+
+    def unregister(self, worker: str) -> None:
+        with reachable(self._client):
+            pipe = self._client.pipeline(transaction=False)
+            pipe.zrem(f"{self._prefix}workers", worker)
+            pipe.hdel(f"{self._prefix}slots", worker)
+            pipe.execute()
+
+    def view(self) -> BookView:
+        p = self._prefix
+        with reachable(self._client):
+            pipe = self._client.pipeline(transaction=False)
+            pipe.zrange(f"{p}owners", 0, -1)
+            pipe.hgetall(f"{p}running")
+            pipe.zrange(f"{p}held_at", 0, 0, withscores=True)
+            pipe.zrangebyscore(f"{p}workers", time.time(), "+inf")
+            owners, running, oldest, live = pipe.execute()
+            pipe = self._client.pipeline(transaction=False)
+            for owner in owners:
+                pipe.zcard(f"{p}held:{owner.decode()}")
+            if live:
+                pipe.hmget(f"{p}slots", live)
+            counted = pipe.execute()
+        held = dict(zip((o.decode() for o in owners), counted[: len(owners)], strict=True))
+        slots = sum(int(n) for n in counted[len(owners)] if n) if live else 0
+        flying = {o.decode(): int(n) for o, n in running.items()}
+        view = {
+            owner: OwnerCount(held.get(owner, 0), flying.get(owner, 0))
+            for owner in {*held, *flying}
+        }
+        return BookView(view, oldest[0][1] if oldest else None, slots)

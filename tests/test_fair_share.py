@@ -1,0 +1,143 @@
+"""Fair turns across owners on a real fleet: one owner's flood does not
+starve another.
+
+Owner A sends 2,000 tasks at once; owner B then sends 20. Two workers (one
+prefork slot each) run `scripted`, which logs each call's text as it starts
+(`SCRIPTED_RUNS`), so the file is the order in which the fleet started the
+tasks. With fair share (the default) every B task starts long before A's
+backlog drains: after B has sent, the workers alternate between the two
+owners, so A starts at most one task per B task, plus what was already in
+flight when B's tasks arrived (the window: each worker's slots and one
+message each). With fair share off the same run shows B behind A's whole
+backlog: many times that many A tasks start and no B task does.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.support.agents import scripted_fleet
+from tests.support.compose import LocalStack, local_stack
+from tests.support.polling import wait_for
+
+TOKENS = {"a": "tok-a-flood", "b": "tok-b-small"}
+FLOOD, SMALL = 2_000, 20
+WORKERS, SLOTS = 2, 1  # two worker processes, one prefork slot each
+AGENT_SECONDS = 0.05
+# In flight when B's tasks arrive, at most: every slot's task and one message a worker.
+WINDOW = WORKERS * SLOTS + WORKERS
+# A tasks that may start between B's send and B's last start with fair turns:
+# one per B task (the owners alternate), what was in flight, and one turn of
+# slack per worker for a B task that arrives just after a take.
+FAIR_BOUND = SMALL + WINDOW + WORKERS
+
+
+def _send(session: requests.Session, url: str, token: str, text: str) -> str:
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "message/send",
+        "params": {
+            "message": {
+                "role": "user",
+                "messageId": str(uuid.uuid4()),
+                "parts": [{"kind": "text", "text": text}],
+            },
+            "configuration": {"blocking": False},
+        },
+    }
+    reply: dict[str, Any] = session.post(
+        f"{url}/", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=30
+    ).json()
+    assert "result" in reply, reply
+    return str(reply["result"]["id"])
+
+
+def _send_all(url: str, token: str, texts: list[str], threads: int) -> list[str]:
+    sessions = [requests.Session() for _ in range(threads)]
+
+    def one(index: int) -> str:
+        return _send(sessions[index % threads], url, token, texts[index])
+
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(one, range(len(texts))))
+
+
+def _starts(runs: Path) -> list[str]:
+    """The texts of the calls started so far, in the order they started."""
+    if not runs.exists():
+        return []
+    lines = runs.read_text().splitlines()
+    return [line.split()[2] for line in lines if line.startswith("sleep ")]
+
+
+@pytest.fixture(params=[True, False], ids=["fair", "fifo"])
+def fleet(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[LocalStack, Path, bool]]:
+    fair: bool = request.param
+    runs = tmp_path / "runs.log"
+    settings = {
+        **scripted_fleet(runs, stale_after=30),
+        "TOOLNEXUS_CONCURRENCY": str(SLOTS),
+        "TOOLNEXUS_API_TOKENS": ",".join(f"{who}:{token}" for who, token in TOKENS.items()),
+        "TOOLNEXUS_FAIR_SHARE": "true" if fair else "false",
+    }
+    with local_stack(tmp_path, settings) as (_, stack):
+        stack.start("web")
+        for n in range(WORKERS):
+            stack.start("worker", as_name=f"worker{n}", args=[f"--hostname=w{n}@%h"])
+        wait_for(lambda: _answers(stack.web_url), timeout=60, what="web to answer")
+        yield stack, runs, fair
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(f"{url}/healthz", timeout=2).status_code == 200
+    except requests.ConnectionError:
+        return False
+
+
+def test_a_small_owner_is_not_starved_by_a_flood(fleet: tuple[LocalStack, Path, bool]) -> None:
+    stack, runs, fair = fleet
+    # The workers are up (each logs its first call): a probe task of A's runs.
+    _send(requests.Session(), stack.web_url, TOKENS["a"], f"sleep 0 probe-{uuid.uuid4().hex}")
+    wait_for(lambda: _starts(runs) or None, timeout=60, what="a worker to run a task")
+
+    flood = [f"sleep {AGENT_SECONDS} A-{n}" for n in range(FLOOD)]
+    _send_all(stack.web_url, TOKENS["a"], flood, threads=8)
+    started_before_b = sum(text.startswith("A-") for text in _starts(runs))
+    small = [f"sleep {AGENT_SECONDS} B-{n}" for n in range(SMALL)]
+    _send_all(stack.web_url, TOKENS["b"], small, threads=SMALL)
+
+    if fair:
+        order = wait_for(lambda: _all_b_started(runs), timeout=120, what="every B task to start")
+        last_b = max(index for index, text in enumerate(order) if text.startswith("B-"))
+        a_started = sum(text.startswith("A-") for text in order[: last_b + 1])
+        between = a_started - started_before_b
+        assert between <= FAIR_BOUND, (between, FAIR_BOUND)
+        assert a_started < FLOOD  # A's backlog had not drained
+    else:
+        # Wait until far more A tasks than the fair bound started after B sent.
+        enough = started_before_b + 4 * FAIR_BOUND
+        order = wait_for(
+            lambda: _a_started_at_least(runs, enough), timeout=120, what=f"{enough} A starts"
+        )
+        assert not [text for text in order if text.startswith("B-")]
+
+
+def _all_b_started(runs: Path) -> list[str] | None:
+    order = _starts(runs)
+    return order if sum(text.startswith("B-") for text in order) == SMALL else None
+
+
+def _a_started_at_least(runs: Path, count: int) -> list[str] | None:
+    order = _starts(runs)
+    return order if sum(text.startswith("A-") for text in order) >= count else None

@@ -1,0 +1,223 @@
+"""The send ledgers every built-in store keeps (`shared.owners.admission`),
+each on its real backend: memory and file with an injected clock, Redis and
+PostgreSQL by their server's clock, with short real waits.
+
+The token bucket: full at first, one token a take, refilled at its rate and
+never past its size, the wait until the next token told when empty, one
+bucket per owner. The active set: ids up to the cap, the held ids with
+their ages at the cap, a held id reserved again is no new slot, released
+ids free theirs. Both hold under threads racing on separate connections (or
+descriptors: the file store's lock is per open file). `accepted` names the
+task an accepted message made, and nothing once that task is gone.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.events import to_state
+from shared.owners.admission import SendLedger
+from shared.store.contract import message_key
+from shared.stores.file.store import file_store
+from shared.stores.memory.store import memory_store
+from shared.stores.postgres import postgres_store
+from shared.stores.redis.store import redis_store
+from shared.task import COMPLETED, WORKING, new_task, text_message
+from shared.transitions import transition
+from tests.support.polling import wait_for
+
+KINDS = ["memory", "file", "redis", "postgres"]
+
+
+class FakeClock:
+    def __init__(self, now: float = 1_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Backend:
+    """A store and its ledger; `advance` moves the ledger's clock on: the
+    fake one at once, a server's by waiting."""
+
+    kind: str
+    store: Any
+    ledger: SendLedger
+    clock: FakeClock | None
+    others: list[Any]  # more stores on the same data (each its own connections)
+    url: str = ""  # the store's, for a server-backed one
+
+    def advance(self, seconds: float) -> None:
+        if self.clock is not None:
+            self.clock.now += seconds
+        else:
+            time.sleep(seconds)
+
+    def another_ledger(self) -> SendLedger:
+        """The same ledger reached through another store object (another
+        connection pool, or other file descriptors); memory's is the one."""
+        if not self.others:
+            return self.ledger
+        return self.others.pop().send_ledger()  # type: ignore[no-any-return]
+
+
+@pytest.fixture(params=KINDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    kind: str = request.param
+    clock = FakeClock() if kind in ("memory", "file") else None
+    stores: list[Any] = []
+    url = ""
+    if kind == "memory":
+        stores = [memory_store(clock, terminal_ttl=10)]
+    elif kind == "file":
+        stores = [file_store(tmp_path / "tasks", clock, terminal_ttl=10) for _ in range(9)]
+    elif kind == "redis":
+        url = request.getfixturevalue("redis_url")
+        stores = [redis_store(url, terminal_ttl=1) for _ in range(9)]
+    else:
+        url = request.getfixturevalue("postgres_url")
+        stores = [postgres_store(url, terminal_ttl=10, connections=2) for _ in range(9)]
+    first = stores[0]
+    yield Backend(kind, first, first.send_ledger(), clock, stores[1:], url)
+    for store in stores:
+        store.close()
+
+
+# --- the token bucket ----------------------------------------------------------
+
+
+def test_a_bucket_is_full_at_first_and_tells_the_wait_once_empty(backend: Backend) -> None:
+    ledger = backend.ledger
+    rate = 0.5 if backend.clock is not None else 2.0  # a server's clock moves while we take
+    assert [ledger.take("alice", rate, 3) for _ in range(3)] == [0.0, 0.0, 0.0]
+    wait = ledger.take("alice", rate, 3)
+    assert 0 < wait <= 1 / rate
+    if backend.clock is not None:
+        assert wait == pytest.approx(1 / rate)
+    assert ledger.take("alice", rate, 3) > 0  # a refusal takes nothing, and costs nothing
+    backend.advance(wait + 0.01)
+    assert ledger.take("alice", rate, 3) == 0.0
+    assert ledger.take("alice", rate, 3) > 0
+
+
+def test_a_bucket_refills_at_its_rate_and_never_past_its_size(backend: Backend) -> None:
+    ledger, rate = backend.ledger, 4.0
+    assert all(ledger.take("alice", rate, 2) == 0.0 for _ in range(2))
+    assert ledger.take("alice", rate, 2) > 0
+    backend.advance(0.75)  # three tokens' worth: the bucket holds two
+    assert [ledger.take("alice", rate, 2) for _ in range(3)][:2] == [0.0, 0.0]
+    if backend.clock is not None:
+        backend.advance(0.125)  # half a token
+        assert ledger.take("alice", rate, 2) == pytest.approx(0.125)
+        backend.advance(0.125)
+        assert ledger.take("alice", rate, 2) == 0.0
+
+
+def test_each_owner_has_a_bucket_of_its_own(backend: Backend) -> None:
+    ledger = backend.ledger
+    assert ledger.take("alice", 0.01, 1) == 0.0
+    assert ledger.take("alice", 0.01, 1) > 0
+    assert ledger.take("bob", 0.01, 1) == 0.0
+    assert ledger.take("", 0.01, 1) == 0.0  # the anonymous owner of a service without tokens
+
+
+def test_racing_takes_through_several_connections_get_the_bucket_once(backend: Backend) -> None:
+    ledgers = [backend.ledger, *(backend.another_ledger() for _ in range(3))]
+    won: list[float] = []
+    start = threading.Barrier(8)
+
+    def taker(ledger: SendLedger) -> None:
+        start.wait()
+        for _ in range(5):
+            won.append(ledger.take("racer", 0.001, 12))
+
+    threads = [threading.Thread(target=taker, args=(ledgers[n % 4],)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(won) == 40 and won.count(0.0) == 12
+
+
+# --- the active set ------------------------------------------------------------
+
+
+def test_ids_are_reserved_up_to_the_cap_then_the_held_ones_come_back(backend: Backend) -> None:
+    ledger = backend.ledger
+    assert ledger.reserve("alice", "t1", 2) is None
+    backend.advance(1.0 if backend.clock is not None else 0.2)
+    assert ledger.reserve("alice", "t2", 2) is None
+    assert ledger.reserve("alice", "t1", 2) is None  # held already: no second slot
+    held = ledger.reserve("alice", "t3", 2)
+    assert held is not None and set(held) == {"t1", "t2"}
+    assert all(age >= 0 for age in held.values())
+    if backend.clock is not None:
+        assert held == {"t1": pytest.approx(1.0), "t2": pytest.approx(0.0)}
+    else:
+        assert held["t1"] >= held["t2"] + 0.15
+    assert ledger.reserve("bob", "t9", 2) is None  # another owner's set
+    ledger.release("alice", "t1", "never-held")
+    assert ledger.reserve("alice", "t3", 2) is None
+    held = ledger.reserve("alice", "t4", 2)
+    assert held is not None and set(held) == {"t2", "t3"}
+    ledger.release("alice", "t2", "t3")
+    ledger.release("nobody", "t2")  # an owner with nothing held: no error
+    assert ledger.reserve("alice", "t4", 1) is None
+
+
+def test_racing_reservations_through_several_connections_fill_the_cap_once(
+    backend: Backend,
+) -> None:
+    ledgers = [backend.ledger, *(backend.another_ledger() for _ in range(3))]
+    won: list[str] = []
+    start = threading.Barrier(8)
+
+    def reserver(n: int) -> None:
+        start.wait()
+        for i in range(5):
+            if ledgers[n % 4].reserve("racer", f"t{n}-{i}", 7) is None:
+                won.append(f"t{n}-{i}")
+
+    threads = [threading.Thread(target=reserver, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(won) == 7
+    held = backend.ledger.reserve("racer", "one-more", 7)
+    assert held is not None and sorted(held) == sorted(won)
+
+
+# --- a message's task ------------------------------------------------------------
+
+
+def test_accepted_names_the_task_a_message_made_while_it_is_kept(backend: Backend) -> None:
+    store, ledger = backend.store, backend.ledger
+    key = message_key("alice", "m-1")
+    assert ledger.accepted(key) is None
+    task = new_task(text_message("user", "hello", messageId="m-1"), None, "alice")
+    assert store.create(task, key).created
+    assert ledger.accepted(key) == task["id"]
+    assert ledger.accepted(message_key("bob", "m-1")) is None  # another caller's id
+    for state in (WORKING, COMPLETED):
+        assert transition(store, task["id"], to_state(state)).applied
+    assert ledger.accepted(key) == task["id"]  # finished, but kept
+    if backend.clock is not None:
+        backend.advance(11)  # past the time to live
+        assert ledger.accepted(key) is None
+    elif backend.kind == "postgres":
+        # The store's clock reads the expiry: one a minute on is past it.
+        later = postgres_store(backend.url, clock=lambda: time.time() + 60)
+        assert later.send_ledger().accepted(key) is None
+        later.close()
+    else:
+        wait_for(lambda: ledger.accepted(key) is None, timeout=10, what="the task to expire")

@@ -1,0 +1,222 @@
+"""Turns in one process: the running cap, message priorities, and beat's
+sweep keeping the turn book honest.
+
+The front end and in-process workers here are the embedded composition
+over real HTTP (the app, a memory store and its turn book, worker threads
+running a gated agent), so each check watches what a caller sees. The
+sweep's cases use the memory store's book with a publish that records what
+it is asked to put on the broker.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+
+from shared import Settings
+from shared.events import to_state
+from shared.owners.book import LocalBook
+from shared.owners.limits import LimitTable
+from shared.owners.turns import Turns
+from shared.store.contract import Store
+from shared.stores.memory.store import MemoryStore, memory_store
+from shared.task import CANCELED, COMPLETED, SUBMITTED, WORKING, new_task, state_of, text_message
+from shared.transitions import transition
+from tests.support.agents import gate
+from tests.support.polling import wait_for
+from tests.test_web_support import live_server
+from web import create_app
+from worker.engine.agent import load_agent
+from worker.engine.inprocess import InProcessDispatcher
+from worker.engine.reaper import sweep
+
+TOKENS = {"a": "tok-a-turns", "b": "tok-b-turns"}
+
+
+def _send(
+    url: str, owner: str, text: str, metadata: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "role": "user",
+        "messageId": str(uuid.uuid4()),
+        "parts": [{"kind": "text", "text": text}],
+    }
+    if metadata is not None:
+        message["metadata"] = metadata
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "message/send",
+        "params": {"message": message, "configuration": {"blocking": False}},
+    }
+    headers = {"Authorization": f"Bearer {TOKENS[owner]}"}
+    reply: dict[str, Any] = requests.post(f"{url}/", json=body, headers=headers, timeout=10).json()
+    return reply
+
+
+def _state(store: MemoryStore, task_id: str) -> str:
+    task = store.get(task_id)
+    assert task is not None
+    return state_of(task)
+
+
+def _gate_name(label: str) -> str:
+    """A gate of this test's own: one a test opened stays open for the process."""
+    name = f"turns-{label}-{uuid.uuid4().hex[:8]}"
+    OPENED_AT_END.append(name)
+    return name
+
+
+OPENED_AT_END: list[str] = []
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[str, MemoryStore]]:
+    config = Settings(
+        run="tests.support.agents:gated",
+        api_tokens=tuple(f"{who}:{token}" for who, token in TOKENS.items()),
+        owner_max_running=1,
+    )
+    store = memory_store()
+    dispatcher = InProcessDispatcher(store, load_agent(config), config, threads=4)
+    try:
+        with live_server(create_app(config, store=store, dispatcher=dispatcher)) as (url, _):
+            yield url, store
+    finally:
+        for name in OPENED_AT_END:
+            gate(name)[1].set()  # nothing left waiting at a gate
+        dispatcher.close(timeout=5)
+
+
+def test_an_owner_at_its_running_cap_waits_while_another_owner_runs(
+    served: tuple[str, MemoryStore],
+) -> None:
+    url, store = served
+    name_a, name_b = _gate_name("a"), _gate_name("b")
+    entered_a, open_a = gate(name_a)
+    entered_b, open_b = gate(name_b)
+    a_ids = [_send(url, "a", f"{name_a} 0")["result"]["id"] for _ in range(3)]
+    assert entered_a.wait(10)
+    # Four threads are free, but A may run one task at a time.
+    states = [_state(store, task_id) for task_id in a_ids]
+    assert sorted(states) == [SUBMITTED, SUBMITTED, WORKING], states
+    b_id = _send(url, "b", f"{name_b} 0")["result"]["id"]
+    assert entered_b.wait(10)  # B runs beside A's one
+    assert _state(store, b_id) == WORKING
+    assert sorted(_state(store, task_id) for task_id in a_ids) == [SUBMITTED, SUBMITTED, WORKING]
+    open_a.set()
+    open_b.set()
+    for task_id in [*a_ids, b_id]:
+        wait_for(
+            lambda task_id=task_id: _state(store, task_id) == COMPLETED,
+            timeout=20,
+            what=f"{task_id} to complete",
+        )
+
+
+def test_an_owners_higher_priority_task_runs_first(served: tuple[str, MemoryStore]) -> None:
+    url, store = served
+    first_gate, after = _gate_name("first"), _gate_name("after")
+    entered, first_open = gate(first_gate)
+    first = _send(url, "a", f"{first_gate} 0")["result"]["id"]
+    assert entered.wait(10)  # A's one running slot is taken: the next two are held
+    gate(after)[1].set()
+    low = _send(url, "a", f"{after} 0", {"priority": -5})["result"]["id"]
+    high = _send(url, "a", f"{after} 0", {"priority": 5})["result"]["id"]
+    first_open.set()
+    finished = {}
+    for task_id in (first, low, high):
+        wait_for(
+            lambda task_id=task_id: _state(store, task_id) == COMPLETED,
+            timeout=20,
+            what=f"{task_id} to complete",
+        )
+        task = store.get(task_id)
+        assert task is not None
+        finished[task_id] = task["status"]["timestamp"]
+    # One at a time: the high one, sent last, finished before the low one.
+    assert finished[high] < finished[low], finished
+
+
+@pytest.mark.parametrize("value", ["high", 11, -11, 1.5, True])
+def test_a_priority_that_is_not_a_whole_number_in_range_is_refused(
+    served: tuple[str, MemoryStore], value: object
+) -> None:
+    url, store = served
+    before = len(store.all())
+    reply = _send(url, "a", "anything 0", {"priority": value})
+    assert reply["error"]["code"] == -32602, reply
+    assert "message.metadata.priority" in reply["error"]["message"], reply
+    assert len(store.all()) == before  # nothing saved
+
+
+# --- beat's sweep and the turn book ---------------------------------------------
+
+
+class Published:
+    """A publish that records each task id put on the broker."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+    def __call__(self, task_id: str) -> None:
+        self.ids.append(task_id)
+
+
+def _turns(store: Store, published: Published) -> Turns:
+    book = store.turn_book()
+    assert isinstance(book, LocalBook)
+    return Turns(book, LimitTable(Settings()), published)
+
+
+def _saved(store: Store, owner: str = "a") -> dict[str, Any]:
+    task = new_task(text_message("user", "hello"), owner=owner)
+    created = store.create(task, None)
+    return dict(created.task)
+
+
+def _sweep(store: Store, turns: Turns) -> None:
+    never = Published()  # a sweep with turns sends through the book, not this
+    sweep(store, never, time.time() + 1_000, 60.0, turns=turns)
+    assert never.ids == []
+
+
+def test_the_sweep_leaves_a_held_task_waiting_for_its_turn() -> None:
+    store, published = memory_store(), Published()
+    turns = _turns(store, published)
+    first, second = _saved(store), _saved(store)
+    turns.enqueue(first)  # no worker registered: one in flight, the rest held
+    turns.enqueue(second)
+    assert published.ids == [first["id"]]
+    _sweep(store, turns)  # both still `submitted`, last sent long "ago"
+    # The one in flight may have lost its message: sent again. The held one waits.
+    assert published.ids == [first["id"], first["id"]]
+    assert turns.book.held_among([second["id"]])[0] == {second["id"]}
+
+
+def test_the_sweep_releases_a_finished_task_left_in_flight_and_gives_its_turn_on() -> None:
+    store, published = memory_store(), Published()
+    turns = _turns(store, published)
+    first, second = _saved(store), _saved(store)
+    turns.enqueue(first)
+    turns.enqueue(second)
+    # Finished without its delivery ending (a worker killed after the save,
+    # a revoked message): only the sweep can tell the book.
+    transition(store, first["id"], to_state(CANCELED))
+    _sweep(store, turns)
+    assert turns.book.in_flight() == [second["id"]]
+    assert published.ids[-1] == second["id"]
+
+
+def test_the_sweep_holds_a_submitted_task_the_book_lost() -> None:
+    store, published = memory_store(), Published()
+    turns = _turns(store, published)
+    lost = _saved(store)  # saved, then its front end died before the book heard of it
+    _sweep(store, turns)
+    assert published.ids == [lost["id"]]
+    assert turns.book.in_flight() == [lost["id"]]
