@@ -14,10 +14,11 @@ database and a queue of its own. Owners A and B each have a bearer token.
    by the worker that claimed it): on an idle fleet, and right after A sent
    `--flood` tasks at once. p50 and p99, fair and first-come, round after
    round in turn; each fleet drains A's flood before the next round.
-2. Throughput: `--tasks` echo tasks from one owner, the fair fleet and the
-   first-come one measured in turn (the order rotated each round), both
-   running at once as in bench/throughput.py; the cost of turns is 1 minus
-   the median of the per-round ratios (the aim: at most 10%).
+2. Throughput: bench/throughput.py's service (gunicorn and one `celery
+   worker -c 2` running the echo agent), `--tasks` tasks a round, once with
+   fair turns and once in arrival order, both running at once and measured
+   in turn (the order swapped each round); the cost of turns is 1 minus the
+   median of the per-round ratios (the aim: at most 10%).
 
 Everything shares one 2-core machine: compare ratios, not absolute numbers.
 """
@@ -38,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.processes import CeleryWorker, exit_on_sigterm, gunicorn, percentile
-from bench.throughput import WORKER_FLAGS, paced, wait_completed
+from bench.throughput import WORKER_FLAGS, Service, paced, wait_completed
 from bench.web import rpc_body
 from tests.support.redis_server import RedisServer
 
@@ -127,12 +128,6 @@ class Fleet:
         wait_completed(self.store, flooded, 900)  # drained before the next round
         return waits
 
-    def rate(self, tasks: int) -> float:
-        started = time.perf_counter()
-        ids, _ = self.send("a", ["0 x"] * tasks)
-        wait_completed(self.store, ids, 900)
-        return len(ids) / (time.perf_counter() - started)
-
     def stop(self) -> None:
         for worker in self.workers:
             worker.stop()
@@ -142,6 +137,42 @@ class Fleet:
 def shown(values: list[float]) -> str:
     p50, p99 = (percentile(values, share) * 1000 for share in (0.5, 0.99))
     return f"p50 {p50:8,.0f} ms, p99 {p99:8,.0f} ms"
+
+
+def throughput_cost(redis_url: str, tasks: int, rounds: int) -> None:
+    """bench/throughput.py's service (gunicorn, one `celery worker -c 2`, echo),
+    with fair turns and in arrival order, both running, measured in turn."""
+    print(f"\n2. throughput, {tasks} echo tasks a round, one worker -c 2, fair and first-come")
+    services: dict[str, Service] = {}
+    try:
+        for name, db, fair in (("fair", 5, "true"), ("fifo", 7, "false")):
+            env = {
+                "TOOLNEXUS_STORE": f"{redis_url}/{db}",
+                "TOOLNEXUS_BROKER_URL": f"{redis_url}/{db + 1}",
+                "TOOLNEXUS_QUEUE": f"bench-throughput-{name}",
+                "TOOLNEXUS_LOG_LEVEL": "WARNING",
+                "TOOLNEXUS_RUN": "examples.agents:echo",
+                "TOOLNEXUS_FAIR_SHARE": fair,
+            }
+            services[name] = Service(env, workers=1, concurrency=2)
+        ratios = []
+        for number in range(rounds):
+            order = ["fair", "fifo"] if number % 2 == 0 else ["fifo", "fair"]
+            texts = [f"task {n}" for n in range(tasks)]
+            rates = {name: services[name].rate(texts) for name in order}
+            ratios.append(rates["fair"] / rates["fifo"])
+            print(
+                f"   round {number + 1}: fair {rates['fair']:,.0f}, first-come"
+                f" {rates['fifo']:,.0f} tasks/s ({ratios[-1]:.2f}x)",
+                flush=True,
+            )
+    finally:
+        for service in services.values():
+            service.stop()
+    ratio = statistics.median(ratios)
+    verdict = "met" if ratio >= 0.9 else "NOT met"
+    cost = f"cost {1 - ratio:.0%} (aim <= 10%: {verdict})"
+    print(f"   median fair / first-come: {ratio:.2f}x; {cost}")
 
 
 def main() -> None:
@@ -184,21 +215,10 @@ def main() -> None:
         fifo_p99 = percentile(waits[("fifo", "flood")], 0.99)
         print(f"   B's p99 while A floods, first-come / fair: {fifo_p99 / fair_p99:,.1f}x")
 
-        print(f"\n2. throughput, {args.tasks} echo tasks a round, fair and first-come in turn")
-        ratios = []
-        for number in range(max(2, args.rounds)):
-            order = ["fair", "fifo"] if number % 2 == 0 else ["fifo", "fair"]
-            rates = {name: fleets[name].rate(args.tasks) for name in order}
-            ratios.append(rates["fair"] / rates["fifo"])
-            print(
-                f"   round {number + 1}: fair {rates['fair']:,.0f}, first-come"
-                f" {rates['fifo']:,.0f} tasks/s ({ratios[-1]:.2f}x)",
-                flush=True,
-            )
-        ratio = statistics.median(ratios)
-        verdict = "met" if ratio >= 0.9 else "NOT met"
-        cost = f"cost {1 - ratio:.0%} (aim <= 10%: {verdict})"
-        print(f"   median fair / first-come: {ratio:.2f}x; {cost}")
+        for fleet in list(fleets.values()):
+            fleet.stop()
+        fleets.clear()
+        throughput_cost(server.url, args.tasks, max(2, args.rounds))
         print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
     finally:
         for fleet in fleets.values():

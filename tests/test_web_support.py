@@ -58,7 +58,11 @@ def _text(text: str) -> dict[str, str]:
 
 class NoBroker:
     """A dispatcher whose broker always answers and never runs anything: for
-    tests about something else."""
+    tests about something else. It says it takes turns (`takes_turns`), as the
+    service's own dispatchers do: with no worker's slots registered, one task
+    is in flight and the rest wait in the turn book, for the tests of that."""
+
+    takes_turns = True
 
     def enqueue(self, task_id: str) -> None:
         pass
