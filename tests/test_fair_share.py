@@ -17,6 +17,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -141,3 +143,52 @@ def _all_b_started(runs: Path) -> list[str] | None:
 def _a_started_at_least(runs: Path, count: int) -> list[str] | None:
     order = _starts(runs)
     return order if sum(text.startswith("A-") for text in order) >= count else None
+
+
+def test_an_owners_running_cap_holds_across_the_fleet(tmp_path: Path) -> None:
+    """TOOLNEXUS_OWNER_MAX_RUNNING=1 on two workers with two slots each: A's
+    tasks never run two at once (their working -> completed spans, as the
+    store stamped them, never overlap), while B's run beside them."""
+    runs = tmp_path / "runs.log"
+    settings = {
+        **scripted_fleet(runs, stale_after=30),
+        "TOOLNEXUS_CONCURRENCY": "2",
+        "TOOLNEXUS_API_TOKENS": ",".join(f"{who}:{token}" for who, token in TOKENS.items()),
+        "TOOLNEXUS_OWNER_MAX_RUNNING": "1",
+    }
+    with local_stack(tmp_path, settings) as (_, stack):
+        stack.start("web")
+        for n in range(WORKERS):
+            stack.start("worker", as_name=f"worker{n}", args=[f"--hostname=w{n}@%h"])
+        wait_for(lambda: _answers(stack.web_url), timeout=60, what="web to answer")
+        store = stack.open_store()
+        a_ids = _send_all(stack.web_url, TOKENS["a"], ["sleep 0.2 A"] * 6, threads=6)
+        b_ids = _send_all(stack.web_url, TOKENS["b"], ["sleep 0.2 B"] * 3, threads=3)
+
+        def spans(ids: list[str]) -> list[tuple[float, float]] | None:
+            found = []
+            for task_id in ids:
+                task = store.get(task_id)
+                if task is None or task["status"]["state"] != "completed":
+                    return None
+                found.append(_span(store, task_id))
+            return sorted(found)
+
+        a_spans = wait_for(lambda: spans(a_ids), timeout=90, what="A's tasks to complete")
+        b_spans = wait_for(lambda: spans(b_ids), timeout=90, what="B's tasks to complete")
+    for (_, ended), (began, _) in pairwise(a_spans):
+        assert began >= ended, a_spans  # one A task at a time
+    # B ran while A was running: its first task began before A's last one ended.
+    assert b_spans[0][0] < a_spans[-1][1], (a_spans, b_spans)
+
+
+def _span(store: Any, task_id: str) -> tuple[float, float]:
+    """When the task began working and when it completed, as the store stamped them."""
+    stamps: dict[str, float] = {}
+    for _, event in store.events(task_id, 0):
+        status = event.get("status") if event.get("kind") == "status-update" else None
+        if status and status.get("state") in ("working", "completed"):
+            stamps[status["state"]] = datetime.fromisoformat(
+                status["timestamp"].replace("Z", "+00:00")
+            ).timestamp()
+    return stamps["working"], stamps["completed"]

@@ -85,6 +85,11 @@ def test_tasks_waiting_for_a_worker_are_counted_and_drain_once_one_runs(
     assert of(found, "toolnexus_queue_backlog_up") == 1
     assert of(found, "toolnexus_queue_depth", queue=queue) == 5
     assert of(found, "toolnexus_queue_depth", queue=push_queue) == 0
+    # Of the five, with no worker's slots registered, one is on the broker and
+    # four wait in the turn book for their turn: the depth counts both.
+    assert of(found, "toolnexus_tasks_held") == 4
+    assert of(found, "toolnexus_tasks_in_flight") == 1
+    assert of(found, "toolnexus_turn_slots") == 0
     age = of(found, "toolnexus_queue_oldest_age_seconds", queue=queue)
     if on_redis:
         # The oldest message is the first task's: sent between `began` and
@@ -107,6 +112,9 @@ def test_tasks_waiting_for_a_worker_are_counted_and_drain_once_one_runs(
         assert wait_state(stack.web_url, task_id, timeout=60)["status"]["state"] == "completed"
     drained = samples(stack.web_url)
     assert of(drained, "toolnexus_queue_depth", queue=queue) == 0
+    assert of(drained, "toolnexus_tasks_held") == 0
+    slots = of(drained, "toolnexus_turn_slots")
+    assert slots is not None and slots >= 1  # the worker's, while it runs
     assert of(drained, "toolnexus_queue_oldest_age_seconds", queue=queue) == 0
 
     worker = wait_for(
