@@ -26,25 +26,18 @@ Everything shares one 2-core machine: compare ratios, not absolute numbers.
 from __future__ import annotations
 
 import argparse
-import http.client
-import json
 import os
 import statistics
 import sys
-import threading
-import time
-import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.processes import CeleryWorker, exit_on_sigterm, gunicorn, percentile
-from bench.throughput import WORKER_FLAGS, Service, paced, wait_completed
-from bench.web import rpc_body
+from bench.throughput import SENDERS, WORKER_FLAGS, Service, send_all, wait_completed
 from tests.support.redis_server import RedisServer
 
 TOKENS = {"a": "bench-token-a", "b": "bench-token-b"}
-SENDERS = 16
 SMALL_EVERY = 0.05  # seconds between B's sends
 
 
@@ -80,33 +73,9 @@ class Fleet:
     def send(
         self, owner: str, texts: list[str], rate: float | None = None, senders: int = SENDERS
     ) -> tuple[list[str], list[float]]:
-        """SendMessage each text as `owner` (keep-alive connections, one per
-        sender); the task ids and the wall time just before each send."""
-        ids, sent_at = [""] * len(texts), [0.0] * len(texts)
-        local = threading.local()
-        headers = {
-            "Content-Type": "application/json",
-            "Authorization": f"Bearer {TOKENS[owner]}",
-        }
-
-        def send(index: int) -> None:
-            if not hasattr(local, "connection"):
-                local.connection = http.client.HTTPConnection(
-                    "127.0.0.1", self.web.port, timeout=30
-                )
-            message = {
-                "role": "user",
-                "messageId": uuid.uuid4().hex,
-                "parts": [{"kind": "text", "text": texts[index]}],
-            }
-            body = rpc_body("SendMessage", {"message": message})
-            sent_at[index] = time.time()
-            local.connection.request("POST", "/", body, headers)
-            reply = json.loads(local.connection.getresponse().read())
-            ids[index] = reply["result"]["id"]
-
-        paced(len(texts), rate, send, min(senders, len(texts)))
-        return ids, sent_at
+        """SendMessage each text as `owner`; the task ids and the wall time
+        just before each send."""
+        return send_all(self.web.port, texts, rate, token=TOKENS[owner], senders=senders)
 
     def started_at(self, task_id: str) -> float:
         """When the task's `working` status was saved (the Redis store files each

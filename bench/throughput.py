@@ -148,14 +148,23 @@ def paced(count: int, rate: float | None, send: Callable[[int], None], senders: 
 Sent = tuple[list[str], list[float]]
 
 
-def send_all(port: int, texts: list[str], rate: float | None = None) -> Sent:
+def send_all(
+    port: int,
+    texts: list[str],
+    rate: float | None = None,
+    *,
+    token: str | None = None,
+    senders: int = SENDERS,
+) -> Sent:
     """SendMessage each text over HTTP (keep-alive connections, one per sender
-    thread, each message with a fresh messageId); the task ids, and the wall
-    time just before each send."""
+    thread, each message with a fresh messageId), as the caller whose bearer
+    `token` is given; the task ids, and the wall time just before each send."""
     ids: list[str] = [""] * len(texts)
     sent_at = [0.0] * len(texts)
     local = threading.local()
     headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
 
     def send(index: int) -> None:
         if not hasattr(local, "connection"):
@@ -171,7 +180,7 @@ def send_all(port: int, texts: list[str], rate: float | None = None) -> Sent:
         reply = json.loads(local.connection.getresponse().read())
         ids[index] = reply["result"]["id"]
 
-    paced(len(texts), rate, send, SENDERS)
+    paced(len(texts), rate, send, min(senders, len(texts)))
     assert all(ids), "some sends failed"
     return ids, sent_at
 

@@ -44,6 +44,7 @@ from worker.command import PROGRAM
 from worker.embedded_flags import EMBEDDED_OVERRIDES
 from worker.embedded_flags import parse_embedded_args as parse_args
 from worker.engine.agent import load_agent
+from worker.engine.green_loop import GreenLoop
 from worker.engine.inprocess import InProcessDispatcher, default_threads
 from worker.engine.reaper import ReaperThread, resend_waiting, turns_send
 from worker.push.delivery import push_thread
@@ -83,7 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if note := pool_note(os.environ, default_threads(settings)):
         log.warning(note)
     tracing.enable(PROGRAM)  # when the `otel` extra is installed
-    dispatcher = InProcessDispatcher(store, agent, settings)
+    # Its worker threads are greenlets on one OS thread: async agent code runs
+    # on one event loop for all of them.
+    green_loop = GreenLoop()
+    dispatcher = InProcessDispatcher(store, agent, settings, run_async=green_loop.run)
     counting = CountingDispatcher(dispatcher)
     turns = dispatcher.turns
     server: WSGIServer | None = None
@@ -146,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if collector is not None:
             collector.stop()
         finished = dispatcher.close(timeout=args.grace)
+        green_loop.close()
     if not finished:
         _tell(settings, "stopped with tasks still running; they stay 'working'")
     _tell(settings, "stopped")

@@ -7,12 +7,15 @@ from __future__ import annotations
 import heapq
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 # The window with no live worker registered.
 FLOOR: Final = 1
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,44 @@ class TurnState:
             if best is None or key < best:
                 best = key
         return best[2] if best is not None else None
+
+
+class SteppedBook(ABC):
+    """A book kept whole as one `TurnState` somewhere other processes reach
+    (a file, a row): each step reads it, applies the algorithm and writes it
+    back under one lock; reads take the book as last written."""
+
+    @abstractmethod
+    def _step(self, step: Callable[[TurnState, float], T]) -> T:
+        """`step(state, now)` applied under the lock, the state then written."""
+
+    @abstractmethod
+    def _snapshot(self) -> tuple[TurnState, float]:
+        """The book as last written, and the clock's time now."""
+
+    def hold_and_take(self, entries: list[Entry], fair: bool) -> list[str]:
+        return self._step(lambda state, now: state.hold_and_take(entries, fair, now))
+
+    def release_and_take(self, task_ids: list[str], fair: bool) -> list[str]:
+        return self._step(lambda state, now: state.release_and_take(task_ids, fair, now))
+
+    def register(self, worker: str, slots: int, ttl: float) -> None:
+        self._step(lambda state, now: state.register(worker, slots, ttl, now))
+
+    def unregister(self, worker: str) -> None:
+        self._step(lambda state, now: state.unregister(worker))
+
+    def held_among(self, task_ids: list[str]) -> tuple[set[str], set[str]]:
+        if not task_ids:
+            return set(), set()
+        return self._snapshot()[0].held_among(task_ids)
+
+    def in_flight(self) -> list[str]:
+        return self._snapshot()[0].in_flight()
+
+    def view(self) -> BookView:
+        state, now = self._snapshot()
+        return state.view(now)
 
 
 class LocalBook:

@@ -53,6 +53,7 @@ def fulfil(
     timeout_errors: tuple[type[BaseException], ...] = (),
     on_run: Callable[[], object] | None = None,
     held: bool = False,
+    run_async: RunAsync = run_async,
 ) -> str:
     """Run one delivery of `task_id`; return the task's state afterwards ("" if unknown).
 
@@ -60,6 +61,8 @@ def fulfil(
     SoftTimeLimitExceeded); they fail the task saying it timed out.
     `on_run()` is called just before the function runs, if this delivery runs it.
     `held`: one of many calls in this process, held by `worker.engine.held_calls`.
+    `run_async`: how async agent code runs (the embedded server's one loop,
+    `worker.engine.green_loop`); a held call runs on its pool's loop instead.
     """
     with ExitStack() as stack:
         # A held call watches its task from before the claim, so that a
@@ -76,7 +79,7 @@ def fulfil(
             log.info("task %s: is %s, not submitted; not running it", task_id, state)
             return state
         stack.enter_context(heartbeating(store, task_id, settings.heartbeat))
-        run: RunAsync = run_async
+        run = run_async
         if held:
             call = stack.enter_context(holding(store, claimed.record, agent, settings, watch))
             run = call.run_async

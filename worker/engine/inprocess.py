@@ -24,6 +24,7 @@ from shared.settings import Settings
 from shared.store.contract import Store
 from shared.store.wiring import turn_book_of
 from worker.engine.agent import Agent
+from worker.engine.calling import RunAsync, run_async
 from worker.engine.metrics import worker_metrics
 from worker.engine.observe import observed_fulfil
 
@@ -54,10 +55,12 @@ class InProcessDispatcher:
         settings: Settings,
         *,
         threads: int | None = None,
+        run_async: RunAsync = run_async,
     ) -> None:
         self._store = store
         self._agent = agent
         self._settings = settings
+        self._run_async = run_async
         # (task id, the request id and trace context that queued it), or None: stop.
         self._queue: queue.SimpleQueue[tuple[str, str | None, object] | None] = queue.SimpleQueue()
         self._closed = threading.Event()
@@ -125,7 +128,13 @@ class InProcessDispatcher:
             task_id, queued_by, trace_context = queued
             with correlated(request=queued_by, task=task_id), within(trace_context):
                 try:
-                    state = observed_fulfil(self._store, task_id, self._agent, self._settings)
+                    state = observed_fulfil(
+                        self._store,
+                        task_id,
+                        self._agent,
+                        self._settings,
+                        run_async=self._run_async,
+                    )
                 except Exception:
                     log.exception("task %s: fulfilment crashed", task_id)
                     continue

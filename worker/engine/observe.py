@@ -20,6 +20,7 @@ from shared.settings import Settings
 from shared.store.contract import Store
 from shared.task import FAILED
 from worker.engine.agent import Agent
+from worker.engine.calling import RunAsync, run_async
 from worker.engine.fulfil import fulfil
 from worker.engine.metrics import worker_metrics
 
@@ -34,6 +35,7 @@ def observed_fulfil(
     *,
     timeout_errors: tuple[type[BaseException], ...] = (),
     held: bool = False,
+    run_async: RunAsync = run_async,
 ) -> str:
     """`fulfil`, logged and counted when this delivery ran the function."""
     started: list[float] = []
@@ -54,6 +56,7 @@ def observed_fulfil(
                 timeout_errors=timeout_errors,
                 on_run=on_run,
                 held=held,
+                run_async=run_async,
             )
     finally:
         if started:

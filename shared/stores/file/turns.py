@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from shared.errors import StoreError
-from shared.owners.book import BookView, Entry, TurnState
+from shared.owners.book import SteppedBook, TurnState
 from shared.stores.file.log import open_no_link
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 T = TypeVar("T")
 
 
-class FileTurnBook:
+class FileTurnBook(SteppedBook):
     """`fsync`: each new book reaches the disk before its rename (the store
     passes whether its fsync policy syncs task files)."""
 
@@ -54,31 +54,6 @@ class FileTurnBook:
         self._lock_path = self._root / ".lock"
         self._fsync = fsync
         self._clock = clock
-
-    # --- the steps -----------------------------------------------------------
-
-    def hold_and_take(self, entries: list[Entry], fair: bool) -> list[str]:
-        return self._step(lambda state, now: state.hold_and_take(entries, fair, now))
-
-    def release_and_take(self, task_ids: list[str], fair: bool) -> list[str]:
-        return self._step(lambda state, now: state.release_and_take(task_ids, fair, now))
-
-    def register(self, worker: str, slots: int, ttl: float) -> None:
-        self._step(lambda state, now: state.register(worker, slots, ttl, now))
-
-    def unregister(self, worker: str) -> None:
-        self._step(lambda state, now: state.unregister(worker))
-
-    # --- reads: the book as last written, without the lock -------------------
-
-    def held_among(self, task_ids: list[str]) -> tuple[set[str], set[str]]:
-        return self._read().held_among(task_ids)
-
-    def in_flight(self) -> list[str]:
-        return self._read().in_flight()
-
-    def view(self) -> BookView:
-        return self._read().view(self._clock())
 
     # --- internals -----------------------------------------------------------
 
@@ -106,8 +81,8 @@ class FileTurnBook:
         finally:
             os.close(fd)  # closing the descriptor releases the flock
 
-    def _read(self) -> TurnState:
-        return _parsed(self._raw(), self._path)
+    def _snapshot(self) -> tuple[TurnState, float]:
+        return _parsed(self._raw(), self._path), self._clock()
 
     def _raw(self) -> bytes | None:
         """The book's bytes as last written; None when there is none yet."""

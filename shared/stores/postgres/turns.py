@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from shared.owners.book import BookView, Entry, TurnState
+from shared.owners.book import SteppedBook, TurnState
 from shared.stores.postgres.statements import Statements
 
 log = logging.getLogger(__name__)
@@ -37,46 +37,18 @@ _LOCK = "SELECT state FROM turn_book WHERE id FOR UPDATE"
 _NOW = "SELECT extract(epoch FROM clock_timestamp())::float8"
 _ADD = "INSERT INTO turn_book VALUES (true, '{}') ON CONFLICT (id) DO NOTHING"
 _SAVE = "UPDATE turn_book SET state = %s::jsonb WHERE id"
-_READ = "SELECT state FROM turn_book WHERE id"
 _VIEW = "SELECT state, extract(epoch FROM clock_timestamp())::float8 FROM turn_book WHERE id"
 
 
-class PostgresTurnBook:
+class PostgresTurnBook(SteppedBook):
     def __init__(self, statements: Statements) -> None:
         self._statements = statements
 
-    # --- the steps -----------------------------------------------------------
-
-    def hold_and_take(self, entries: list[Entry], fair: bool) -> list[str]:
-        return self._step(lambda state, now: state.hold_and_take(entries, fair, now))
-
-    def release_and_take(self, task_ids: list[str], fair: bool) -> list[str]:
-        return self._step(lambda state, now: state.release_and_take(task_ids, fair, now))
-
-    def register(self, worker: str, slots: int, ttl: float) -> None:
-        self._step(lambda state, now: state.register(worker, slots, ttl, now))
-
-    def unregister(self, worker: str) -> None:
-        self._step(lambda state, now: state.unregister(worker))
-
-    # --- reads: the book as last committed -----------------------------------
-
-    def held_among(self, task_ids: list[str]) -> tuple[set[str], set[str]]:
-        if not task_ids:
-            return set(), set()
-        row = self._statements.maybe(_READ, ())
-        return _state(row[0] if row else None).held_among(task_ids)
-
-    def in_flight(self) -> list[str]:
-        row = self._statements.maybe(_READ, ())
-        return _state(row[0] if row else None).in_flight()
-
-    def view(self) -> BookView:
+    def _snapshot(self) -> tuple[TurnState, float]:
         row = self._statements.maybe(_VIEW, ())
         if row is None:
-            now = float(self._statements.one(_NOW, ())[0])
-            return TurnState().view(now)
-        return _state(row[0]).view(float(row[1]))
+            return TurnState(), float(self._statements.one(_NOW, ())[0])
+        return _state(row[0]), float(row[1])
 
     # --- internals -----------------------------------------------------------
 
