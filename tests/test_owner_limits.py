@@ -88,7 +88,7 @@ def test_the_limits_are_off_by_default_and_cost_nothing() -> None:
     assert settings.owner_limits == ()
     assert admission(settings, lambda: pytest.fail("the ledger is asked for")) is None
     tasks = assemble(settings, memory_store(), PlayingDispatcher(memory_store())).tasks
-    assert tasks.admission is None  # nothing on a send's way
+    assert tasks.limits is None  # nothing on a send's way
 
 
 def test_the_variables_are_read_and_zero_turns_a_limit_off() -> None:

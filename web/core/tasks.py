@@ -10,11 +10,9 @@ service runs without auth). Another caller is told the task does not exist.
 Once a task is saved, any error on the way out names it (`TaskError`), so
 the peer can ask GetTask instead of sending again.
 
-With per-owner send limits (`shared.owners.admission`) a send is admitted
-before anything of it is saved: it takes a token of its owner's rate (a
-follow-up and a retry too), and one that would create a task reserves a
-slot among the owner's unfinished tasks; a retry of an accepted message,
-which makes no task, takes none (see `_reserve`).
+With per-owner send limits a send is admitted before anything of it is
+saved (`web.core.send_limits`); with fair turns a saved task waits in the
+store's turn book until its owner's turn (`shared.owners.turns`).
 """
 
 from __future__ import annotations
@@ -28,7 +26,6 @@ from shared.broker.dispatcher import Dispatcher, takes_turns
 from shared.errors import (
     ContextTaken,
     InvalidTransition,
-    OwnerLimitExceeded,
     StoreError,
     TaskNotCancelable,
     TaskNotFound,
@@ -52,7 +49,6 @@ from shared.task import (
     Task,
     agent_message,
     is_terminal,
-    latest_user_message,
     new_task,
     state_of,
 )
@@ -68,6 +64,8 @@ from web.core.errors import (
 from web.core.finished import FinishedTasks
 from web.core.media import accepts
 from web.core.params import SendParams, TaskQuery, WebhookParams
+from web.core.retries import is_latest, moved_on
+from web.core.send_limits import SendLimits
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +106,6 @@ class Tasks:
         """`admission`: the owners' send limits (`shared.owners.admission`),
         None when none is set."""
         self.store = store
-        self.admission = admission
         self.dispatcher = dispatcher
         self.blocking_timeout = settings.blocking_timeout
         self.long_poll_timeout = settings.long_poll_timeout
@@ -120,6 +117,7 @@ class Tasks:
         self.max_webhooks = settings.push_max_configs
         budget = settings.finished_cache_mb * 2**20
         self.finished = FinishedTasks(budget, settings.task_ttl) if budget else None
+        self.limits = SendLimits(admission, store, self.finished) if admission else None
         # Fair turns over owners: a send is held in the store's turn book and
         # published when its turn comes (shared.owners.turns).
         book = turn_book_of(store) if takes_turns(dispatcher) else None
@@ -147,8 +145,8 @@ class Tasks:
                     f"message.parts[{index}] is {shown(media_type)}; this agent accepts"
                     f" {', '.join(self.input_modes)}"
                 )
-        if self.admission is not None:
-            self.admission.take(owner)  # the owner's rate: before anything is saved
+        if self.limits is not None:
+            self.limits.take(owner)  # the owner's rate: before anything is saved
         if params.task_id is None:
             sent, fresh = self._create(params, owner)
         else:
@@ -323,20 +321,21 @@ class Tasks:
         task = new_task(params.message, params.context_id, owner or None)
         push = self._push() if params.webhook is not None else None  # refused before anything
         key = message_key(owner, params.message["messageId"]) if self.idempotent else None
-        reserved = self._reserve(owner, task["id"], key, params.message)
+        limits = self.limits
+        reserved = limits is not None and limits.reserve(owner, task["id"], key, params.message)
         try:
             created = self.store.create(task, key)
         except ContextTaken as error:
-            if reserved:
-                self._unreserve(owner, task["id"])
+            if reserved and limits is not None:
+                limits.unreserve(owner, task["id"])
             raise InvalidParams(str(error), field="message.contextId") from None
-        if not created.created and _moved_on(created.task, params.message):
+        if not created.created and moved_on(created.task, params.message):
             # The caller continued or canceled the task this message id made:
             # it cannot be a retry of a lost reply (that caller never knew the
             # task), so it is a new message that reuses the id.
             created = self.store.create(task, key, supersedes=created.task["id"])
-        if reserved and not created.created:
-            self._unreserve(owner, task["id"])  # a retry: its task holds its slot
+        if reserved and limits is not None and not created.created:
+            limits.unreserve(owner, task["id"])  # a retry: its task holds its slot
         if push is not None and params.webhook is not None:
             # Saved once the task exists (a retry's goes with the task it made)
             # and before it is queued: the feed starts at the task's first
@@ -346,45 +345,6 @@ class Tasks:
         if created.created:
             return Sent(created.task, 1), True
         return self._as_it_stands(created.task["id"]), False
-
-    def _reserve(self, owner: str, task_id: str, key: str | None, message: Message) -> bool:
-        """A slot among the owner's unfinished tasks for `task_id`, the task
-        this send would create: True when one was reserved. At the cap, a
-        retry of a message already accepted (whose task the caller has not
-        moved on from) goes through without one: it makes no new task. A
-        reservation whose create fails on the store is kept: the check at
-        the cap drops it once its task is found missing."""
-        admission = self.admission
-        if admission is None:
-            return False
-        try:
-            return admission.reserve(owner, task_id, self._finished_or_gone)
-        except OwnerLimitExceeded:
-            if key is not None and self._repeats(admission, key, message):
-                return False
-            raise
-
-    def _repeats(self, admission: Admission, key: str, message: Message) -> bool:
-        """`message` repeats one this caller sent before, whose task stands."""
-        earlier = admission.accepted(key)
-        task = self.store.get(earlier) if earlier is not None else None
-        return task is not None and not _moved_on(task, message)
-
-    def _finished_or_gone(self, task_id: str) -> bool | None:
-        """Whether the task is finished; None when the store has no such task."""
-        if self.finished is not None and self.finished.get(task_id) is not None:
-            return True
-        task = self.store.get(task_id)
-        return None if task is None else is_terminal(state_of(task))
-
-    def _unreserve(self, owner: str, task_id: str) -> None:
-        """Give back a slot no task took; should that fail, the check at the
-        cap drops it later (its task is never found)."""
-        assert self.admission is not None
-        try:
-            self.admission.release(owner, task_id)
-        except StoreError:
-            log.warning("task %s: could not give back its owner's slot", task_id)
 
     def _resume(self, params: SendParams, owner: str) -> tuple[Sent, bool]:
         assert params.task_id is not None
@@ -397,7 +357,7 @@ class Tasks:
             )
 
         def resume(current: Task) -> list[Event]:
-            if self.idempotent and _is_latest(current, params.message):
+            if self.idempotent and is_latest(current, params.message):
                 return []  # this very message was applied already
             # Checked on the task the write is computed from: the store's
             # compare-and-append refuses the write if another came between.
@@ -412,7 +372,7 @@ class Tasks:
             raise TaskNotFound(f"task {task_id} not found")
         if outcome.applied:
             return Sent(outcome.record.task, outcome.record.seq), True
-        if self.idempotent and _is_latest(outcome.record.task, params.message):
+        if self.idempotent and is_latest(outcome.record.task, params.message):
             return self._as_it_stands(task_id), False
         _require_generation(outcome.record.task, params.if_generation_match)
         raise InvalidTransition(
@@ -497,22 +457,6 @@ def _behind(task: Task, current: int) -> bool:
 def _require_generation(task: Task, expected: int | None) -> None:
     if expected is not None and generation_of(task) != expected:
         raise TaskGenerationMismatch(task["id"], expected, generation_of(task))
-
-
-def _is_latest(task: Task, message: Message) -> bool:
-    """The caller's latest message to `task` is `message` (same id, same parts):
-    sending it again is a retry, not a new word."""
-    latest = latest_user_message(task)
-    return (
-        latest is not None
-        and latest.get("messageId") == message["messageId"]
-        and latest.get("parts") == message["parts"]
-    )
-
-
-def _moved_on(task: Task, message: Message) -> bool:
-    """The caller canceled `task`, or said more to it after `message`."""
-    return state_of(task) == CANCELED or not _is_latest(task, message)
 
 
 def with_history(task: Task, history_length: int | None) -> Task:
