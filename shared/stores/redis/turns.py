@@ -2,10 +2,11 @@
 
 Keys under `<prefix>turns:`: `where` (held task -> owner), `held:<owner>`
 (a sorted set per owner: priority, then arrival), `held_at` (held task ->
-when), `owners` (owners with held tasks -> pass), `terms` (owner ->
-"weight cap"), `flight` (task in flight -> owner), `flight_at`, `running`
-(owner -> tasks in flight), `workers` (worker -> expiry) and `slots`,
-`vtime`, `seq`. Each step is one script (`lua/turns.lua`), on the server's
+when), `owners` (an entry per owner with held tasks -> its pass; the entry
+is the arrival number of the owner's next task, then the owner), `entry`
+(owner -> that entry), `terms` (owner -> "weight cap"), `flight` (task in
+flight -> owner), `flight_at`, `running` (owner -> tasks in flight),
+`workers` (worker -> expiry) and `slots`, `vtime`, `seq`. Each step is one script (`lua/turns.lua`), on the server's
 clock, so front ends and workers with skewed clocks agree.
 """
 
@@ -77,7 +78,7 @@ class RedisTurnBook:
         p = self._prefix
         with reachable(self._client):
             pipe = self._client.pipeline(transaction=False)
-            pipe.zrange(f"{p}owners", 0, -1)
+            pipe.hkeys(f"{p}entry")
             pipe.hgetall(f"{p}running")
             pipe.zrange(f"{p}held_at", 0, 0, withscores=True)
             pipe.zrangebyscore(f"{p}workers", time.time(), "+inf")

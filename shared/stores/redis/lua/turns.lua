@@ -6,6 +6,12 @@
 -- ARGV: prefix, fair (1/0), floor, n, then n x (task, owner, priority,
 --   weight, cap or ''), then m, then m task ids to release.
 -- Returns the ids taken, in turn order.
+--
+-- `owners` holds one entry per owner with held tasks, scored by its pass;
+-- the entry is the arrival number of the owner's next task (16 digits)
+-- followed by the owner (`entry` maps owner -> entry), so owners on equal
+-- passes sort by whose next task came first, as TurnState's order does
+-- (shared/owners/book.py), and a fair take reads the set from its head.
 local p = ARGV[1]
 local fair = ARGV[2] == '1'
 local floor = tonumber(ARGV[3])
@@ -14,7 +20,32 @@ local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
 local where, held_at, owners, terms = p .. 'where', p .. 'held_at', p .. 'owners', p .. 'terms'
 local flight, flight_at, running = p .. 'flight', p .. 'flight_at', p .. 'running'
 local workers, slots, vtime, seq = p .. 'workers', p .. 'slots', p .. 'vtime', p .. 'seq'
+local entry = p .. 'entry'
 local span = 10000000000000
+local digits = 16
+
+-- The owner's entry placed again at `pass` (its next task may have changed),
+-- or gone once the owner holds nothing.
+local function place(owner, pass)
+  local old = redis.call('HGET', entry, owner)
+  if old then
+    redis.call('ZREM', owners, old)
+  end
+  local first = redis.call('ZRANGE', p .. 'held:' .. owner, 0, 0, 'WITHSCORES')
+  if #first == 0 then
+    redis.call('HDEL', entry, owner)
+    return
+  end
+  local new = string.format('%016d', tonumber(first[2]) % span) .. owner
+  redis.call('HSET', entry, owner, new)
+  redis.call('ZADD', owners, string.format('%.17g', pass), new)
+end
+
+local function pass_of(owner)
+  local old = redis.call('HGET', entry, owner)
+  local score = old and redis.call('ZSCORE', owners, old)
+  return tonumber(score or redis.call('GET', vtime) or '0')
+end
 
 local i = 5
 for _ = 1, tonumber(ARGV[4]) do
@@ -23,13 +54,12 @@ for _ = 1, tonumber(ARGV[4]) do
   i = i + 5
   if redis.call('HEXISTS', where, task) == 0 and redis.call('HEXISTS', flight, task) == 0 then
     local number = redis.call('INCR', seq)
+    local pass = pass_of(owner)
     redis.call('HSET', terms, owner, weight .. ' ' .. cap)
     redis.call('ZADD', p .. 'held:' .. owner, (10 - priority) * span + number, task)
     redis.call('HSET', where, task, owner)
     redis.call('ZADD', held_at, now, task)
-    if not redis.call('ZSCORE', owners, owner) then
-      redis.call('ZADD', owners, tonumber(redis.call('GET', vtime) or '0'), owner)
-    end
+    place(owner, pass)
   end
 end
 
@@ -48,13 +78,11 @@ for _ = 1, released do
   end
   owner = redis.call('HGET', where, task)
   if owner then
-    local line = p .. 'held:' .. owner
+    local pass = pass_of(owner)
     redis.call('HDEL', where, task)
     redis.call('ZREM', held_at, task)
-    redis.call('ZREM', line, task)
-    if redis.call('ZCARD', line) == 0 then
-      redis.call('ZREM', owners, owner)
-    end
+    redis.call('ZREM', p .. 'held:' .. owner, task)
+    place(owner, pass)
   end
 end
 
@@ -86,41 +114,43 @@ end
 
 local taken = {}
 while room > 0 do
-  -- Fair: the lowest pass, and of owners on equal passes the one whose next
-  -- task came first (as TurnState in shared/owners/book.py, not by name);
-  -- else the next task that came first, whatever its owner's pass.
+  -- Fair: the first open owner in the set's order (the lowest pass, then
+  -- the earliest next task); else the open owner whose next task came first.
+  -- Read a page at a time: a fair take stops at the first open owner.
   local pick, pass, earliest = nil, nil, nil
-  local listed = redis.call('ZRANGE', owners, 0, -1, 'WITHSCORES')
-  for k = 1, #listed, 2 do
-    local score = tonumber(listed[k + 1])
-    if fair and pick ~= nil and score > pass then
+  local offset, done = 0, false
+  while not done do
+    local listed = redis.call('ZRANGE', owners, offset, offset + 63, 'WITHSCORES')
+    if #listed == 0 then
       break
     end
-    if open(listed[k]) then
-      local first = redis.call('ZRANGE', p .. 'held:' .. listed[k], 0, 0, 'WITHSCORES')
-      local number = tonumber(first[2]) % span
-      if earliest == nil or number < earliest then
-        earliest, pick, pass = number, listed[k], score
+    for k = 1, #listed, 2 do
+      local owner = string.sub(listed[k], digits + 1)
+      if open(owner) then
+        local number = tonumber(string.sub(listed[k], 1, digits))
+        if fair then
+          pick, pass, done = owner, tonumber(listed[k + 1]), true
+          break
+        end
+        if earliest == nil or number < earliest then
+          earliest, pick, pass = number, owner, tonumber(listed[k + 1])
+        end
       end
     end
+    offset = offset + 64
   end
   if pick == nil then
     break
   end
-  local line = p .. 'held:' .. pick
-  local task = redis.call('ZPOPMIN', line)[1]
+  local task = redis.call('ZPOPMIN', p .. 'held:' .. pick)[1]
   redis.call('HDEL', where, task)
   redis.call('ZREM', held_at, task)
   redis.call('HSET', flight, task, pick)
   redis.call('ZADD', flight_at, now, task)
   redis.call('HINCRBY', running, pick, 1)
   redis.call('SET', vtime, string.format('%.17g', pass))
-  if redis.call('ZCARD', line) == 0 then
-    redis.call('ZREM', owners, pick)
-  else
-    local weight = terms_of(pick)
-    redis.call('ZADD', owners, string.format('%.17g', pass + 1 / weight), pick)
-  end
+  local weight = terms_of(pick)
+  place(pick, pass + 1 / weight)
   taken[#taken + 1] = task
   room = room - 1
 end
