@@ -286,6 +286,11 @@ def slot_keeping(settings: Settings, runtime: ProcessRuntime) -> type[bootsteps.
             self.keeper: SlotKeeper | None = None
 
         def start(self, worker: Any) -> None:
+            # A delivery-only worker (`-Q push`) takes no fulfilment: its slots
+            # would widen the window for work nobody there runs.
+            consuming = getattr(worker.app.amqp.queues, "consume_from", None)
+            if consuming and settings.queue not in consuming:
+                return
             turns = runtime.turns()
             if turns is None:
                 return
