@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import requests
 
+from tests.support.a2a import send_request
 from tests.support.agents import scripted_fleet
 from tests.support.compose import LocalStack, local_stack
 from tests.support.polling import wait_for
@@ -42,21 +43,8 @@ FAIR_BOUND = SMALL + WINDOW + WORKERS
 
 
 def _send(session: requests.Session, url: str, token: str, text: str) -> str:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "message/send",
-        "params": {
-            "message": {
-                "role": "user",
-                "messageId": str(uuid.uuid4()),
-                "parts": [{"kind": "text", "text": text}],
-            },
-            "configuration": {"blocking": False},
-        },
-    }
     reply: dict[str, Any] = session.post(
-        f"{url}/", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        f"{url}/", json=send_request(text), headers={"Authorization": f"Bearer {token}"}, timeout=30
     ).json()
     assert "result" in reply, reply
     return str(reply["result"]["id"])

@@ -27,6 +27,7 @@ from shared.store.contract import Store
 from shared.stores.memory.store import MemoryStore, memory_store
 from shared.task import CANCELED, COMPLETED, SUBMITTED, WORKING, new_task, state_of, text_message
 from shared.transitions import transition
+from tests.support.a2a import send_request
 from tests.support.agents import gate
 from tests.support.polling import wait_for
 from tests.test_web_support import live_server
@@ -41,20 +42,8 @@ TOKENS = {"a": "tok-a-turns", "b": "tok-b-turns"}
 def _send(
     url: str, owner: str, text: str, metadata: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    message: dict[str, Any] = {
-        "role": "user",
-        "messageId": str(uuid.uuid4()),
-        "parts": [{"kind": "text", "text": text}],
-    }
-    if metadata is not None:
-        message["metadata"] = metadata
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "message/send",
-        "params": {"message": message, "configuration": {"blocking": False}},
-    }
     headers = {"Authorization": f"Bearer {TOKENS[owner]}"}
+    body = send_request(text, metadata)
     reply: dict[str, Any] = requests.post(f"{url}/", json=body, headers=headers, timeout=10).json()
     return reply
 

@@ -26,14 +26,22 @@ def result(url: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-def send_text(url: str, text: str) -> dict[str, Any]:
-    """message/send, non-blocking: the submitted task."""
-    message = {
+def send_request(text: str, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A whole JSON-RPC message/send request, non-blocking, with a fresh messageId."""
+    message: dict[str, Any] = {
         "role": "user",
         "messageId": str(uuid.uuid4()),
         "parts": [{"kind": "text", "text": text}],
     }
-    return result(url, "message/send", {"message": message, "configuration": {"blocking": False}})
+    if metadata is not None:
+        message["metadata"] = metadata
+    params = {"message": message, "configuration": {"blocking": False}}
+    return {"jsonrpc": "2.0", "id": str(uuid.uuid4()), "method": "message/send", "params": params}
+
+
+def send_text(url: str, text: str) -> dict[str, Any]:
+    """message/send, non-blocking: the submitted task."""
+    return result(url, "message/send", send_request(text)["params"])
 
 
 def get_task(url: str, task_id: str) -> dict[str, Any]:
