@@ -6,8 +6,9 @@ when), `owners` (an entry per owner with held tasks -> its pass; the entry
 is the arrival number of the owner's next task, then the owner), `entry`
 (owner -> that entry), `terms` (owner -> "weight cap"), `flight` (task in
 flight -> owner), `flight_at`, `running` (owner -> tasks in flight),
-`workers` (worker -> expiry) and `slots`, `vtime`, `seq`. Each step is one script (`lua/turns.lua`), on the server's
-clock, so front ends and workers with skewed clocks agree.
+`workers` (worker -> expiry) and `slots`, `vtime`, `seq`. Each step is one
+script (`lua/turns.lua`), on the server's clock, so front ends and workers
+with skewed clocks agree.
 """
 
 from __future__ import annotations
