@@ -19,10 +19,11 @@ import pytest
 import requests
 
 from shared import Settings
+from shared.errors import BrokerError
 from shared.events import to_state
 from shared.owners.book import LocalBook
 from shared.owners.limits import LimitTable
-from shared.owners.turns import Turns
+from shared.owners.turns import BROKER_FRESH, Turns
 from shared.store.contract import Store
 from shared.stores.memory.store import MemoryStore, memory_store
 from shared.task import CANCELED, COMPLETED, SUBMITTED, WORKING, new_task, state_of, text_message
@@ -209,3 +210,50 @@ def test_the_sweep_holds_a_submitted_task_the_book_lost() -> None:
     _sweep(store, turns)
     assert published.ids == [lost["id"]]
     assert turns.book.in_flight() == [lost["id"]]
+
+
+# --- a held send and the broker ------------------------------------------------------
+
+
+class Broker:
+    """A broker check that counts its calls and answers as told."""
+
+    def __init__(self) -> None:
+        self.checks = 0
+        self.down = False
+
+    def check(self) -> None:
+        self.checks += 1
+        if self.down:
+            raise BrokerError("broker unavailable: connection refused")
+
+
+def _held_turns(broker: Broker) -> tuple[Turns, Store]:
+    store = memory_store()
+    book = store.turn_book()
+    assert isinstance(book, LocalBook)
+    turns = Turns(book, LimitTable(Settings()), Published(), check=broker.check)
+    turns.enqueue(_saved(store))  # no worker's slots: the window of one is taken
+    return turns, store
+
+
+def test_a_held_send_asks_the_broker_once_for_all_held_meanwhile() -> None:
+    broker = Broker()
+    turns, store = _held_turns(broker)
+    assert broker.checks == 0  # the first send was published: the broker took it
+    for _ in range(5):
+        assert turns.enqueue(_saved(store)) is False  # held
+    assert broker.checks == 0  # heard from it within the last second
+
+
+def test_a_held_send_is_refused_while_the_broker_does_not_answer() -> None:
+    broker = Broker()
+    turns, store = _held_turns(broker)
+    turns._broker_heard -= BROKER_FRESH  # a second since the broker took anything
+    broker.down = True
+    with pytest.raises(BrokerError):
+        turns.enqueue(_saved(store))
+    asked = broker.checks
+    with pytest.raises(BrokerError):  # the refusal stands a second: not asked again
+        turns.enqueue(_saved(store))
+    assert broker.checks == asked == 1

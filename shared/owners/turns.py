@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from shared.errors import BrokerError
 from shared.owners.book import Entry, TurnBook
 from shared.owners.limits import LimitTable
 from shared.settings import Settings
@@ -106,6 +107,8 @@ class Turns:
         self._publish = publish
         self._check = check
         self._broker_heard = 0.0  # monotonic: the broker last took a message or answered
+        self._broker_refused: tuple[float, Exception] | None = None  # when, and why
+        self._checking = threading.Lock()
 
     def entry(self, task: Mapping[str, Any]) -> Entry:
         owner = str(task.get("owner") or "")
@@ -131,11 +134,26 @@ class Turns:
 
     def _broker_answers(self) -> None:
         """Held, the task runs only once the broker takes messages: with the
-        broker down the send is refused, as before turns, not left waiting."""
+        broker down the send is refused, as before turns, not left waiting.
+        One check at a time: the sends held meanwhile take its answer, and
+        a refusal stands for `BROKER_FRESH` seconds, so a busy front end
+        asks the broker at most about once a second."""
         if self._check is None or time.monotonic() - self._broker_heard < BROKER_FRESH:
             return
-        self._check()
-        self._broker_heard = time.monotonic()
+        with self._checking:
+            now = time.monotonic()
+            if now - self._broker_heard < BROKER_FRESH:
+                return
+            refused = self._broker_refused
+            if refused is not None and now - refused[0] < BROKER_FRESH:
+                raise BrokerError(str(refused[1]))
+            try:
+                self._check()
+            except Exception as error:
+                self._broker_refused = (time.monotonic(), error)
+                raise
+            self._broker_refused = None
+            self._broker_heard = time.monotonic()
 
     def ended(self, task_id: str) -> None:
         """A delivery of `task_id` ended with the task out of flight (run,
