@@ -29,9 +29,10 @@ worker registered (none started yet, or all gone): a window of `FLOOR`, so
 the broker's queue shows work to an autoscaler that scales from zero, and
 the metrics count held tasks as waiting.
 
-The book is the store's (`Store.turn_book()`): memory and file keep it
-with the algorithm here (`TurnState`), Redis in one script a step, each
-step atomic against every other process on that store.
+The book is the store's (`Store.turn_book()`): memory, file and
+PostgreSQL keep it with the algorithm of `shared.owners.book`
+(`TurnState`), Redis in one script a step; each step is atomic against
+every other process on that store.
 """
 
 from __future__ import annotations
