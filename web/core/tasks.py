@@ -396,9 +396,7 @@ class Tasks:
         and a failed task that a worker then skips says why; one left
         `submitted` would wait for beat's resend, where beat runs at all."""
         try:
-            if self.turns is not None:
-                self.turns.enqueue(task)
-            else:
+            if not self._in_turn(task):
                 self.dispatcher.enqueue(task["id"])
         except Exception as error:
             self._not_queued(task, error)
@@ -406,6 +404,22 @@ class Tasks:
         except BaseException as interrupted:
             self._not_queued(task, f"interrupted by {type(interrupted).__name__}")
             raise
+
+    def _in_turn(self, task: Task) -> bool:
+        """Whether the task went through the turn book (held, or published in
+        its turn). With the book out of reach (its store failing, or a lock
+        whose holder stalled) the task goes to the broker at once instead,
+        out of turn, rather than failing or waiting for beat's resend."""
+        if self.turns is None:
+            return False
+        try:
+            self.turns.enqueue(task)
+        except StoreError as error:
+            log.warning(
+                "task %s: queued out of turn, the turn book is out of reach: %s", task["id"], error
+            )
+            return False
+        return True
 
     def _not_queued(self, task: Task, why: object) -> None:
         reason = f"{BROKER_UNAVAILABLE}: the task could not be queued ({why})"

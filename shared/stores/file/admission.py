@@ -13,7 +13,6 @@ or machines that share the volume and keep their clocks in step.
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 import tempfile
@@ -25,6 +24,7 @@ from typing import Any, Final
 
 from shared.errors import StoreError
 from shared.store.contract import Record, digest
+from shared.stores.file.locking import flock_within
 from shared.stores.file.log import open_no_link
 
 # A bucket holding this much less than a whole token holds one (float error).
@@ -98,7 +98,7 @@ class FileLedger:
         except OSError as error:
             raise _failed(error) from error
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            flock_within(fd, self._folder / f"{name}.lock")
             yield _loaded(path), lambda state: _saved(path, state)
         finally:
             os.close(fd)  # closing the descriptor releases the flock

@@ -16,7 +16,6 @@ held nor in flight (see `shared.owners.turns`).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -29,6 +28,7 @@ from typing import TypeVar
 
 from shared.errors import StoreError
 from shared.owners.book import SteppedBook, TurnState
+from shared.stores.file.locking import flock_within
 from shared.stores.file.log import open_no_link
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class FileTurnBook(SteppedBook):
             self._made = True
         fd = open_no_link(self._lock_path, os.O_RDWR | os.O_CREAT)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            flock_within(fd, self._lock_path)
             yield
         finally:
             os.close(fd)  # closing the descriptor releases the flock

@@ -1,0 +1,111 @@
+"""A file store's lock whose holder is paused stalls nobody for long.
+
+`flock` cannot be made cooperative: a gunicorn worker blocked in it stops
+answering anything, even /healthz, until its arbiter kills it, and a holder
+stopped with SIGSTOP never lets go while it sleeps. So the file store's
+turn book and send ledgers take their locks within a deadline; a send whose
+turn book is locked by a stalled process goes to the broker at once, out of
+turn, and its task still runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from shared import Settings
+from shared.errors import StoreError
+from shared.owners.book import Entry
+from shared.stores.file.locking import flock_within
+from shared.stores.file.store import file_store
+from tests.support.a2a import send_request
+from tests.test_web_support import live_server
+from web import create_app
+
+HOLD = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def _paused_holder(path: Path) -> subprocess.Popen[str]:
+    """A process that takes the lock on `path`, then is stopped (SIGSTOP)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    os.kill(holder.pid, signal.SIGSTOP)
+    return holder
+
+
+def _end(holder: subprocess.Popen[str]) -> None:
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait(10)
+
+
+def test_a_lock_held_by_a_paused_process_is_given_up_within_the_deadline(tmp_path: Path) -> None:
+    path = tmp_path / "some.lock"
+    holder = _paused_holder(path)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        began = time.monotonic()
+        with pytest.raises(StoreError, match="stayed locked"):
+            flock_within(fd, path, within=0.3)
+        assert time.monotonic() - began < 5  # not for ever (the deadline, with room)
+    finally:
+        _end(holder)
+    flock_within(fd, path, within=0.3)  # the holder gone, the lock is free
+    os.close(fd)
+
+
+class Recording:
+    """A dispatcher that takes turns and records what it publishes."""
+
+    takes_turns = True
+
+    def __init__(self) -> None:
+        self.enqueued: list[str] = []
+
+    def enqueue(self, task_id: str) -> None:
+        self.enqueued.append(task_id)
+
+    def revoke(self, task_id: str) -> None:
+        pass
+
+    def check(self) -> None:
+        pass
+
+
+def test_a_send_whose_turn_book_is_locked_by_a_stalled_process_goes_out_of_turn(
+    tmp_path: Path,
+) -> None:
+    store = file_store(str(tmp_path / "tasks"))
+    book = store.turn_book()
+    book.hold_and_take([Entry("earlier", "someone")], True)  # the book exists
+    holder = _paused_holder(tmp_path / "tasks" / ".turns" / ".lock")
+    dispatcher = Recording()
+    try:
+        app = create_app(Settings(), store=store, dispatcher=dispatcher)
+        with live_server(app) as (url, _):
+            reply: dict[str, Any] = requests.post(
+                f"{url}/", json=send_request("hello"), timeout=30
+            ).json()
+    finally:
+        _end(holder)
+    task_id = reply["result"]["id"]  # accepted, not failed
+    assert reply["result"]["status"]["state"] == "submitted"
+    assert dispatcher.enqueued == [task_id]  # published at once, out of turn
+    task = store.get(task_id)
+    assert task is not None and task["status"]["state"] == "submitted"
