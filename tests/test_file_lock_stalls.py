@@ -25,25 +25,28 @@ from shared import Settings
 from shared.errors import StoreError
 from shared.owners.book import Entry
 from shared.stores.file.locking import flock_within
-from shared.stores.file.store import file_store
+from shared.stores.file.store import _STRIPES, file_store
+from shared.task import new_task, text_message
 from tests.support.a2a import send_request
 from tests.test_web_support import live_server
 from web import create_app
 
 HOLD = """
 import fcntl, os, sys, time
-fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
-fcntl.flock(fd, fcntl.LOCK_EX)
+for path in sys.argv[1:]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
 print("held", flush=True)
 time.sleep(600)
 """
 
 
-def _paused_holder(path: Path) -> subprocess.Popen[str]:
-    """A process that takes the lock on `path`, then is stopped (SIGSTOP)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _paused_holder(*paths: Path) -> subprocess.Popen[str]:
+    """A process that takes the locks on `paths`, then is stopped (SIGSTOP)."""
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", HOLD, *map(str, paths)], stdout=subprocess.PIPE, text=True
     )
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
     os.kill(holder.pid, signal.SIGSTOP)
@@ -109,3 +112,26 @@ def test_a_send_whose_turn_book_is_locked_by_a_stalled_process_goes_out_of_turn(
     assert dispatcher.enqueued == [task_id]  # published at once, out of turn
     task = store.get(task_id)
     assert task is not None and task["status"]["state"] == "submitted"
+
+
+def test_a_write_whose_stripe_is_locked_by_a_stalled_process_fails_instead_of_hanging(
+    tmp_path: Path,
+) -> None:
+    """The store's own write locks too: the peer hears "task store
+    unavailable" within the deadline, and writes go on once the holder is gone."""
+    store = file_store(str(tmp_path / "tasks"))
+    task = new_task(text_message("user", "hello"))
+    holder = _paused_holder(*_stripe_locks(store))  # every stripe: whichever this task's is
+    try:
+        began = time.monotonic()
+        with pytest.raises(StoreError):
+            store.create(task, None)
+        assert time.monotonic() - began < 10  # the deadline, not for ever
+    finally:
+        _end(holder)
+    assert store.create(task, None).created
+
+
+def _stripe_locks(store: Any) -> list[Path]:
+    folder = store._locks  # the stripe lock files' folder (shared/stores/file/store.py)
+    return [folder / str(stripe) for stripe in range(_STRIPES)]

@@ -1,4 +1,4 @@
-"""An exclusive flock taken within a deadline, never waited on for ever.
+"""A flock taken within a deadline, never waited on for ever: every lock of the file store.
 
 `flock` is a system call gevent cannot make cooperative: a process that
 blocks in it stops every greenlet it runs (a gunicorn worker stops
@@ -25,13 +25,14 @@ _PAUSE: Final = 0.002
 _PAUSE_MAX: Final = 0.05
 
 
-def flock_within(fd: int, path: Path, within: float = WITHIN) -> None:
-    """An exclusive flock on `fd` (the file at `path`), or StoreError."""
+def flock_within(fd: int, path: Path, within: float = WITHIN, *, shared: bool = False) -> None:
+    """An exclusive (or `shared`) flock on `fd` (the file at `path`), or StoreError."""
     deadline = time.monotonic() + within
     pause = _PAUSE
+    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
             return
         except OSError as error:
             if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):

@@ -11,13 +11,13 @@ bytes, a double, written in one `pwrite`.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from shared.stores.file.locking import flock_within
 from shared.stores.file.log import open_no_link
 
 _MOMENT = struct.Struct("<d")
@@ -32,7 +32,7 @@ class ListingMoment:
         """The moment, with no listing able to raise it until the block ends."""
         fd = open_no_link(self._path, os.O_RDWR | os.O_CREAT)
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
+            flock_within(fd, self._path, shared=True)
             yield _read(fd)
         finally:
             os.close(fd)  # closing the descriptor releases the flock
@@ -44,7 +44,7 @@ class ListingMoment:
         try:
             if _read(fd) >= as_of:
                 return  # raised by a listing whose writes in flight are done
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            flock_within(fd, self._path)
             if _read(fd) < as_of:
                 os.pwrite(fd, _MOMENT.pack(as_of), 0)
         finally:

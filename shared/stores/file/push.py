@@ -3,7 +3,6 @@ made by the store from its directory."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import time
@@ -20,6 +19,7 @@ from shared.push.contract import (
     cursor_text,
 )
 from shared.store.contract import require_safe_id
+from shared.stores.file.locking import flock_within
 
 
 class FilePush(TakenInProcess):
@@ -37,7 +37,7 @@ class FilePush(TakenInProcess):
     def _locked(self) -> Iterator[None]:
         fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            flock_within(fd, self._lock_path)
             yield
         finally:
             os.close(fd)

@@ -40,7 +40,6 @@ missing task (and is logged), and no write follows one out of the directory.
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import json
 import logging
@@ -82,6 +81,7 @@ from shared.store.spec import ALWAYS
 from shared.store.wakeups import Notifier, Poller, Waiter
 from shared.stores.file.admission import FileLedger
 from shared.stores.file.boot import booted_at
+from shared.stores.file.locking import flock_within
 from shared.stores.file.log import Durability, LogFiles, Marker, open_no_link
 from shared.stores.file.moment import ListingMoment
 from shared.stores.file.push import FilePush
@@ -561,8 +561,9 @@ class FileStore:
         held: list[int] = []
         try:
             for stripe in stripes:
-                held.append(open_no_link(self._locks / str(stripe), os.O_RDWR | os.O_CREAT))
-                fcntl.flock(held[-1], fcntl.LOCK_EX)
+                path = self._locks / str(stripe)
+                held.append(open_no_link(path, os.O_RDWR | os.O_CREAT))
+                flock_within(held[-1], path)
             yield
         finally:
             for fd in reversed(held):
