@@ -243,17 +243,17 @@ class TurnState:
 
 
 class SteppedBook(ABC):
-    """A book kept whole as one `TurnState` somewhere other processes reach
-    (a file, a row): each step reads it, applies the algorithm and writes it
-    back under one lock; reads take the book as last written."""
+    """A book kept whole as one `TurnState`: each step applies the algorithm
+    to it under one lock (a thread's, a file's, a row's) and keeps the
+    result; a read looks at it as it stands."""
 
     @abstractmethod
     def _step(self, step: Callable[[TurnState, float], T]) -> T:
-        """`step(state, now)` applied under the lock, the state then written."""
+        """`step(state, now)` applied under the lock, the state then kept."""
 
     @abstractmethod
-    def _snapshot(self) -> tuple[TurnState, float]:
-        """The book as last written, and the clock's time now."""
+    def _read(self, read: Callable[[TurnState, float], T]) -> T:
+        """`read(state, now)` on the book as it stands."""
 
     def hold_and_take(self, entries: list[Entry], fair: bool) -> list[str]:
         return self._step(lambda state, now: state.hold_and_take(entries, fair, now))
@@ -270,17 +270,16 @@ class SteppedBook(ABC):
     def held_among(self, task_ids: list[str]) -> tuple[set[str], set[str]]:
         if not task_ids:
             return set(), set()
-        return self._snapshot()[0].held_among(task_ids)
+        return self._read(lambda state, _: state.held_among(task_ids))
 
     def in_flight(self) -> list[str]:
-        return self._snapshot()[0].in_flight()
+        return self._read(lambda state, _: state.in_flight())
 
     def view(self) -> BookView:
-        state, now = self._snapshot()
-        return state.view(now)
+        return self._read(lambda state, now: state.view(now))
 
 
-class LocalBook:
+class LocalBook(SteppedBook):
     """A turn book in this process's memory (the memory store's)."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
@@ -288,30 +287,10 @@ class LocalBook:
         self.clock = clock
         self._lock = threading.Lock()
 
-    def hold_and_take(self, entries: list[Entry], fair: bool) -> list[str]:
+    def _step(self, step: Callable[[TurnState, float], T]) -> T:
         with self._lock:
-            return self.state.hold_and_take(entries, fair, self.clock())
+            return step(self.state, self.clock())
 
-    def release_and_take(self, task_ids: list[str], fair: bool) -> list[str]:
-        with self._lock:
-            return self.state.release_and_take(task_ids, fair, self.clock())
-
-    def held_among(self, task_ids: list[str]) -> tuple[set[str], set[str]]:
-        with self._lock:
-            return self.state.held_among(task_ids)
-
-    def in_flight(self) -> list[str]:
-        with self._lock:
-            return self.state.in_flight()
-
-    def register(self, worker: str, slots: int, ttl: float) -> None:
-        with self._lock:
-            self.state.register(worker, slots, ttl, self.clock())
-
-    def unregister(self, worker: str) -> None:
-        with self._lock:
-            self.state.unregister(worker)
-
-    def view(self) -> BookView:
-        with self._lock:
-            return self.state.view(self.clock())
+    def _read(self, read: Callable[[TurnState, float], T]) -> T:
+        # In memory the book as it stands is the one steps change: read under the lock too.
+        return self._step(read)

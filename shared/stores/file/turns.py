@@ -81,8 +81,8 @@ class FileTurnBook(SteppedBook):
         finally:
             os.close(fd)  # closing the descriptor releases the flock
 
-    def _snapshot(self) -> tuple[TurnState, float]:
-        return _parsed(self._raw(), self._path), self._clock()
+    def _read(self, read: Callable[[TurnState, float], T]) -> T:
+        return read(_parsed(self._raw(), self._path), self._clock())
 
     def _raw(self) -> bytes | None:
         """The book's bytes as last written; None when there is none yet."""

@@ -44,11 +44,11 @@ class PostgresTurnBook(SteppedBook):
     def __init__(self, statements: Statements) -> None:
         self._statements = statements
 
-    def _snapshot(self) -> tuple[TurnState, float]:
+    def _read(self, read: Callable[[TurnState, float], T]) -> T:
         row = self._statements.maybe(_VIEW, ())
         if row is None:
-            return TurnState(), float(self._statements.one(_NOW, ())[0])
-        return _state(row[0]), float(row[1])
+            return read(TurnState(), float(self._statements.one(_NOW, ())[0]))
+        return read(_state(row[0]), float(row[1]))
 
     # --- internals -----------------------------------------------------------
 
