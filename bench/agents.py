@@ -125,3 +125,16 @@ def waiting_blocking(text: str, message: dict[str, Any]) -> str:
     with urllib.request.urlopen(counted(text, message["taskId"]), timeout=120) as reply:
         reply.read()
     return "waited"
+
+
+async def idle(text: str) -> str:
+    """Waits until the wall-clock time `text` and does nothing else
+    (bench/held_idle.py)."""
+    await asyncio.sleep(max(0.0, float(text) - time.time()))
+    return "idled"
+
+
+def idle_blocking(text: str) -> str:
+    """`idle` as a plain blocking function (for TOOLNEXUS_POOL=threads)."""
+    time.sleep(max(0.0, float(text) - time.time()))
+    return "idled"

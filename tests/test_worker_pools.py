@@ -195,6 +195,31 @@ def test_one_process_holds_many_calls_at_once(fleet: Any, pool: str, kind: str) 
     assert io.store.stale(float("inf")) == []
 
 
+@pytest.mark.parametrize("pool", MODE_IDS)
+def test_an_async_agent_s_held_calls_take_no_thread(fleet: Any, pool: str) -> None:
+    """Each delivery of an async agent runs as a green job on the loop
+    (worker.engine.green_jobs): Celery's executor starts no thread for it,
+    and the process's threads do not grow with the calls it holds."""
+    calls = 120
+    io = fleet(pool, TOOLNEXUS_RUN=f"{AGENTS}:gated", TOOLNEXUS_CONCURRENCY=str(calls))
+    worker = io.worker("green")
+    ids = io.submit(calls)
+
+    io.wait_working(ids)
+    app = create_celery(io.settings)
+    stats = wait_for(lambda: app.control.inspect(timeout=5).stats(), timeout=30, what="stats")
+    (pool_info,) = [node["pool"] for node in stats.values()]
+    assert pool_info["toolnexus-calls-held"] == calls
+    assert pool_info["threads"] == 0  # no pool thread parked for a call
+    os_threads = len(os.listdir(f"/proc/{worker.pid}/task"))
+    assert os_threads < calls // 3, os_threads
+
+    io.open_gate()
+    io.wait_states(ids, COMPLETED)
+    assert io.marked("done") == dict.fromkeys(ids, 1)
+    assert io.store.stale(float("inf")) == []
+
+
 @pytest.mark.parametrize(("pool", "kind"), MODES, ids=MODE_IDS)
 def test_the_worker_enforces_the_time_limit(fleet: Any, pool: str, kind: str) -> None:
     io = fleet(pool, TOOLNEXUS_RUN=f"{AGENTS}:gated{kind}", TOOLNEXUS_TIME_LIMIT="1")

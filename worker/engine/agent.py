@@ -38,6 +38,19 @@ class Agent:
         return "task" in self.inputs
 
     @cached_property
+    def is_async(self) -> bool:
+        """True when `run` is an `async def` or an async generator function:
+        its calls wait on an event loop, not on a thread."""
+        if self.run is None:
+            return False
+        # A callable object counts by its class's `__call__`.
+        candidates = (self.run, type(self.run).__call__)
+        return any(
+            inspect.iscoroutinefunction(each) or inspect.isasyncgenfunction(each)
+            for each in candidates
+        )
+
+    @cached_property
     def inputs(self) -> frozenset[str]:
         """Which of `text`, `message` and `task` the function declares by name.
 

@@ -37,6 +37,7 @@ from shared.task import SUBMITTED, WORKING, state_of
 from shared.transitions import claim, transition
 from worker.engine.agent import Agent
 from worker.engine.calling import RunAsync, call, run_async
+from worker.engine.green_jobs import off_loop
 from worker.engine.heartbeat import heartbeating
 from worker.engine.held_calls import CallStopped, holding, watching
 from worker.engine.results import RunProgress, UnsupportedResult, failed, final_change
@@ -67,10 +68,11 @@ def fulfil(
     with ExitStack() as stack:
         # A held call watches its task from before the claim, so that a
         # cancel saved right after the claim still reaches it.
-        watch = stack.enter_context(watching(store, task_id)) if held else None
+        # (Store round trips go off the loop in a green job: `off_loop`.)
+        watch = off_loop(stack.enter_context, watching(store, task_id)) if held else None
         # The claim reads the task itself: no separate load, one round trip
         # fewer (and on a store that claims in one step, no separate read either).
-        claimed = claim(store, task_id, to=WORKING, from_state=SUBMITTED)
+        claimed = off_loop(claim, store, task_id, to=WORKING, from_state=SUBMITTED)
         if claimed.record is None:
             log.warning("task %s: not in the store, nothing to run", task_id)
             return ""
@@ -133,6 +135,14 @@ def _run(
 
 
 def _save(
+    store: Store, running: Record, change: Change, agent: Agent, settings: Settings
+) -> Outcome:
+    """`_save_retrying`, off the loop in a green job (its retries sleep, and
+    the user's hook runs on a terminal save)."""
+    return off_loop(_save_retrying, store, running, change, agent, settings)
+
+
+def _save_retrying(
     store: Store, running: Record, change: Change, agent: Agent, settings: Settings
 ) -> Outcome:
     """Save a change as a transition from `working`, retrying through a short

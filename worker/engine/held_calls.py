@@ -46,6 +46,7 @@ from shared.store.contract import Record, Store, Watch
 from shared.task import WORKING
 from shared.transitions import transition
 from worker.engine.agent import Agent
+from worker.engine.green_jobs import in_green_job, wait
 from worker.engine.metrics import worker_metrics
 from worker.engine.results import failed
 
@@ -109,7 +110,17 @@ class HeldCall:
         return self._reason
 
     def run_async(self, awaitable: Awaitable[T]) -> T:
-        """Run `awaitable` on the loop from the call's pool thread, waiting for it."""
+        """Run `awaitable` on the loop, waiting for it: a green job (the
+        delivery itself on the loop) by switching away, a pool thread by
+        blocking."""
+        if in_green_job():
+            step = self._loop.create_task(self._run_step(awaitable))
+            try:
+                return wait(step)
+            except asyncio.CancelledError:
+                if self._reason is None:
+                    raise
+                raise CallStopped(self._reason) from None
         future = asyncio.run_coroutine_threadsafe(self._run_step(awaitable), self._loop)
         try:
             return future.result()
@@ -287,6 +298,11 @@ _calls = CallLoop()
 def held_count() -> int:
     """How many calls this process holds now."""
     return len(_calls)
+
+
+def calls_loop() -> asyncio.AbstractEventLoop:
+    """The process's event loop for held calls (started on first use)."""
+    return _calls.loop
 
 
 @contextmanager

@@ -52,13 +52,20 @@ from shared.settings import Settings
 from shared.store.contract import Store
 from shared.store.wiring import open_store, turn_book_of
 from worker.engine.agent import Agent, agent_or_problem
+from worker.engine.green_jobs import off_loop
 from worker.engine.observe import observed_fulfil
 from worker.engine.reaper import sweep
 from worker.push.delivery import GaveUp, Policy, deliver, push_feed
 from worker.push.delivery import sweep as sweep_push
 from worker.runtime.cancel import register_cancel
 from worker.runtime.outcome import TaskFailed, celery_result
-from worker.runtime.pools import celery_pool, concurrency, holds_many, store_connections
+from worker.runtime.pools import (
+    celery_pool,
+    concurrency,
+    holds_many,
+    run_on_loop,
+    store_connections,
+)
 from worker.runtime.signals import bind_deliveries
 
 log = logging.getLogger(__name__)
@@ -231,11 +238,11 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
                 timeout_errors=(SoftTimeLimitExceeded,),
                 held=held,
             )
-            runtime.delivered(task_id, state)
+            off_loop(runtime.delivered, task_id, state)
             return celery_result(
                 task_id,
                 state,
-                read=lambda: store.get(task_id),
+                read=lambda: off_loop(store.get, task_id),
                 announce_revoked=lambda: self.send_event(
                     "task-revoked", terminated=False, signum=None, expired=False
                 ),
@@ -243,6 +250,9 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
                 resent=is_resend(self.request.id, task_id),
                 recheck=lambda: self.retry(countdown=recheck_after(settings)),
             )
+
+    # An async agent's deliveries wait on the loop, holding no thread.
+    run_on_loop(fulfil_task, lambda: held and runtime.agent().is_async)
 
     def send(task_id: str) -> None:
         # The reaper's resend: a Celery id of its own, so that a copy never

@@ -5,10 +5,13 @@
   running the call (`revoke(terminate=True)`). For CPU-bound agents.
 - `threads` and `asyncio`: Celery's thread pool in one process carries
   TOOLNEXUS_CONCURRENCY messages at once (prefetch stays one per call),
-  and `worker.engine.held_calls` holds each call: coroutines on the process's one
-  event loop, blocking calls on their pool thread, time limits and cancels
-  enforced by the worker. For agents that wait. The two names choose the
-  same machinery today; they say which kind of agent a deployment runs
+  and `worker.engine.held_calls` holds each call, its time limit and its
+  cancel kept by the worker. A blocking agent's delivery runs on a pool
+  thread, as in Celery's thread pool. An async agent's delivery (Celery's
+  tracer, the claim, the saves, the acknowledgement) runs as a green job on
+  the process's event loop (`worker.engine.green_jobs`), so a waiting call
+  holds no OS thread. For agents that wait. The two names choose the same
+  machinery today; they say which kind of agent a deployment runs
   (docs/io-workers.md).
 
 The store's connection pool grows with the calls held, so a thousand calls
@@ -17,14 +20,19 @@ finishing together do not queue for 64 connections.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
+import threading
+from collections.abc import Callable
 from typing import Any, Final
 
-from celery.concurrency.thread import TaskPool
+from celery.concurrency.base import apply_target
+from celery.concurrency.thread import ApplyResult, TaskPool
 
 from shared.settings import Settings
 from shared.store.spec import POOL_SIZE
-from worker.engine.held_calls import held_count
+from worker.engine.green_jobs import start
+from worker.engine.held_calls import calls_loop, held_count
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +43,14 @@ DEFAULT_IO_CONCURRENCY: Final = 100
 SPARE_CONNECTIONS: Final = 8
 # Celery loads this class by name for the I/O modes (worker_pool).
 IO_POOL_CLASS: Final = "worker.runtime.pools:IOPool"
+# A task whose deliveries may run as green jobs carries this attribute: a
+# function saying whether they do (its process's agent is async).
+ON_LOOP: Final = "toolnexus_runs_on_loop"
+
+
+def run_on_loop(task: Any, when: Callable[[], bool]) -> None:
+    """Let `task`'s deliveries run as green jobs in an I/O pool when `when()`."""
+    setattr(task, ON_LOOP, when)
 
 
 def holds_many(settings: Settings) -> bool:
@@ -62,11 +78,58 @@ def store_connections(settings: Settings) -> int | None:
 
 
 class IOPool(TaskPool):  # type: ignore[misc]
-    """Celery's thread pool, telling Flower how many calls it holds.
+    """Celery's thread pool, whose async agents' deliveries run as green jobs
+    on the event loop, telling Flower how many calls it holds.
 
     A revoke with terminate=True (what CancelTask sends) cannot kill a
     thread; it needs not: the call's watch has already seen the task leave
     `working` and stopped it (worker.engine.held_calls)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._jobs_lock = threading.Lock()
+        self._jobs: set[concurrent.futures.Future[Any]] = set()
+
+    # Celery's thread pool hands each message's tracer to `apply_target` on
+    # a thread of its executor; a green job runs that same call on the loop.
+    def on_apply(
+        self,
+        target: Callable[..., Any],
+        args: tuple[Any, ...] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        callback: Callable[..., Any] | None = None,
+        accept_callback: Callable[..., Any] | None = None,
+        **options: Any,
+    ) -> Any:
+        if not self._runs_on_loop(args):
+            return super().on_apply(target, args, kwargs, callback, accept_callback, **options)
+        job = start(calls_loop(), apply_target, target, args, kwargs, callback, accept_callback)
+        with self._jobs_lock:
+            self._jobs.add(job)
+        job.add_done_callback(self._ended)
+        return ApplyResult(job)
+
+    def _runs_on_loop(self, args: tuple[Any, ...] | None) -> bool:
+        # The tracer's first argument is the task's name (Celery's Request).
+        task = self.app.tasks.get(args[0]) if args and self.app is not None else None
+        when = getattr(task, ON_LOOP, None)
+        return bool(when is not None and when())
+
+    def _ended(self, job: concurrent.futures.Future[Any]) -> None:
+        with self._jobs_lock:
+            self._jobs.discard(job)
+        if not job.cancelled() and (error := job.exception()) is not None:
+            # Celery's tracer catches what a task raises: this is the tracer's own.
+            log.error("a delivery on the loop failed: %r", error, exc_info=error)
+
+    def on_stop(self) -> None:
+        # Warm shutdown: the consumer has stopped taking messages; the calls
+        # held on the loop finish (or meet their time limit) before the pool
+        # stops, as the pool's threads do.
+        with self._jobs_lock:
+            jobs = list(self._jobs)
+        concurrent.futures.wait(jobs)
+        super().on_stop()
 
     def terminate_job(self, pid: Any, signal: Any = None) -> None:
         log.debug("terminate request for a held call: its watch stops it")
