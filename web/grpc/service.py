@@ -56,7 +56,7 @@ from web.core.errors import (
     status_body,
 )
 from web.core.handler import parse, run
-from web.core.method_table import GET, METHOD_TABLE
+from web.core.method_table import GET, METHOD_TABLE, SEND
 from web.core.params import TaskQuery
 from web.core.streaming import Stream
 from web.core.tasks import Tasks
@@ -154,7 +154,8 @@ class A2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
             try:
                 call = self._call(metadata)
                 result = run(kind, call, _parsed(kind, request))
-                return message_of(result, replies[call.dialect.version])
+                # A send's reply is a task made now: never asked for again.
+                return message_of(result, replies[call.dialect.version], remember=kind != SEND)
             except Exception as error:
                 wire = describe(error)
                 outcome = wire.status

@@ -118,14 +118,19 @@ def params_of(request: ProtoMessage) -> dict[str, Any]:
     return params
 
 
-def message_of(payload: Mapping[str, Any], kind: type[P]) -> P:
+def message_of(payload: Mapping[str, Any], kind: type[P], *, remember: bool = True) -> P:
     """A 1.0 JSON result as the protobuf message `kind`. Fields protobuf does
     not know (none are expected) are dropped rather than failing the call.
 
     `json_format.ParseDict` is pure Python (for a small task it costs more
     than the rest of a GetTask), so the conversion of a small payload
     is remembered by its JSON bytes: a task polled while it does not change,
-    or one event sent to many subscribers, is parsed once."""
+    or one event sent to many subscribers, is parsed once. A result that is
+    new each time (`remember=False`: a send's new task) is parsed straight
+    away: remembering it would cost its encoding, a decoding and a copy, and
+    push out results that are asked for again."""
+    if not remember:
+        return _parsed(payload, kind)
     encoded = encode_bytes(payload)
     if len(encoded) > _CACHED_UP_TO:
         return _parsed(payload, kind)
