@@ -290,6 +290,26 @@ def service_env(redis_url: str) -> dict[str, str]:
     }
 
 
+# Room in the turn book for every send of a run, for a day.
+ROOM_SLOTS = 10**9
+ROOM_TTL = 86_400.0
+
+
+def make_room(env: dict[str, str]) -> None:
+    """Register slots in the turn book as an idle fleet with room would, so
+    every send is taken and published at once. No Celery worker runs here:
+    with no slots registered the window is one, every send after the first
+    would stay held, and its publish would go unmeasured."""
+    from shared.settings import Settings
+    from shared.store.wiring import open_store
+
+    store = open_store(Settings.from_env(env))
+    book = store.turn_book()
+    if book is not None:
+        book.register("bench-room", ROOM_SLOTS, ROOM_TTL)
+    store.close()
+
+
 @dataclass
 class Fleet:
     loads: dict[str, Load]
@@ -307,6 +327,7 @@ def start_all(
     postgres_only: bool = False,
 ) -> Fleet:
     env = service_env(redis_url)
+    make_room(env)
     if postgres_only:
         ours_on_postgres = _toolnexus_on_postgres(postgres, env, servers, callbacks)
         workers = len(ours_on_postgres.workers())
@@ -367,6 +388,7 @@ def start_js(redis_url: str, servers: list[Server]) -> Fleet:
     if not (peer_dir / "node_modules").is_dir():
         raise SystemExit("bench/js has no node_modules: run `npm ci` in bench/js first")
     env = service_env(redis_url)
+    make_room(env)
     web = gunicorn("web:create_app()", env, "this service")
     servers.append(web)
     workers = len(web.workers())

@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from functools import partial
 
 from shared.broker.dispatcher import Dispatcher, takes_turns
 from shared.errors import (
@@ -33,11 +34,12 @@ from shared.errors import (
 from shared.events import Event, message_added, status_update, to_state
 from shared.generation import UNKNOWN, counts, generation_of
 from shared.owners.admission import Admission
+from shared.owners.book import Entry
 from shared.owners.turns import turns_for
 from shared.push.contract import PushConfig, PushStore, TooManyConfigs
 from shared.quoting import shown
 from shared.settings import Settings
-from shared.store.contract import Record, Store, message_key
+from shared.store.contract import Created, Record, Store, message_key
 from shared.store.follow import follow
 from shared.store.wiring import turn_book_of
 from shared.task import (
@@ -68,6 +70,10 @@ from web.core.retries import is_latest, moved_on
 from web.core.send_limits import SendLimits
 
 log = logging.getLogger(__name__)
+
+# `create_held(task, message_key, entry, fair)`: a store's create that also
+# holds the task in its turn book (shared.stores.redis.store).
+CreateHeld = Callable[[Task, "str | None", Entry, bool], Created]
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,12 @@ class Tasks:
         # published when its turn comes (shared.owners.turns).
         book = turn_book_of(store) if takes_turns(dispatcher) else None
         self.turns = turns_for(settings, book, dispatcher.enqueue, dispatcher.check)
+        # A store that saves a task and holds it in its own turn book in one
+        # step (Redis: one round trip for both), when the turns are on that book.
+        # Its class's own: a wrapper passing unknown names on to a store it
+        # wraps would skip its own create.
+        held = getattr(type(store), "create_held", None) if self.turns is not None else None
+        self._create_held: CreateHeld | None = partial(held, store) if held else None
 
     def send(self, params: SendParams, owner: str, *, blocking: bool) -> Sent:
         # The bound counts from the request, not from the end of saving and
@@ -324,7 +336,7 @@ class Tasks:
         limits = self.limits
         reserved = limits is not None and limits.reserve(owner, task["id"], key, params.message)
         try:
-            created = self.store.create(task, key)
+            created = self._first_create(task, key, held=push is None)
         except ContextTaken as error:
             if reserved and limits is not None:
                 limits.unreserve(owner, task["id"])
@@ -345,6 +357,16 @@ class Tasks:
         if created.created:
             return Sent(created.task, 1), True
         return self._as_it_stands(created.task["id"]), False
+
+    def _first_create(self, task: Task, key: str | None, *, held: bool) -> Created:
+        """The store's create; with `held`, the task held in the turn book by
+        the same step where the store can (its `Turns.enqueue` then finds
+        it held, and what the step took). Not with a webhook: that is saved
+        after the task and before the task is queued."""
+        if held and self._create_held is not None and self.turns is not None:
+            entry = self.turns.entry(task)
+            return self._create_held(task, key, entry, self.turns.fair)
+        return self.store.create(task, key)
 
     def _resume(self, params: SendParams, owner: str) -> tuple[Sent, bool]:
         assert params.task_id is not None

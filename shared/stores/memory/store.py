@@ -25,6 +25,7 @@ from typing import Any
 from shared.codec import decode, encode_bytes
 from shared.errors import ContextTaken
 from shared.events import Event, StatusUpdate, current_status, fold
+from shared.generation import stamped
 from shared.owners.book import LocalBook
 from shared.push.contract import Once, PushStore
 from shared.store.contract import (
@@ -51,7 +52,7 @@ from shared.task import (
     is_terminal,
     state_of,
 )
-from shared.transitions import claim_by_commit
+from shared.transitions import SNAPSHOT_EVERY
 
 Clock = Callable[[], float]
 
@@ -186,7 +187,31 @@ class MemoryStore:
         return list(zip([seq for seq, _ in logged], _copied([e for _, e in logged]), strict=True))
 
     def claim(self, task_id: str, from_state: str, event: StatusUpdate) -> Outcome:
-        return claim_by_commit(self, task_id, from_state, event)
+        """`claim_by_commit` in one step under the lock: no conflict to retry,
+        and the task copied once, on its way out."""
+        if not is_safe_id(task_id):
+            return Outcome(False, None)
+        filled: StatusUpdate = _copied(event)
+        with self._lock:
+            entry = self._entries.get(task_id)
+            if entry is None or self._expired(entry):
+                return Outcome(False, None)
+            task, seq, tail = entry.task, entry.seq, entry.tail
+            if state_of(task) == from_state:
+                filled["contextId"] = task.get("contextId", "")
+                (filled,) = stamped(task, [filled])
+                self._after_listings(filled["status"])
+                task, seq, tail = fold(task, [filled]), seq + 1, tail + 1
+                tail = 0 if tail >= SNAPSHOT_EVERY else tail
+                entry.log.append((seq, filled))
+                entry.task, entry.seq, entry.tail = task, seq, tail
+                self._indexed(task_id, entry, state_of(task), _status_time(task))
+                claimed = True
+            else:
+                claimed = False
+        if claimed:
+            self._notifier.notify(task_id, seq)
+        return Outcome(claimed, Record(_copied(task), seq, tail))
 
     @contextmanager
     def watch(self, task_id: str) -> Iterator[Waiter]:
@@ -332,8 +357,12 @@ _LONG_TEXT = 1024
 
 def _stored(value: Any) -> Any:
     """`_copied`, with equal long texts made one object: an agent's reply is
-    often both a status message and an artifact, and need not cost twice."""
-    copy = _copied(value)
+    often both a status message and an artifact, and need not cost twice.
+    JSON shorter than two such texts holds no two: nothing to look for."""
+    encoded = encode_bytes(value)
+    copy = decode(encoded)
+    if len(encoded) < 2 * _LONG_TEXT:
+        return copy
     texts: dict[str, str] = {}
     pending = [copy]
     while pending:

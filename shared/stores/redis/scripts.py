@@ -56,6 +56,8 @@ def load(name: str) -> str:
 
 
 CREATE: Final = load("create")
+# CREATE and a step of the turn book (lua/turns.lua) in one: a send's one round trip.
+CREATE_HELD: Final = load("create_held")
 COMMIT: Final = load("commit")
 CLAIM: Final = load("claim")
 READ: Final = load("read")

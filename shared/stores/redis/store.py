@@ -34,6 +34,7 @@ from shared.events import Event, StatusUpdate, context_of, current_status, fold
 from shared.generation import FIELD as GENERATION
 from shared.generation import UNKNOWN, generation_of, withdrawn
 from shared.ops.store_metrics import count_failover, count_unreplicated
+from shared.owners.book import Entry
 from shared.pooling import POOL_WAIT
 from shared.push.contract import Once, PushStore
 from shared.redis_nodes.pools import blocking_pool, node_of
@@ -57,7 +58,14 @@ from shared.stores.redis.listener import RedisListener
 from shared.stores.redis.listing import RedisListing
 from shared.stores.redis.push import RedisPush
 from shared.stores.redis.replicas import Replicas
-from shared.stores.redis.scripts import CLAIM, COMMIT, CREATE, FORGET_EXPIRED, READ
+from shared.stores.redis.scripts import (
+    CLAIM,
+    COMMIT,
+    CREATE,
+    CREATE_HELD,
+    FORGET_EXPIRED,
+    READ,
+)
 from shared.stores.redis.turns import RedisTurnBook
 from shared.task import Task, epoch, is_terminal, state_of
 
@@ -90,6 +98,7 @@ class RedisStore:
         self._ttl = int(terminal_ttl) if terminal_ttl else 0
         self._clock = clock
         self._create = client.register_script(CREATE)
+        self._create_held = client.register_script(CREATE_HELD)
         self._commit = client.register_script(COMMIT)
         self._claim = client.register_script(CLAIM)
         self._forget_expired = client.register_script(FORGET_EXPIRED)
@@ -117,8 +126,32 @@ class RedisStore:
     def create(
         self, task: Task, message_key: str | None = None, supersedes: str | None = None
     ) -> Created:
+        keys, args = self._create_call(task, message_key, supersedes)
+        with self._reachable():
+            outcome, found = cast(list[bytes], self._replicas.script(self._create, keys, args))
+        return self._created(task, message_key, supersedes, outcome, found)
+
+    def create_held(self, task: Task, message_key: str | None, entry: Entry, fair: bool) -> Created:
+        """`create`, and (only when it created the task) the task held in this
+        store's turn book, in one round trip: a send's two writes as one
+        script. What the book took into flight is left with the book, for the
+        `Turns.enqueue` of this task that follows (`RedisTurnBook.hold_and_take`)."""
+        keys, args = self._create_call(task, message_key, None)
+        book = self._turns.step_args([entry], [], fair)
+        with self._reachable():
+            outcome, found, taken = cast(
+                list[Any],
+                self._replicas.script(self._create_held, keys, [len(args), *args, *book]),
+            )
+        if outcome == b"created":
+            self._turns.took(task["id"], taken)
+        return self._created(task, message_key, None, outcome, found)
+
+    def _create_call(
+        self, task: Task, message_key: str | None, supersedes: str | None
+    ) -> tuple[list[str], list[Any]]:
+        """CREATE's keys and arguments."""
         task_id = require_safe_id(task.get("id"))
-        owner = task.get("owner", "")
         keys = [
             self._key("task", task_id),
             self._key("tail", task_id),
@@ -133,7 +166,7 @@ class RedisStore:
             encode(current_status(task)),
             task_id,
             repr(self._clock()),
-            owner,
+            task.get("owner", ""),
             "1" if message_key else "0",
             self._prefix,
             self._channel,
@@ -143,8 +176,17 @@ class RedisStore:
             encode(task["contextId"]),
             _generation(task),
         ]
-        with self._reachable():
-            outcome, found = cast(list[bytes], self._replicas.script(self._create, keys, args))
+        return keys, args
+
+    def _created(
+        self,
+        task: Task,
+        message_key: str | None,
+        supersedes: str | None,
+        outcome: bytes,
+        found: bytes,
+    ) -> Created:
+        """What CREATE's answer means."""
         if outcome == b"context":
             raise ContextTaken(f"context {task['contextId']} belongs to another caller")
         if outcome == b"existing":

@@ -14,13 +14,21 @@ with skewed clocks agree.
 from __future__ import annotations
 
 import time
-from typing import cast
+from typing import Any, Final, cast
 
 import redis
 
 from shared.owners.book import FLOOR, BookView, Entry, OwnerCount
 from shared.stores.redis.faults import reachable
 from shared.stores.redis.scripts import load
+
+# At most this many steps' results wait for their `hold_and_take`: each is
+# asked for right after the create that kept it, so more means some never were.
+_MOST_KEPT: Final = 1024
+
+
+def _ids(taken: list[Any]) -> list[str]:
+    return [item.decode() if isinstance(item, bytes) else str(item) for item in taken]
 
 
 class RedisTurnBook:
@@ -29,18 +37,42 @@ class RedisTurnBook:
         self._prefix = f"{prefix}turns:"
         self._step = client.register_script(load("turns"))
         self._register = client.register_script(load("turns_register"))
+        # Task id -> what the step that held it took, where the store's
+        # `create_held` held it: its `hold_and_take` then asks nothing more.
+        self._taken: dict[str, list[str]] = {}
 
-    def _run(self, entries: list[Entry], released: list[str], fair: bool) -> list[str]:
+    def step_args(
+        self, entries: list[Entry], released: list[str], fair: bool
+    ) -> list[str | int | float]:
+        """The arguments of one step (`lua/turns.lua`)."""
         args: list[str | int | float] = [self._prefix, 1 if fair else 0, FLOOR, len(entries)]
         for entry in entries:
             cap = "" if entry.max_running is None else entry.max_running
             args += [entry.task_id, entry.owner, entry.priority, repr(entry.weight), cap]
         args += [len(released), *released]
+        return args
+
+    def _run(self, entries: list[Entry], released: list[str], fair: bool) -> list[str]:
+        args = self.step_args(entries, released, fair)
         with reachable(self._client):
             taken = self._step(keys=[], args=args)
-        return [item.decode() if isinstance(item, bytes) else str(item) for item in taken]
+        return _ids(taken)
+
+    def took(self, task_id: str, taken: list[Any]) -> None:
+        """The store's create held `task_id` in the same step, which took
+        `taken`: kept for the task's `hold_and_take`, which follows at once.
+        Should that never come (the send failed in between), the task is held
+        all the same, and the ids taken stay in flight for beat's resend, as
+        after a crash between two steps."""
+        if len(self._taken) >= _MOST_KEPT:
+            self._taken.clear()  # never claimed: forgotten, as above
+        self._taken[task_id] = _ids(taken)
 
     def hold_and_take(self, entries: list[Entry], fair: bool) -> list[str]:
+        if len(entries) == 1 and self._taken:
+            taken = self._taken.pop(entries[0].task_id, None)
+            if taken is not None:
+                return taken  # held already, by the create that saved it
         return self._run(entries, [], fair)
 
     def release_and_take(self, task_ids: list[str], fair: bool) -> list[str]:
