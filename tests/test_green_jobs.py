@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from worker.engine.green_jobs import in_green_job, off_loop, pause, start, wait
+from worker.engine.green_jobs import in_green_job, off_loop, start, wait
 
 
 @pytest.fixture
@@ -110,8 +110,7 @@ def test_a_job_s_error_and_a_coroutine_s_error_reach_the_future(
         start(loop, off_loop, {}.__getitem__, "missing").result(10)
 
 
-def test_pause_and_off_loop_outside_a_job_simply_run() -> None:
-    pause(0)
+def test_off_loop_outside_a_job_simply_runs() -> None:
     assert off_loop(lambda: threading.current_thread()) is threading.current_thread()
     other = asyncio.new_event_loop()
     try:
@@ -119,14 +118,3 @@ def test_pause_and_off_loop_outside_a_job_simply_run() -> None:
             wait(other.create_future())
     finally:
         other.close()
-
-
-def test_a_paused_job_lets_the_loop_run(loop: asyncio.AbstractEventLoop) -> None:
-    ran = threading.Event()
-
-    def job() -> bool:
-        loop.call_soon(ran.set)
-        pause(0.01)
-        return ran.is_set()
-
-    assert start(loop, job).result(10) is True

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import time
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
@@ -100,19 +99,3 @@ def off_loop(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         return function(*args, **kwargs)
     handed = _off_loop.submit(function, *args, **kwargs)
     return wait(asyncio.wrap_future(handed, loop=job.loop))
-
-
-def pause(seconds: float) -> None:
-    """Sleep; in a green job, without holding up the loop."""
-    job = current_job()
-    if job is None:
-        time.sleep(seconds)
-        return
-    woken: asyncio.Future[None] = job.loop.create_future()
-
-    def wake() -> None:
-        if not woken.done():
-            woken.set_result(None)
-
-    job.loop.call_later(seconds, wake)
-    wait(woken)
