@@ -11,7 +11,7 @@ until its coroutine ends.
 Work that blocks (a store round trip that may stall, the user's hook) goes
 to a thread of a small pool while the job waits for it (`off_loop`), so a
 slow store never stalls the loop and the other calls on it. Outside a green
-job every helper here simply calls or sleeps, so the same code runs on a
+job `off_loop` simply calls, so the same code runs on a
 pool thread, in a prefork child or in the embedded server unchanged.
 """
 
