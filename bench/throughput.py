@@ -49,6 +49,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -202,9 +203,15 @@ class StoreReader:
         return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
+# The Redis commands the benchmark's own polling sends, left out of the
+# service's count per task.
+POLLED: Counter[str] = Counter()
+
+
 def states_of(store: Any, ids: list[str]) -> list[bytes | None]:
     if isinstance(store, StoreReader):
         return store.states(ids)
+    POLLED["hget"] += len(ids)
     pipe = store.pipeline(transaction=False)
     for task_id in ids:
         pipe.hget(f"toolnexus:task:{task_id}", "state")
@@ -349,10 +356,14 @@ def interleaved_rates(
         }
         order = list(runs)
         found = []
+        server = bares["bare"].counter
         for number in range(rounds):
             rates = {}
             for name in order[number % 3 :] + order[: number % 3]:
+                before, polled = commands(server), POLLED.copy()
                 rates[name] = runs[name]()
+                if number == 0:
+                    show_commands(name, commands(server) - before - (POLLED - polled), tasks)
             print(
                 f"   round {number + 1}: toolnexus {rates['ours']:,.0f}, bare reliable"
                 f" {rates['bare_reliable']:,.0f}, bare defaults {rates['bare']:,.0f} tasks/s",
@@ -363,6 +374,23 @@ def interleaved_rates(
     finally:
         for bare in bares.values():
             bare.stop()
+
+
+def commands(server: Any) -> Counter[str]:
+    """The calls of each Redis command the server has answered so far."""
+    stats = server.info("commandstats")
+    return Counter(
+        {name.removeprefix("cmdstat_"): int(entry["calls"]) for name, entry in stats.items()}
+    )
+
+
+def show_commands(name: str, counted: Counter[str], tasks: int) -> None:
+    """Redis commands per task of one run: the whole server's, less the
+    benchmark's own polling (the idle fleets' polls are in it, a small
+    share at these rates)."""
+    total = sum(counted.values()) / tasks
+    top = ", ".join(f"{command} {calls / tasks:.1f}" for command, calls in counted.most_common(40))
+    print(f"   Redis commands per task, {name}: {total:.1f} in all; {top}", flush=True)
 
 
 def bare_latencies(broker_url: str, counter_url: str, tasks: int, rate: float) -> list[float]:
