@@ -1364,6 +1364,11 @@ def test_hostile_task_ids_touch_nothing_outside_the_file_store(sandbox: Sandbox)
     expected_changes = {f"{store_prefix}/{task_id}.json" for task_id in created}
     expected_changes |= {f"{store_prefix}/.log/{task_id}.jsonl" for task_id in created}
     expected_changes |= {f"{store_prefix}/.waiting/{task_id}" for task_id in created}
+    # The listing index: its log of positions (one line per new task) and its lock.
+    expected_changes |= {
+        f"{store_prefix}/.listing/positions.log",
+        f"{store_prefix}/.listing/lock",
+    }
     records = {
         path
         for path in changed
@@ -1373,7 +1378,7 @@ def test_hostile_task_ids_touch_nothing_outside_the_file_store(sandbox: Sandbox)
     lock_files = {path for path in changed if path.startswith(f"{store_prefix}/.locks/")}
     folders = {
         f"{store_prefix}/{name}"
-        for name in (".locks", ".log", ".waiting", ".messages", ".contexts")
+        for name in (".locks", ".log", ".waiting", ".messages", ".contexts", ".listing")
     }
     assert changed - lock_files - expected_changes - records <= {store_prefix, *folders}, changed
     assert target.dispatcher.enqueued == created and len(created) == 6

@@ -130,7 +130,7 @@ def with_page_headers(response: Response) -> Response:
 
 def lists_by_scan(store: Store) -> bool:
     """Whether ListTasks reads every task (`shared.store.listing.list_by_scan`):
-    the memory and file stores do, as does any store without a listing."""
+    no shipped store does; a store without an index of its own may."""
     return store.lists_by_scan
 
 

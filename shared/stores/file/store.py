@@ -20,6 +20,12 @@ Layout under the directory:
                      mtime is the moment it expires (the reaper purges it)
   .beat              touched by each run of the reaper
   .turns/book.json   the turn book, one JSON file (`shared.stores.file.turns`)
+  .listing/          where each task sits in ListTasks' order, one shared log
+                     of positions (`shared.stores.file.positions`): a write
+                     that moves a task appends its line, under the task's
+                     lock, before it writes the task; a listing reads the
+                     page from an index each process keeps from that log
+                     (`shared.stores.file.listing`)
 
 A write of the whole task writes a temporary file, appends the change's
 events with the new file's marker, then renames the file into place, so
@@ -74,16 +80,17 @@ from shared.store.listing import (
     Query,
     StatusHistory,
     history_of,
-    list_by_scan,
     restamped,
 )
 from shared.store.spec import ALWAYS
 from shared.store.wakeups import Notifier, Poller, Waiter
 from shared.stores.file.admission import FileLedger
 from shared.stores.file.boot import booted_at
+from shared.stores.file.listing import FileListing
 from shared.stores.file.locking import flock_within
 from shared.stores.file.log import Durability, LogFiles, Marker, open_no_link
 from shared.stores.file.moment import ListingMoment
+from shared.stores.file.positions import PositionLog, gone, placed
 from shared.stores.file.push import FilePush
 from shared.stores.file.turns import FileTurnBook
 from shared.task import INTERRUPTED_STATES, SUBMITTED, WORKING, Task, is_terminal, state_of
@@ -98,7 +105,7 @@ _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class FileStore:
-    lists_by_scan = True
+    lists_by_scan = False  # ListTasks reads the page from an index of positions
 
     def __init__(
         self,
@@ -124,6 +131,7 @@ class FileStore:
         self._messages = self.directory / ".messages"
         self._contexts = self.directory / ".contexts"
         self._locks = self.directory / ".locks"
+        self._places = self.directory / ".listing"
         folders = (
             self._log,
             self._working,
@@ -132,6 +140,7 @@ class FileStore:
             self._messages,
             self._contexts,
             self._expires,
+            self._places,
         )
         for folder in (self.directory, *folders, self._locks):
             # Only this service's user reads or writes what the store creates.
@@ -140,6 +149,15 @@ class FileStore:
                 raise StoreError(f"task store: {folder} is a symbolic link; refusing to use it")
         self._logs = LogFiles(self._log, self._durability, log_limit)
         self._moment = ListingMoment(self._locks)
+        self._positions = PositionLog(self._places, self._durability)
+        self._listing = FileListing(
+            self._positions,
+            read=self.get,
+            repair=self._repair_position,
+            stored=self._stored_ids,
+            clock=self._clock,
+            recheck=self._positions_may_lag,
+        )
         self._notifier = Notifier()
         self._push = Once()
         self._turns = FileTurnBook(self.directory, fsync=self._durability.files_synced)
@@ -162,6 +180,10 @@ class FileStore:
             first, fresh = self._next(task_id, last)
             if fresh and current is not None:
                 saved, (event,) = withdrawn(saved, [event])
+            if current is None or not placed(task_id, current.task).same_place(
+                placed(task_id, saved)
+            ):
+                self._place(task_id, saved)
             self._write(task_id, first, fresh, [event], saved)
             self._indexed(task_id, state_of(task))
         return task
@@ -192,6 +214,7 @@ class FileStore:
             # nothing). A marker of nothing is dropped by `_due`.
             _touch(self._waiting / task_id, self._clock())
             events, saved = restamped([current_status(task)], task, moment)
+            self._place(task_id, saved)
             self._write(task_id, 1, False, events, saved)
             self._indexed(task_id, SUBMITTED)
         return Created(saved, True)
@@ -213,6 +236,8 @@ class FileStore:
             # A new lineage starts with the task written whole: its log holds
             # nothing else to fold the task from.
             whole = task if commit.snapshot or fresh else None
+            if any(event["kind"] == "status-update" for event in events):
+                self._place(task_id, task)
             self._write(task_id, first, fresh, events, whole)
             self._indexed(task_id, state_of(commit.task))
             return True
@@ -239,8 +264,9 @@ class FileStore:
         return tasks
 
     def listing(self, query: Query) -> Listing:
+        # Every write in flight finishes first (and with it, its position).
         self._moment.raise_to(query.as_of)
-        return list_by_scan(self.all().values(), self._statuses, query)
+        return self._listing.answer(query, self._statuses)
 
     def _statuses(self, task_id: str) -> StatusHistory:
         return history_of(self.events(task_id, 0))
@@ -392,13 +418,16 @@ class FileStore:
             if write:
                 lost = [current_status(task)] if last < base else []  # the log was cut short
                 self._write(task_id, base, False, lost, task, seq=base)
-            tail = self._logs.tail(task_id, base)
-            return _record(task, base, tail)
+            record = _record(task, base, self._logs.tail(task_id, base))
+            if write:
+                self._place(task_id, record.task)
+            return record
         task = cast(Task, stored)
         if not write:
             return Record(task, last, 0)
         log.warning("task store: adopting task file %s (no log marker names it)", task_id)
         seq, fresh = self._next(task_id, last)
+        self._place(task_id, task)
         marker = Marker(seq, _content_digest(raw), _identity(info))
         if fresh:
             self._logs.restart(task_id, seq, [current_status(task)], marker)
@@ -510,6 +539,40 @@ class FileStore:
             _touch_whole(self._expires / task_id, now + self._ttl)
         self._notifier.notify(task_id)
 
+    def _place(self, task_id: str, task: Task) -> None:
+        """Under the task's lock, before the write that moves it: where the
+        task will sit. A writer that stops between the two leaves a position
+        ahead of its task, which the listing puts right when it reads the task."""
+        expires = None
+        if self._ttl and is_terminal(state_of(task)):
+            expires = self._clock() + self._ttl
+        self._positions.append([placed(task_id, task, expires)])
+
+    def _repair_position(self, task_id: str) -> None:
+        """Where the task stands, read under its lock, logged again."""
+        with self._locked(task_id):
+            record = self._read(task_id, locked=True)
+            if record is None:
+                self._positions.append([gone(task_id)], synced=False)
+                return
+            expires = _mtime_of(self._expires / task_id) if self._ttl else None
+            finite = expires if expires is not None and expires != float("inf") else None
+            self._positions.append([placed(task_id, record.task, finite)], synced=False)
+
+    def _stored_ids(self) -> set[str]:
+        """The ids of the directory's task files."""
+        with os.scandir(self.directory) as entries:
+            return {
+                entry.name[:-5]
+                for entry in entries
+                if entry.name.endswith(".json") and is_safe_id(entry.name[:-5])
+            }
+
+    def _positions_may_lag(self) -> bool:
+        """Whether the log of positions may have lost lines that the task
+        files kept: a power cut, when the fsync policy does not sync each line."""
+        return not self._durability.inline and self._positions.written_before(self._booted)
+
     def purge_expired(self) -> int:
         """Remove every finished task past its time to live, with its log,
         markers and message record; the number removed."""
@@ -527,6 +590,7 @@ class FileStore:
                 record = self._message_record(cast(Task, stored)) if stored else None
                 if record is not None and _read_text(record) == task_id:  # not a newer task's
                     record.unlink(missing_ok=True)
+                self._positions.append([gone(task_id)])
                 for path in (
                     self._task_file(task_id),
                     self._log / f"{task_id}.jsonl",

@@ -11,8 +11,9 @@
   const TERMINAL = new Set(["completed", "failed", "canceled", "rejected"]);
   const INTERRUPTED = new Set(["input-required", "auth-required"]);
   const POLL_MS = 3000;
-  // A store that scans (memory, file) takes longer to answer the more tasks it
-  // holds: one tab spends at most about 1/POLL_LOAD of the server's time polling.
+  // A store that scans (one without an index of its own) takes longer to answer
+  // the more tasks it holds: one tab spends at most about 1/POLL_LOAD of the
+  // server's time polling.
   const POLL_LOAD = 20;
   const PAGE_SIZE = 25;
 
