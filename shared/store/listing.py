@@ -10,9 +10,11 @@ exists for the whole paging therefore appears exactly once. Each task is
 shown as it stands now.
 
 `Query` and `Listing` are the store-level shapes; `list_by_scan` answers a
-query by reading every task (the memory and file stores); the Redis and
-PostgreSQL stores keep indexes and read only the page
-(`shared.stores.redis.listing`, `shared.stores.postgres.listing`).
+query by reading every task: the definition every store's index is tested
+against. The stores read only the page: the memory and file stores from
+ordered indexes kept in process (`shared.store.ordered`; the file store's
+fed from its shared log of positions), the Redis and PostgreSQL stores
+from their own (`shared.stores.redis.listing`, `shared.stores.postgres.listing`).
 """
 
 from __future__ import annotations
