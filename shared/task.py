@@ -8,10 +8,10 @@ dicts at run time, so a task read back from JSON needs no conversion.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
+from os import urandom
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
 from shared.generation import FIRST as FIRST_GENERATION
@@ -187,8 +187,19 @@ def epoch(timestamp: str) -> float:
     return moment.timestamp()
 
 
+# The variant nibble of a version-4 UUID: 10xx in binary, by its two random bits.
+_VARIANT_DIGITS: Final = "89ab"
+
+
 def new_id() -> str:
-    return str(uuid.uuid4())
+    """A random (version 4) UUID in its usual lowercase form, as
+    `str(uuid.uuid4())` makes it from the same 16 bytes of `os.urandom`, at
+    a third of the cost: 122 random bits, the version digit `4` and the
+    RFC 4122 variant, written straight from the bytes' hex."""
+    raw = urandom(16)
+    digits = raw.hex()
+    variant = _VARIANT_DIGITS[raw[8] >> 4 & 3]
+    return f"{digits[:8]}-{digits[8:12]}-4{digits[13:16]}-{variant}{digits[17:20]}-{digits[20:]}"
 
 
 def text_part(text: str) -> TextPart:

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import gevent
+from gevent import monkey
 from gevent.event import Event
 from gevent.pywsgi import WSGIServer
 
@@ -33,6 +34,7 @@ from shared.errors import ToolnexusError
 from shared.ops import tracing
 from shared.ops.collector import start_collector
 from shared.ops.logs import configure_logging
+from shared.ops.metrics import guard_with
 from shared.ops.startup import masked, startup_line
 from shared.settings import Settings
 from shared.store.wiring import open_store
@@ -73,6 +75,9 @@ def settings_from(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve until SIGINT or SIGTERM; 2 (after one line) for a bad setting."""
     args = parse_args(argv)
+    # Every count of every request and task under the OS's lock, not gevent's
+    # (before any metric is made: each is made on first use).
+    guard_with(monkey.get_original("_thread", "allocate_lock"))
     try:
         settings = settings_from(args, os.environ)
         agent = load_agent(settings)

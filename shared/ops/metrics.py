@@ -25,6 +25,7 @@ from typing import Any, Final
 from wsgiref.simple_server import make_server
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client import metrics as prometheus_metrics
 from prometheus_client import values as prometheus_values
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
@@ -63,6 +64,21 @@ def use_multiprocess_dir(given: str | None = None) -> Path:
     prometheus_values.ValueClass = prometheus_values.get_value_class()  # type: ignore[no-untyped-call]
     _directory, _owned_directory = directory, not given
     return directory
+
+
+def guard_with(lock: Callable[[], Any]) -> None:
+    """Make the metric objects made from now on guard their values (and
+    their children, by labels) with locks from `lock`.
+
+    For a gevent-patched process (the embedded server): there
+    prometheus_client's locks are gevent's, Python code on every count.
+    Given the operating system's own lock (`gevent.monkey.get_original`),
+    each count costs what it costs unpatched. A greenlet never waits on it:
+    what it guards (a sum, a dict of children) holds no I/O, so nothing
+    switches greenlets while it is held; OS threads (gevent's resolver, a
+    gRPC thread) wait on it as on any lock."""
+    prometheus_values.Lock = lock  # type: ignore[assignment,attr-defined]
+    prometheus_metrics.Lock = lock  # type: ignore[assignment,attr-defined]
 
 
 def process_exited(pid: int) -> None:

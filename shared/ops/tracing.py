@@ -123,7 +123,7 @@ def continuing(
 ) -> AbstractContextManager[object]:
     """A consumer span continuing the trace whose headers `headers(name)` returns."""
     if not _enabled:
-        return nullcontext()
+        return _UNTRACED
     carrier = {key: str(value) for key in TRACE_HEADERS if (value := headers(key))}
     parent = propagate.extract(carrier)
     tracer = trace.get_tracer(TRACER_NAME)
@@ -135,7 +135,7 @@ def continuing(
 def span(name: str, attributes: Mapping[str, str]) -> AbstractContextManager[object]:
     """A span inside the current one (the agent call)."""
     if not _enabled:
-        return nullcontext()
+        return _UNTRACED
     return trace.get_tracer(TRACER_NAME).start_as_current_span(name, attributes=dict(attributes))
 
 
@@ -144,12 +144,15 @@ def current_context() -> object:
     return otel_context.get_current() if _enabled else None
 
 
-@contextmanager
-def within(handed: object) -> Iterator[None]:
+def within(handed: object) -> AbstractContextManager[object]:
     """Run the block in a context `current_context()` returned on another thread."""
     if not _enabled or handed is None:
-        yield
-        return
+        return _UNTRACED
+    return _attached(handed)
+
+
+@contextmanager
+def _attached(handed: object) -> Iterator[None]:
     token = otel_context.attach(handed)  # type: ignore[arg-type]
     try:
         yield

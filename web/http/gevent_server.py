@@ -47,6 +47,10 @@ class JsonErrorHandler(WSGIHandler):  # type: ignore[misc]
     idle connections."""
 
     idle_timeout: float = 5.0
+    # Whether the server has an access log; without one (`log=None`) gevent
+    # would still format each request's line (its clock read and printed)
+    # only to drop it.
+    access_log: bool = True
     # The response head gevent asked to send, held for the body that follows.
     _head: bytes | None = None
     _holding_head = False
@@ -85,6 +89,10 @@ class JsonErrorHandler(WSGIHandler):  # type: ignore[misc]
         if self._head is not None:
             data, self._head = self._head + data, None
         super()._sendall(data)
+
+    def log_request(self) -> None:
+        if self.access_log:
+            super().log_request()
 
     def handle_one_request(self) -> Any:
         result = super().handle_one_request()
@@ -126,7 +134,9 @@ class JsonErrorHandler(WSGIHandler):  # type: ignore[misc]
 
 def gevent_server(listener: socket.socket, app: Any, *, idle_timeout: float) -> WSGIServer:
     """A server for `app` on an already bound and listening socket."""
-    handler = type("Handler", (JsonErrorHandler,), {"idle_timeout": idle_timeout})
+    handler = type(
+        "Handler", (JsonErrorHandler,), {"idle_timeout": idle_timeout, "access_log": False}
+    )
     return WSGIServer(
         listener,
         app,

@@ -17,7 +17,7 @@ from collections import deque
 
 from shared.broker.backlog import Backlog
 from shared.errors import BrokerError
-from shared.ops.correlation import correlated, request_id
+from shared.ops.correlation import bind, request_id
 from shared.ops.tracing import current_context, within
 from shared.owners.turns import SlotKeeper, turns_for
 from shared.settings import Settings
@@ -126,20 +126,28 @@ class InProcessDispatcher:
             if self._closed.is_set():
                 continue  # drain without running: shutting down
             task_id, queued_by, trace_context = queued
-            with correlated(request=queued_by, task=task_id), within(trace_context):
-                try:
-                    state = observed_fulfil(
-                        self._store,
-                        task_id,
-                        self._agent,
-                        self._settings,
-                        run_async=self._run_async,
-                    )
-                except Exception:
-                    log.exception("task %s: fulfilment crashed", task_id)
-                    continue
-                if self.turns is not None:
-                    try:
-                        self.turns.delivered(task_id, state)
-                    except Exception:  # the reaper's sweep settles it
-                        log.exception("task %s: could not make room after it", task_id)
+            binding = bind(request=queued_by, task=task_id)
+            try:
+                with within(trace_context):
+                    self._deliver(task_id)
+            finally:
+                binding.release()
+
+    def _deliver(self, task_id: str) -> None:
+        """Run one queued task and make room after it, its ids bound."""
+        try:
+            state = observed_fulfil(
+                self._store,
+                task_id,
+                self._agent,
+                self._settings,
+                run_async=self._run_async,
+            )
+        except Exception:
+            log.exception("task %s: fulfilment crashed", task_id)
+            return
+        if self.turns is not None:
+            try:
+                self.turns.delivered(task_id, state)
+            except Exception:  # the reaper's sweep settles it
+                log.exception("task %s: could not make room after it", task_id)

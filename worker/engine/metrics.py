@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -21,6 +21,18 @@ class WorkerMetrics:
     loop_lag: Gauge
     running: Gauge
     capacity: Gauge
+    # Each outcome's counter and histogram, looked up by label once.
+    _outcomes: dict[str, tuple[Counter, Histogram]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def outcome(self, state: str) -> tuple[Counter, Histogram]:
+        """`fulfilments` and `fulfilment_seconds` of the outcome `state`."""
+        children = self._outcomes.get(state)
+        if children is None:
+            children = (self.fulfilments.labels(state), self.fulfilment_seconds.labels(state))
+            self._outcomes[state] = children
+        return children
 
 
 @cache

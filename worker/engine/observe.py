@@ -65,14 +65,15 @@ def observed_fulfil(
     ran = bool(started) or (agent.run is None and state == FAILED)
     if ran:
         seconds = time.monotonic() - started[0] if started else 0.0
-        metrics = worker_metrics()
-        metrics.fulfilments.labels(state or "unknown").inc()
-        metrics.fulfilment_seconds.labels(state or "unknown").observe(seconds)
-        log.info(
-            "task %s: %s after %.3f s",
-            task_id,
-            state,
-            seconds,
-            extra=fields(outcome=state, duration_ms=round(seconds * 1000, 1)),
-        )
+        fulfilments, fulfilment_seconds = worker_metrics().outcome(state or "unknown")
+        fulfilments.inc()
+        fulfilment_seconds.observe(seconds)
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "task %s: %s after %.3f s",
+                task_id,
+                state,
+                seconds,
+                extra=fields(outcome=state, duration_ms=round(seconds * 1000, 1)),
+            )
     return state

@@ -1,0 +1,123 @@
+"""The cheap paths of an embedded send say what the dear ones said: ids
+as `uuid.uuid4()` makes them, metrics as prometheus_client counts them under
+its own locks, beats for every running task."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import Counter as Tally
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import metrics as prometheus_metrics
+from prometheus_client import values as prometheus_values
+
+from shared.ops.metrics import RUN_BUCKETS, guard_with
+from shared.task import new_id
+from tests.support.polling import wait_for
+from tests.test_worker_heartbeat import BeatCounter
+from worker.engine.heartbeat import heartbeating
+from worker.engine.metrics import worker_metrics
+
+
+def test_ids_are_lowercase_version_4_uuids() -> None:
+    for _ in range(2000):
+        made = new_id()
+        parsed = uuid.UUID(made)
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122
+        assert str(parsed) == made  # lowercase, dashes where str(UUID) puts them
+        assert len(made) == 36
+
+
+def test_ids_are_unique_and_every_free_digit_is_random() -> None:
+    ids = [new_id() for _ in range(20000)]
+    assert len(set(ids)) == len(ids)
+    digits = [made.replace("-", "") for made in ids]
+    for position in range(32):
+        seen = {hexed[position] for hexed in digits}
+        if position == 12:
+            assert seen == {"4"}  # the version
+        elif position == 16:
+            assert seen == set("89ab")  # the variant's 10, then two random bits
+        else:
+            assert seen == set("0123456789abcdef"), position
+    # The 122 random bits are evenly spread: each free digit's values near 1/16 each.
+    counts = Tally(hexed[0] for hexed in digits)
+    assert min(counts.values()) > len(ids) / 16 * 0.8
+
+
+def _count(registry: CollectorRegistry) -> bytes:
+    counter = Counter("toolnexus_test_fulfilments", "c", ["outcome"], registry=registry)
+    histogram = Histogram(
+        "toolnexus_test_seconds", "h", ["outcome"], buckets=RUN_BUCKETS, registry=registry
+    )
+    gauge = Gauge("toolnexus_test_running", "g", registry=registry)
+    for n in range(50):
+        outcome = ("completed", "failed", "unknown")[n % 3]
+        counter.labels(outcome).inc()
+        histogram.labels(outcome).observe(n / 7)
+        gauge.inc()
+        if n % 2:
+            gauge.dec()
+    # Every sample but the moments each series was made.
+    lines = generate_latest(registry).splitlines()
+    return b"\n".join(line for line in lines if b"_created" not in line)
+
+
+def test_metrics_under_the_os_lock_expose_what_they_did_before() -> None:
+    default_values, default_metrics = prometheus_values.Lock, prometheus_metrics.Lock  # type: ignore[attr-defined]
+    before = _count(CollectorRegistry())
+    native = threading.Lock  # this process is not patched: the OS's lock itself
+    try:
+        guard_with(lambda: _Tracked(native()))
+        after = _count(CollectorRegistry())
+    finally:
+        guard_with(default_values)
+        prometheus_metrics.Lock = default_metrics  # type: ignore[attr-defined]
+    assert after == before
+    assert _Tracked.made > 0  # the metrics made meanwhile took the lock given
+
+
+class _Tracked:
+    """A lock that counts how many were made."""
+
+    made = 0
+
+    def __init__(self, lock: threading.Lock) -> None:
+        type(self).made += 1
+        self._lock = lock
+
+    def __enter__(self) -> bool:
+        return self._lock.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.__exit__(*exc)  # type: ignore[arg-type]
+
+
+def test_an_outcomes_children_are_its_labels() -> None:
+    metrics = worker_metrics()
+    counter, histogram = metrics.outcome("completed")
+    assert counter is metrics.fulfilments.labels("completed")
+    assert histogram is metrics.fulfilment_seconds.labels("completed")
+    assert metrics.outcome("completed") == (counter, histogram)
+
+
+def test_a_shorter_interval_wakes_a_thread_asleep_on_a_longer_one() -> None:
+    store = BeatCounter()
+    with heartbeating(store, "slow", 60):
+        # The thread now sleeps until the slow task's beat, a minute away.
+        wait_for(lambda: True, what="nothing")
+        with heartbeating(store, "fast", 0.02):
+            wait_for(lambda: store.beats["fast"] >= 3, timeout=10, what="the fast task's beats")
+    assert store.beats["slow"] == 0
+
+
+def test_a_task_ended_before_its_beat_is_never_beaten_and_others_go_on() -> None:
+    store = BeatCounter()
+    with heartbeating(store, "long", 0.02):
+        for n in range(100):
+            with heartbeating(store, f"short-{n}", 0.02):
+                pass
+        wait_for(lambda: store.beats["long"] >= 5, timeout=10, what="the long task's beats")
+    assert not any(task.startswith("short-") for task in store.beats)
