@@ -108,6 +108,29 @@ def test_many_running_tasks_share_one_thread_and_each_beats() -> None:
     assert store.beats["broken"] >= 3
 
 
+def test_tasks_started_apart_fall_into_step() -> None:
+    """Tasks started one after another, spread over a whole interval, are
+    soon beaten together: a few store calls an interval for all of them, not
+    one each (a process holding thousands of calls would otherwise wake
+    and call the store for each)."""
+    store = BeatCounter()
+    ids = [f"spread-{n}" for n in range(40)]
+    blocks = [heartbeating(store, task_id, 0.2) for task_id in ids]
+    started = threading.Event()
+    for block in blocks:
+        block.__enter__()
+        started.wait(0.005)  # spread the starts over about one interval
+    try:
+        wait_for(lambda: all(store.beats[i] >= 6 for i in ids), timeout=30, what="beats")
+        with store._counting:
+            later = store.calls[len(ids) :]  # past the first round's scattered beats
+        beaten = sum(len(call) for call in later)
+        assert len(later) * 4 <= beaten, (len(later), beaten)
+    finally:
+        for block in blocks:
+            block.__exit__(None, None, None)
+
+
 def test_a_task_shorter_than_the_interval_never_beats() -> None:
     store = BeatCounter()
     with heartbeating(store, "quick", 60):
@@ -159,3 +182,40 @@ def test_a_forked_process_beats_with_its_own_thread() -> None:
         timeout=110,
     )
     assert done.returncode == 0, done.stderr
+
+
+FIRST_TASKS = """
+import sys, threading
+from shared.stores.memory.store import MemoryStore
+from worker.engine.heartbeat import _Beats
+
+class Beaten(MemoryStore):
+    def __init__(self):
+        super().__init__()
+        self.beaten = threading.Event()
+
+    def heartbeat(self, *task_ids):
+        self.beaten.set()
+
+for round_number in range(200):
+    store = Beaten()
+    _Beats().add(store, "first", 0.01)  # its thread starts looking now
+    if not store.beaten.wait(10):
+        sys.exit(f"no beat for the first task in round {round_number}")
+print("beaten")
+"""
+
+
+def test_a_task_added_as_the_beat_thread_starts_still_beats() -> None:
+    """The first task of a process is added while the beat thread makes its
+    first look: whichever comes first, its beat comes. Many fresh threads,
+    each given its task at once, in a process of their own (each thread
+    lives as long as its process)."""
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST_TASKS],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "beaten", done.stderr[-2000:]

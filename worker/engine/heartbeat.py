@@ -9,59 +9,104 @@ task costs a registration rather than a thread start and join.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
+import math
 import os
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections import deque
+from contextlib import AbstractContextManager
+from types import TracebackType
 
 from shared.errors import StoreError
 from shared.store.contract import Store
 
 log = logging.getLogger(__name__)
 
+# How early, as a share of its interval, a task's beat may come when
+# another's wakes the thread.
+EARLY_SHARE = 0.25
 
-@contextmanager
-def heartbeating(store: Store, task_id: str, every: float) -> Iterator[None]:
+
+def heartbeating(store: Store, task_id: str, every: float) -> AbstractContextManager[None]:
     """Beat for `task_id` in `store` every `every` seconds until the block
     ends (a store without a stale index takes the beats and keeps nothing)."""
-    beats = _process_beats()
-    token = beats.add(store, task_id, every)
-    try:
-        yield
-    finally:
-        beats.remove(token)
+    return _Beating(store, task_id, every)
+
+
+class _Beating:
+    """The block of one task: registered on entry, forgotten on exit."""
+
+    __slots__ = ("_every", "_store", "_task_id", "_token")
+
+    def __init__(self, store: Store, task_id: str, every: float) -> None:
+        self._store = store
+        self._task_id = task_id
+        self._every = every
+        self._token = -1
+
+    def __enter__(self) -> None:
+        beats = _beats if _beats is not None else _process_beats()
+        self._token = beats.add(self._store, self._task_id, self._every)
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        beats = _beats if _beats is not None else _process_beats()
+        beats.remove(self._token)
 
 
 class _Beats:
-    """The tasks this process runs, each due for its next beat at a time."""
+    """The tasks this process runs, each due for its next beat at a time.
+
+    A task's registration and its end take no lock (every task runs one,
+    and under gevent a lock is Python code): each is one dict operation and
+    one deque append, atomic under the GIL. The tasks beaten every so many
+    seconds wait in one queue, in the order they fall due: their next beat
+    is the time they were put there plus the same interval, so appending
+    keeps the order and the earliest is always the first. The thread is
+    woken (under its condition) only for a beat earlier than the one it
+    sleeps until: the first task of a process, or a shorter interval. With
+    no task running, it looks again an interval later (once, not per task).
+    """
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
-        self._running: dict[int, tuple[Store, str, float]] = {}
-        self._due: list[tuple[float, int]] = []  # a heap; entries of removed tasks are skipped
+        self._running: dict[int, tuple[Store, str]] = {}
+        # Per interval, (due, token) in the order they fall due; entries of
+        # ended tasks are skipped.
+        self._queues: dict[float, deque[tuple[float, int]]] = {}
+        # When the thread wakes next of itself; 0 while it is not asleep, so
+        # a task added meanwhile always wakes it (it is then looking).
+        self._wake_at = 0.0
         self._tokens = itertools.count()
         threading.Thread(target=self._beat_forever, name="heartbeats", daemon=True).start()
 
     def add(self, store: Store, task_id: str, every: float) -> int:
-        with self._changed:
-            token = next(self._tokens)
-            self._running[token] = (store, task_id, every)
-            due = time.monotonic() + every
-            # The thread sleeps until the earliest beat it knows of; waking
-            # it for a later one (every task, since they share `every`) would
-            # only cost the running task a thread switch.
-            if not self._due or due < self._due[0][0]:
+        token = next(self._tokens)
+        self._running[token] = (store, task_id)
+        due = time.monotonic() + every
+        queue = self._queues.get(every)
+        if queue is None:
+            queue = self._queues.setdefault(every, deque())
+        queue.append((due, token))
+        # The thread sleeps until the earliest beat it knows of; waking it
+        # for a later one (every task, since they share `every`) would only
+        # cost the running task a thread switch. While it looks (0.0) its
+        # scan may have passed this queue already: the notice waits for the
+        # lock it looks under, so it reaches the thread once it sleeps.
+        wake_at = self._wake_at
+        if wake_at == 0.0 or due < wake_at:
+            with self._changed:
                 self._changed.notify()
-            heapq.heappush(self._due, (due, token))
-            return token
+        return token
 
     def remove(self, token: int) -> None:
-        with self._changed:
-            self._running.pop(token, None)
+        self._running.pop(token, None)
 
     def _beat_forever(self) -> None:
         while True:
@@ -79,21 +124,39 @@ class _Beats:
 
     def _next_due(self) -> list[tuple[Store, list[str]]]:
         """Wait until some task is due; those tasks by store, each rescheduled."""
+        running = self._running
         with self._changed:
             while True:
-                while self._due and self._due[0][1] not in self._running:
-                    heapq.heappop(self._due)  # its task ended
+                self._wake_at = 0.0  # looking: a task added from now on wakes the thread
                 now = time.monotonic()
                 due: dict[int, tuple[Store, list[str]]] = {}
-                while self._due and self._due[0][0] <= now:
-                    _, token = heapq.heappop(self._due)
-                    if token in self._running:
-                        store, task_id, every = self._running[token]
-                        due.setdefault(id(store), (store, []))[1].append(task_id)
-                        heapq.heappush(self._due, (now + every, token))
+                earliest = math.inf
+                for every, queue in list(self._queues.items()):
+                    # When the first is due, those due within the next share
+                    # of an interval beat now too (never later than due, so no
+                    # gap exceeds `every`): tasks started a moment apart fall
+                    # into step, and a process holding thousands beats them in
+                    # a few calls an interval, not one wake-up and round trip
+                    # each. (A wake-up for another interval takes none early.)
+                    upto = now + every * EARLY_SHARE if queue and queue[0][0] <= now else now
+                    while queue and queue[0][0] <= upto:
+                        _, token = queue.popleft()
+                        entry = running.get(token)
+                        if entry is not None:
+                            store, task_id = entry
+                            due.setdefault(id(store), (store, []))[1].append(task_id)
+                            queue.append((now + every, token))
+                    while queue and queue[0][1] not in running:
+                        queue.popleft()  # its task ended
+                    # With none running at this interval, it looks again an
+                    # interval from now: any task added since falls due after
+                    # that, so the next one (after a task that ended before
+                    # its first beat: most of them) need not wake it.
+                    earliest = min(earliest, queue[0][0] if queue else now + every)
                 if due:
                     return list(due.values())
-                self._changed.wait(self._due[0][0] - now if self._due else None)
+                self._wake_at = earliest
+                self._changed.wait(None if earliest == math.inf else earliest - now)
 
 
 _beats: _Beats | None = None
