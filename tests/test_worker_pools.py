@@ -170,6 +170,14 @@ def fleet(redis_url: str, tmp_path: Path) -> Iterator[Any]:
         each.close()
 
 
+def pool_stats(io: IOFleet) -> dict[str, Any]:
+    """What Flower's worker page shows of the one worker's pool (`inspect stats`)."""
+    app = create_celery(io.settings)
+    stats = wait_for(lambda: app.control.inspect(timeout=5).stats(), timeout=30, what="stats")
+    (pool_info,) = [node["pool"] for node in stats.values()]
+    return dict(pool_info)
+
+
 def reason(task: Task) -> str:
     return str(task["status"]["message"]["parts"][0]["text"])
 
@@ -182,10 +190,7 @@ def test_one_process_holds_many_calls_at_once(fleet: Any, pool: str, kind: str) 
     ids = io.submit(calls)
 
     io.wait_working(ids)
-    # What Flower's worker page shows: the pool's info from `inspect stats`.
-    app = create_celery(io.settings)
-    stats = wait_for(lambda: app.control.inspect(timeout=5).stats(), timeout=30, what="stats")
-    (pool_info,) = [node["pool"] for node in stats.values()]
+    pool_info = pool_stats(io)
     assert pool_info["toolnexus-calls-held"] == calls
     assert pool_info["max-concurrency"] == calls
 
@@ -206,9 +211,7 @@ def test_an_async_agent_s_held_calls_take_no_thread(fleet: Any, pool: str) -> No
     ids = io.submit(calls)
 
     io.wait_working(ids)
-    app = create_celery(io.settings)
-    stats = wait_for(lambda: app.control.inspect(timeout=5).stats(), timeout=30, what="stats")
-    (pool_info,) = [node["pool"] for node in stats.values()]
+    pool_info = pool_stats(io)
     assert pool_info["toolnexus-calls-held"] == calls
     assert pool_info["threads"] == 0  # no pool thread parked for a call
     os_threads = len(os.listdir(f"/proc/{worker.pid}/task"))

@@ -24,12 +24,26 @@ _MOMENT = struct.Struct("<d")
 
 
 class ListingMoment:
+    """The moment, and a turnstile in front of it: a write passes through
+    `.locks/listing` (shared, let go at once) before it takes the moment
+    shared, and a listing holds the turnstile alone while it waits for the
+    moment. Writes that overlap one another would otherwise keep the moment
+    shared for ever, and a listing waiting for it alone would give up; with
+    the turnstile, new writes wait for the listing's short hold, and the
+    writes in flight finish."""
+
     def __init__(self, locks: Path) -> None:
         self._path = locks / "listed"
+        self._turnstile = locks / "listing"
 
     @contextmanager
     def held(self) -> Iterator[float]:
         """The moment, with no listing able to raise it until the block ends."""
+        gate = open_no_link(self._turnstile, os.O_RDWR | os.O_CREAT)
+        try:
+            flock_within(gate, self._turnstile, shared=True)
+        finally:
+            os.close(gate)  # passed through: a listing waiting now goes first
         fd = open_no_link(self._path, os.O_RDWR | os.O_CREAT)
         try:
             flock_within(fd, self._path, shared=True)
@@ -44,7 +58,12 @@ class ListingMoment:
         try:
             if _read(fd) >= as_of:
                 return  # raised by a listing whose writes in flight are done
-            flock_within(fd, self._path)
+            gate = open_no_link(self._turnstile, os.O_RDWR | os.O_CREAT)
+            try:
+                flock_within(gate, self._turnstile)  # no new write starts meanwhile
+                flock_within(fd, self._path)
+            finally:
+                os.close(gate)
             if _read(fd) < as_of:
                 os.pwrite(fd, _MOMENT.pack(as_of), 0)
         finally:
