@@ -19,6 +19,7 @@ from typing import Any
 import redis
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
+from shared.redis_nodes.green import check_readiness_off_the_hub
 from shared.redis_nodes.url import SentinelTarget, is_sentinel, parse_sentinel
 
 OnFailover = Callable[[str, tuple[str, int], tuple[str, int]], None]
@@ -68,6 +69,7 @@ def blocking_pool(
     to the server a redis://, rediss:// or unix:// URL names, or to the
     master a redis+sentinel:// URL names (`sentinel_password` for the
     Sentinels themselves, the URL's password for the master)."""
+    check_readiness_off_the_hub()
     if not is_sentinel(url):
         return redis.BlockingConnectionPool.from_url(
             url, max_connections=max_connections, timeout=timeout, **connection

@@ -12,18 +12,11 @@ threads) psycopg's own C wait is kept.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import psycopg
 from psycopg.abc import RV, PQGen
 from psycopg.waiting import Ready
-
-
-def gevent_patched() -> bool:
-    """Whether gevent has patched `select` here (psycopg then waits through it)."""
-    monkey = sys.modules.get("gevent.monkey")
-    return monkey is not None and bool(monkey.is_module_patched("select"))
 
 
 class HubConnection(psycopg.Connection[Any]):

@@ -22,7 +22,8 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from shared.stores.postgres.green import HubConnection, gevent_patched
+from shared.ops.patching import gevent_patched
+from shared.stores.postgres.green import HubConnection
 
 # Pools inherited across a fork: never used again, never closed (see above).
 _INHERITED: list[object] = []
