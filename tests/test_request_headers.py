@@ -2,7 +2,9 @@
 (`http.client.parse_headers` into gevent's `OldMessage`), only faster for
 plain blocks: both ways compared on generated header blocks, plain and not
 (folded lines, stray CRs, blanks, odd names, bytes above ASCII, too long,
-too many), down to the stored fields, the status and what is left unread."""
+too many), down to the stored fields, the status, what is left unread, what
+`get` answers for every name (before and after a field is removed, as gevent
+removes a chunked request's length) and the environment's `HTTP_*` items."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from web.http.gevent_server import JsonErrorHandler
 from web.http.request_headers import parse_request_headers
 
 
@@ -24,14 +27,39 @@ def test_what_the_reader_relies_on_is_still_there() -> None:
     assert callable(getattr(gevent.pywsgi, "headers_factory", None)), "gevent's headers_factory"
 
 
+def answers(message: Any, handler: type[gevent.pywsgi.WSGIHandler]) -> Any:
+    """What gevent asks of a message: the fields, `get` of each name (in other
+    cases too, and some absent), and the handler's `HTTP_*` items; again
+    after the length is removed, if any."""
+    names = {name for name, _ in message._headers}
+    names |= {name.upper() for name in names} | {name.lower() for name in names}
+    names |= {"content-length", "Content-Type", "connection", "absent"}
+
+    def read() -> Any:
+        got = sorted((name, message.get(name, "none")) for name in names)
+        reading = object.__new__(handler)  # a handler with nothing but the headers read
+        reading.headers = message
+        items = list(reading._headers())
+        return (list(message._headers), list(message.headers), got, items, message.typeheader)
+
+    before = read()
+    if message.get("content-length") is None:
+        return before, None
+    del message["content-length"]
+    return before, read()
+
+
 def both_ways(raw: bytes) -> tuple[Any, Any]:
     """(gevent's own reading, this module's), each with what it left unread."""
     outcomes = []
-    for reader in (gevent.pywsgi.headers_factory, parse_request_headers):
+    for reader, handler in (
+        (gevent.pywsgi.headers_factory, gevent.pywsgi.WSGIHandler),
+        (parse_request_headers, JsonErrorHandler),
+    ):
         stream = io.BytesIO(raw)
         try:
             message = reader(stream)
-            outcome: Any = (message.status, list(message._headers), list(message.headers))
+            outcome: Any = (message.status, answers(message, handler))
         except http.client.HTTPException as error:
             outcome = (type(error), str(error))
         outcomes.append((outcome, stream.read()))
@@ -72,13 +100,14 @@ def test_both_ways_read_the_same_from_any_header_block(
     "raw",
     [
         b"Host: x\r\nContent-Length: 5\r\nA2A-Version: 1.0\r\n\r\nhello",
+        b"Host: x\r\ncontent-length: 5\r\nCONTENT-LENGTH: 6\r\nX_Under: 1\r\nA: b \t\r\n\r\n",
         b"Host: x\r\nX-Folded: one\r\n two\r\n\r\n",
         b"Host: x\r\n" + b"X: " + b"a" * 70000 + b"\r\n\r\n",
         b"".join(b"X-%d: v\r\n" % n for n in range(101)) + b"\r\n",
         b"Host: x\r\nBad Name: v\r\n\r\n",
         b"Host: x\r\n",
     ],
-    ids=["plain", "folded", "too-long", "too-many", "space-in-name", "no-end"],
+    ids=["plain", "repeated", "folded", "too-long", "too-many", "space-in-name", "no-end"],
 )
 def test_both_ways_read_the_same_from_these_blocks(raw: bytes) -> None:
     gevents, ours = both_ways(raw)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Iterator
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -33,7 +34,7 @@ from gevent.pywsgi import LoggingLogAdapter, WSGIHandler, WSGIServer
 from shared.addresses import no_delay
 from web.http.disconnects import SOCKET_KEY
 from web.http.errors import framing_error_body, framing_error_response
-from web.http.request_headers import parse_request_headers
+from web.http.request_headers import PlainHeaders, parse_request_headers
 from web.http.wsgi import status_line
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,11 @@ class JsonErrorHandler(WSGIHandler):  # type: ignore[misc]
 
     def MessageClass(self, fp: Any, *args: Any) -> Any:  # gevent reads the headers with this
         return parse_request_headers(fp)
+
+    def _headers(self) -> Iterator[tuple[str, str]]:  # gevent's `HTTP_*` items of the environ
+        if isinstance(self.headers, PlainHeaders):
+            return self.headers.environ_items()
+        return super()._headers()  # type: ignore[no-any-return]
 
     def _write_with_headers(self, data: bytes) -> None:
         # gevent sends the head, then (if any) the first body chunk: held in
