@@ -1,10 +1,11 @@
-"""GetTask in the gRPC process (`python -m web.grpc_process`, on grpc.aio) while
-its Redis is down and once it is back, on a private redis-server: each call is
-refused UNAVAILABLE, "task store unavailable", with its ErrorInfo
-(STORE_UNAVAILABLE, naming the task), whichever way the process answers it (on
-the event loop, or on the pool once a slow answer sent calls there: see
-`web.grpc.aio.OnLoop`); the process keeps serving, and answers the same task
-the same once Redis is back.
+"""GetTask and a SendMessage that returns at once in the gRPC process
+(`python -m web.grpc_process`, on grpc.aio) while its Redis is down and once it
+is back, on a private redis-server: each call is refused UNAVAILABLE (a GetTask
+"task store unavailable", with its ErrorInfo: STORE_UNAVAILABLE, naming the
+task), whichever way the process answers it (on the event loop, or on the pool
+once a slow answer sent calls there: see `web.grpc.aio.OnLoop`); the process
+keeps serving, answers the same task the same once Redis is back, and takes
+sends again.
 """
 
 from __future__ import annotations
@@ -83,7 +84,27 @@ def test_the_grpc_process_refuses_get_task_while_redis_is_down_and_serves_after(
             assert error.details() == "task store unavailable"
             trailer = dict(error.trailing_metadata())[DETAILS_KEY]
             assert _reason(trailer) == ("STORE_UNAVAILABLE", "toolnexus-serve", sent.task.id)
+        for _ in range(5):  # a send that returns at once: on the loop as well
+            fresh = a2a_pb2.Message()
+            fresh.CopyFrom(message)
+            fresh.message_id = str(uuid.uuid4())
+            with pytest.raises(grpc.RpcError) as raised:
+                stub.SendMessage(
+                    a2a_pb2.SendMessageRequest(message=fresh, configuration=configuration),
+                    metadata=metadata,
+                    timeout=30,
+                )
+            error = raised.value
+            assert error.code() == grpc.StatusCode.UNAVAILABLE, error.details()
+            assert "unavailable" in error.details()
         redis_server.start()
         after = stub.GetTask(get, metadata=metadata, timeout=30)
         assert after == before
+        message.message_id = str(uuid.uuid4())
+        again = stub.SendMessage(
+            a2a_pb2.SendMessageRequest(message=message, configuration=configuration),
+            metadata=metadata,
+            timeout=30,
+        )
+        assert stub.GetTask(a2a_pb2.GetTaskRequest(id=again.task.id), metadata=metadata).id
         assert process.alive(), process.output()

@@ -41,17 +41,21 @@ def service_on(assembly: Assembly) -> A2AGrpcService:
     return A2AGrpcService(assembly.tasks, assembly.authenticator, assembly.extended_card_at_url)
 
 
-def methods(settings: Settings) -> tuple[A2AGrpcService, Callable[[], None]]:
+def servicer(settings: Settings) -> tuple[AsyncA2AGrpcService, Callable[[], None]]:
     """The binding on the process's own assembly (`web.assembly`, as the HTTP
-    process's); and what closes the store and dispatcher, after a stop."""
+    process's), served from the event loop; and what closes it, the store
+    and the dispatcher, after a stop."""
     store = open_store(settings, None)
     dispatcher = celery_dispatcher(settings)
+    service = service_on(assemble(settings, store, dispatcher))
+    served = AsyncA2AGrpcService(service, short_sends=dispatcher.sends_in_one_round_trip)
 
     def close() -> None:
+        served.close()
         dispatcher.close()
         store.close()
 
-    return service_on(assemble(settings, store, dispatcher)), close
+    return served, close
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -68,9 +72,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 async def _serve_until_signalled(settings: Settings) -> None:
-    service, close = methods(settings)
-    servicer = AsyncA2AGrpcService(service)
-    server, port = aio_server(settings, servicer)
+    served, close = servicer(settings)
+    server, port = aio_server(settings, served)
     await server.start()
     if settings.metrics_port is not None:
         serve_metrics(settings.host, settings.metrics_port)
@@ -82,7 +85,6 @@ async def _serve_until_signalled(settings: Settings) -> None:
     await stopping.wait()
     log.info("stopping: open calls get %g s to finish", settings.grpc_grace)
     await server.stop(settings.grpc_grace)
-    servicer.close()
     close()
 
 

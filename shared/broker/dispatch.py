@@ -89,6 +89,12 @@ class CeleryDispatcher:
             else None
         )
 
+    @property
+    def sends_in_one_round_trip(self) -> bool:
+        """Whether a send is one round trip that never waits for a confirm or
+        retries (the direct Redis sender), as a caller on an event loop asks."""
+        return self._redis_queue is not None
+
     def enqueue(self, task_id: str) -> None:
         try:
             with publishing(FULFIL_TASK, task_id) as trace_headers:

@@ -9,7 +9,10 @@ The RPCs are `web.grpc.service`'s, run from an event loop:
   GetTask, one store read, which runs on the loop itself while reads stay
   fast (`OnLoop`): the hand-off to a thread and back costs the process more
   than the read (bench/grpc_load.py measures both; docs/grpc.md has the
-  figures);
+  figures); so does a SendMessage that returns at once and names no
+  webhook, where the process hands tasks to a Redis broker (a create and
+  a publish, two short round trips; a RabbitMQ publish waits for the
+  broker's confirm, and retries, so it stays on the pool);
 - a GetTask a 1.1 caller asks to hold (`current_generation`, the long-poll)
   holds no thread either: its wait (`A2AGrpcService.hold`) is driven as a
   stream is, below, until the task's generation passes the one it named or
@@ -69,6 +72,10 @@ STREAM_THREADS: Final = 8
 STEP: Final = 64
 # Unary calls answered on the loop itself: each is one short store read.
 ON_LOOP: Final = frozenset({"GetTask"})
+# Unary calls answered on the loop when they return at once (`_returns_at_once`)
+# and sends are short: a create and a publish, each one round trip.
+ON_LOOP_AT_ONCE: Final = frozenset({"SendMessage"})
+_SEND_REQUEST: Final = a2a_pb2.SendMessageRequest.DESCRIPTOR.full_name
 # Unary calls that may be held (A2A 1.1's long-poll), and the request field
 # that asks for it.
 HELD: Final[Mapping[str, str]] = {"GetTask": "current_generation"}
@@ -118,15 +125,34 @@ class OnLoop:
 
 
 class AsyncA2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
-    def __init__(self, service: A2AGrpcService, on_loop: OnLoop | None = None) -> None:
+    def __init__(
+        self,
+        service: A2AGrpcService,
+        on_loop: OnLoop | None = None,
+        *,
+        short_sends: bool = False,
+    ) -> None:
+        """`short_sends`: a send's publish is one round trip that never waits
+        for a confirm or retries (the direct Redis sender), so a send that
+        returns at once may run on the loop."""
         self._service = service
         self._on_loop = on_loop or OnLoop()
+        self._short_sends = short_sends
         self._unary_calls = concurrent.futures.ThreadPoolExecutor(
             UNARY_THREADS, thread_name_prefix="grpc-call"
         )
         self._steps = concurrent.futures.ThreadPoolExecutor(
             STREAM_THREADS, thread_name_prefix="grpc-stream"
         )
+
+    def _short_call(self, name: str, request: Any) -> bool:
+        """Whether the call is short enough to answer on the loop (while
+        `OnLoop` allows): a read, or a send that returns at once."""
+        if name in ON_LOOP:
+            # A call that still asks to wait (one the answer refuses) never runs
+            # on the loop, where a hold would stall it.
+            return not _asks_to_wait(name, request)
+        return self._short_sends and name in ON_LOOP_AT_ONCE and _returns_at_once(request)
 
     def close(self) -> None:
         self._unary_calls.shutdown(wait=False)
@@ -150,9 +176,7 @@ class AsyncA2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
             except asyncio.CancelledError:
                 record(name, "CANCELLED", started)  # the caller went away
                 raise
-        # A call that still asks to wait (one the answer refuses) never runs
-        # on the loop, where a hold would stall it.
-        if name in ON_LOOP and not _asks_to_wait(name, request) and self._on_loop.allowed():
+        if self._short_call(name, request) and self._on_loop.allowed():
             began = time.monotonic()
             answer = self._service.answer(name, kind, request, metadata, replies, started)
             self._on_loop.took(time.monotonic() - began)
@@ -249,6 +273,18 @@ class AsyncA2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
                     observed.__exit__(None, None, None)
 
             _after(step, lambda: bound.run(finish))
+
+
+def _returns_at_once(request: Any) -> bool:
+    """A send that returns without waiting for its task and names no webhook
+    (whose address the send checks, a name lookup that may be slow). Requests
+    arrive as the 1.1 draft's messages (`web.grpc.wire`): told by name."""
+    if not isinstance(request, ProtoMessage) or request.DESCRIPTOR.full_name != _SEND_REQUEST:
+        return False
+    configuration = request.configuration
+    return configuration.return_immediately and not configuration.HasField(
+        "task_push_notification_config"
+    )
 
 
 def _asks_to_wait(name: str, request: Any) -> bool:
