@@ -57,7 +57,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.processes import CeleryWorker, exit_on_sigterm, gunicorn, percentile
+from bench.processes import (
+    CeleryWorker,
+    children,
+    cpu_seconds,
+    exit_on_sigterm,
+    gunicorn,
+    percentile,
+)
 from bench.web import rpc_body
 from shared.ops.startup import masked
 from tests.support.redis_server import RedisServer
@@ -275,6 +282,15 @@ class Service:
             self.stop()
             raise
 
+    def processes(self) -> dict[str, list[int]]:
+        """This service's processes by part, for the CPU account."""
+        fleet = [worker.process.pid for worker in self.fleet]
+        return {
+            "front end": [self.web.process.pid, *children(self.web.process.pid)],
+            "worker main": fleet,
+            "worker pool": [pid for main in fleet for pid in children(main)],
+        }
+
     def rate(self, texts: list[str]) -> float:
         started = time.perf_counter()
         ids, _ = send_all(self.web.port, texts)
@@ -333,13 +349,22 @@ class Bare:
     def latencies(self) -> list[float]:
         return [float(value) for value in self.counter.lrange(self.latency_list, 0, -1)]
 
+    def processes(self) -> dict[str, list[int]]:
+        main = self.worker.process.pid
+        return {"worker main": [main], "worker pool": children(main)}
+
     def stop(self) -> None:
         self.worker.stop()
         self.app.close()
 
 
 def interleaved_rates(
-    service: Service, broker_url: str, counter_url: str, tasks: int, rounds: int
+    service: Service,
+    broker_url: str,
+    counter_url: str,
+    tasks: int,
+    rounds: int,
+    redis_pid: int | None,
 ) -> list[dict[str, float]]:
     """Tasks per second of this service and both bare Celery apps, all three
     running at once and measured in turn, round after round (each round in
@@ -354,6 +379,12 @@ def interleaved_rates(
             "bare": lambda: bares["bare"].run(tasks, None),
             "bare_reliable": lambda: bares["bare_reliable"].run(tasks, None),
         }
+        parts: dict[str, dict[str, list[int]]] = {
+            "ours": service.processes(),
+            **{name: bare.processes() for name, bare in bares.items()},
+        }
+        for processes in parts.values():
+            processes["redis"] = [redis_pid] if redis_pid is not None else []
         order = list(runs)
         found = []
         server = bares["bare"].counter
@@ -361,9 +392,12 @@ def interleaved_rates(
             rates = {}
             for name in order[number % 3 :] + order[: number % 3]:
                 before, polled = commands(server), POLLED.copy()
+                cpu_before = cpu_by_part(parts[name])
                 rates[name] = runs[name]()
+                spent = cpu_by_part(parts[name]) - cpu_before
                 if number == 0:
                     show_commands(name, commands(server) - before - (POLLED - polled), tasks)
+                    show_cpu(name, spent, tasks)
             print(
                 f"   round {number + 1}: toolnexus {rates['ours']:,.0f}, bare reliable"
                 f" {rates['bare_reliable']:,.0f}, bare defaults {rates['bare']:,.0f} tasks/s",
@@ -374,6 +408,26 @@ def interleaved_rates(
     finally:
         for bare in bares.values():
             bare.stop()
+
+
+def cpu_by_part(processes: dict[str, list[int]]) -> Counter[str]:
+    """CPU seconds used so far by each part's processes, and by this process
+    (the client: its sender threads and its polling)."""
+    used: Counter[str] = Counter()
+    for part, pids in processes.items():
+        used[part] = sum(cpu_seconds(pid) for pid in pids)
+    times = os.times()
+    used["client"] = times.user + times.system
+    return used
+
+
+def show_cpu(name: str, spent: Counter[str], tasks: int) -> None:
+    """CPU per task of one run by part: where the machine's two cores went.
+    Counted in the kernel's clock ticks (10 ms), so a part's figure is
+    exact to about 10 ms over the run."""
+    total = sum(spent.values()) * 1e3 / tasks
+    each = ", ".join(f"{part} {seconds * 1e3 / tasks:.2f}" for part, seconds in spent.items())
+    print(f"   CPU ms per task, {name}: {total:.2f} in all; {each}", flush=True)
 
 
 def commands(server: Any) -> Counter[str]:
@@ -455,7 +509,10 @@ def main() -> None:
         print(f"\n1. throughput, {args.tasks} tasks a round, one worker -c 2", flush=True)
         service = Service(env, workers=1, concurrency=2)
         try:
-            rounds = interleaved_rates(service, broker, counters, args.tasks, args.rounds)
+            redis_pid = server.process.pid if server.process is not None else None
+            rounds = interleaved_rates(
+                service, broker, counters, args.tasks, args.rounds, redis_pid
+            )
             ours = statistics.median(r["ours"] for r in rounds)
             half = ours / 2
             ours_latency = service.latencies(["latency"] * args.latency_tasks, half)
