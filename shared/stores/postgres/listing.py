@@ -51,31 +51,46 @@ def answer(conn: psycopg.Connection[Any], query: Query, now: float) -> Listing:
     alive = sql.SQL("alive(t.expires, %(now)s::float8)")
     settled.append(alive)
     moved.append(alive)
-    cursor = sql.SQL("true")
+    # Below the cursor: a settled task by its own position, a moved one by
+    # where it was at the listing's moment.
+    below, moved_below = sql.SQL("true"), sql.SQL("")
     if query.after is not None:
-        cursor = sql.SQL('(p.ts, p.id) < (%(after_ts)s::float8, %(after_id)s::text COLLATE "C")')
+        below = sql.SQL('(t.ts, t.id) < (%(after_ts)s::float8, %(after_id)s::text COLLATE "C")')
+        moved_below = sql.SQL(
+            ' AND (h.ts, t.id) < (%(after_ts)s::float8, %(after_id)s::text COLLATE "C")'
+        )
         params["after_ts"], params["after_id"] = query.after
-    placed = sql.SQL(
-        "SELECT t.id, t.ts FROM tasks t WHERE {settled}"
-        " UNION ALL"
-        " SELECT t.id, h.ts FROM tasks t CROSS JOIN LATERAL ("
-        "   SELECT ts, state FROM history WHERE task_id = t.id"
-        "   AND ts <= %(as_of)s::float8 ORDER BY seq DESC LIMIT 1) h"
-        " WHERE {moved} {then}"
-    ).format(
-        settled=sql.SQL(" AND ").join(settled),
-        moved=sql.SQL(" AND ").join(moved),
-        then=sql.SQL("").join(sql.SQL(" AND ") + part for part in then),
-    )
+    parts = {
+        "settled": sql.SQL(" AND ").join(settled),
+        "moved": sql.SQL(" AND ").join(moved)
+        + sql.SQL("").join(sql.SQL(" AND ") + part for part in then),
+        "latest": sql.SQL(
+            " CROSS JOIN LATERAL ("
+            "   SELECT ts, state FROM history WHERE task_id = t.id"
+            "   AND ts <= %(as_of)s::float8 ORDER BY seq DESC LIMIT 1) h"
+        ),
+    }
+    # Counted apart, each branch a scan of its index alone.
+    counted = sql.SQL(
+        "SELECT (SELECT count(*) FROM tasks t WHERE {settled})"
+        " + (SELECT count(*) FROM tasks t{latest} WHERE {moved}) AS n"
+    ).format(**parts)
+    # The page: the settled tasks read in their index's order below the
+    # cursor, no more than a page holds, beside the few that moved; then merged.
+    page_of = sql.SQL(
+        "(SELECT t.id, t.ts FROM tasks t WHERE {settled} AND {below}"
+        "  ORDER BY t.ts DESC, t.id DESC LIMIT %(size)s)"
+        " UNION ALL (SELECT t.id, h.ts FROM tasks t{latest} WHERE {moved}{moved_below})"
+    ).format(below=below, moved_below=moved_below, **parts)
     statement = sql.SQL(
         "SELECT total.n, page.id, page.ts, page.doc, page.seq, page.tail"
-        " FROM (SELECT count(*) AS n FROM ({placed}) a) total"
+        " FROM ({counted}) total"
         " LEFT JOIN LATERAL ("
         "   SELECT p.id, p.ts, t.doc, t.seq, {tail} AS tail"
-        "   FROM ({placed}) p JOIN tasks t ON t.id = p.id"
-        "   WHERE {cursor} ORDER BY p.ts DESC, p.id DESC LIMIT %(size)s) page ON true"
+        "   FROM ({page_of}) p JOIN tasks t ON t.id = p.id"
+        "   ORDER BY p.ts DESC, p.id DESC LIMIT %(size)s) page ON true"
         " ORDER BY page.ts DESC, page.id DESC"
-    ).format(placed=placed, cursor=cursor, tail=sql.SQL(TAIL))
+    ).format(counted=counted, page_of=page_of, tail=sql.SQL(TAIL))
     rows = conn.execute(statement, params).fetchall()
     total = int(rows[0][0]) if rows else 0
     page = [row for row in rows if row[1] is not None]
