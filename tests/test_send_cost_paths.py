@@ -17,7 +17,7 @@ from shared.task import new_id
 from tests.support.polling import wait_for
 from tests.test_worker_heartbeat import BeatCounter
 from worker.engine.heartbeat import heartbeating
-from worker.engine.metrics import worker_metrics
+from worker.engine.metrics import outcome_of, worker_metrics
 
 
 def test_ids_are_lowercase_version_4_uuids() -> None:
@@ -97,10 +97,10 @@ class _Tracked:
 
 def test_an_outcomes_children_are_its_labels() -> None:
     metrics = worker_metrics()
-    counter, histogram = metrics.outcome("completed")
+    counter, histogram = outcome_of("completed")
     assert counter is metrics.fulfilments.labels("completed")
     assert histogram is metrics.fulfilment_seconds.labels("completed")
-    assert metrics.outcome("completed") == (counter, histogram)
+    assert outcome_of("completed") == (counter, histogram)
 
 
 def test_a_shorter_interval_wakes_a_thread_asleep_on_a_longer_one() -> None:

@@ -38,7 +38,7 @@ def heartbeating(store: Store, task_id: str, every: float) -> AbstractContextMan
 class _Beating:
     """The block of one task: registered on entry, forgotten on exit."""
 
-    __slots__ = ("_every", "_store", "_task_id", "_token")
+    __slots__ = ("_beats", "_every", "_store", "_task_id", "_token")
 
     def __init__(self, store: Store, task_id: str, every: float) -> None:
         self._store = store
@@ -47,8 +47,8 @@ class _Beating:
         self._token = -1
 
     def __enter__(self) -> None:
-        beats = _beats if _beats is not None else _process_beats()
-        self._token = beats.add(self._store, self._task_id, self._every)
+        self._beats = _process_beats()
+        self._token = self._beats.add(self._store, self._task_id, self._every)
 
     def __exit__(
         self,
@@ -56,8 +56,7 @@ class _Beating:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        beats = _beats if _beats is not None else _process_beats()
-        beats.remove(self._token)
+        self._beats.remove(self._token)  # the registry it was added to
 
 
 class _Beats:
@@ -165,6 +164,9 @@ _beats_lock = threading.Lock()
 
 def _process_beats() -> _Beats:
     global _beats
+    made = _beats
+    if made is not None:  # every task asks: no lock once it is made
+        return made
     with _beats_lock:
         if _beats is None:
             _beats = _Beats()

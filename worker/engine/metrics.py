@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -21,18 +21,6 @@ class WorkerMetrics:
     loop_lag: Gauge
     running: Gauge
     capacity: Gauge
-    # Each outcome's counter and histogram, looked up by label once.
-    _outcomes: dict[str, tuple[Counter, Histogram]] = field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
-
-    def outcome(self, state: str) -> tuple[Counter, Histogram]:
-        """`fulfilments` and `fulfilment_seconds` of the outcome `state`."""
-        children = self._outcomes.get(state)
-        if children is None:
-            children = (self.fulfilments.labels(state), self.fulfilment_seconds.labels(state))
-            self._outcomes[state] = children
-        return children
 
 
 @cache
@@ -83,3 +71,11 @@ def worker_metrics() -> WorkerMetrics:
             multiprocess_mode="livesum",
         ),
     )
+
+
+@cache
+def outcome_of(state: str) -> tuple[Counter, Histogram]:
+    """The series of `toolnexus_fulfilments` and `toolnexus_fulfilment_duration_seconds`
+    for the outcome `state`, looked up once (as `web.http.metrics` does)."""
+    metrics = worker_metrics()
+    return metrics.fulfilments.labels(state), metrics.fulfilment_seconds.labels(state)

@@ -22,7 +22,7 @@ from shared.task import FAILED
 from worker.engine.agent import Agent
 from worker.engine.calling import RunAsync, run_async
 from worker.engine.fulfil import fulfil
-from worker.engine.metrics import worker_metrics
+from worker.engine.metrics import outcome_of, worker_metrics
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def observed_fulfil(
     ran = bool(started) or (agent.run is None and state == FAILED)
     if ran:
         seconds = time.monotonic() - started[0] if started else 0.0
-        fulfilments, fulfilment_seconds = worker_metrics().outcome(state or "unknown")
+        fulfilments, fulfilment_seconds = outcome_of(state or "unknown")
         fulfilments.inc()
         fulfilment_seconds.observe(seconds)
         if log.isEnabledFor(logging.INFO):

@@ -39,11 +39,8 @@ class ListingMoment:
     @contextmanager
     def held(self) -> Iterator[float]:
         """The moment, with no listing able to raise it until the block ends."""
-        gate = open_no_link(self._turnstile, os.O_RDWR | os.O_CREAT)
-        try:
-            flock_within(gate, self._turnstile, shared=True)
-        finally:
-            os.close(gate)  # passed through: a listing waiting now goes first
+        with self._through_turnstile(shared=True):
+            pass  # passed through: a listing waiting now goes first
         fd = open_no_link(self._path, os.O_RDWR | os.O_CREAT)
         try:
             flock_within(fd, self._path, shared=True)
@@ -58,16 +55,22 @@ class ListingMoment:
         try:
             if _read(fd) >= as_of:
                 return  # raised by a listing whose writes in flight are done
-            gate = open_no_link(self._turnstile, os.O_RDWR | os.O_CREAT)
-            try:
-                flock_within(gate, self._turnstile)  # no new write starts meanwhile
+            with self._through_turnstile(shared=False):  # no new write starts meanwhile
                 flock_within(fd, self._path)
-            finally:
-                os.close(gate)
             if _read(fd) < as_of:
                 os.pwrite(fd, _MOMENT.pack(as_of), 0)
         finally:
             os.close(fd)
+
+    @contextmanager
+    def _through_turnstile(self, *, shared: bool) -> Iterator[None]:
+        """The block with the turnstile held (closing the descriptor lets it go)."""
+        gate = open_no_link(self._turnstile, os.O_RDWR | os.O_CREAT)
+        try:
+            flock_within(gate, self._turnstile, shared=shared)
+            yield
+        finally:
+            os.close(gate)
 
 
 def _read(fd: int) -> float:
