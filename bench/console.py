@@ -5,9 +5,9 @@
 
 The console (web/console/views.py) asks only ListTasks of the server for its list:
 
-- **a load** (opening the list, or a refresh after a change): the newest
-  task (pageSize 1), one page of 25, and one count per state (pageSize 1,
-  read `totalSize`): 10 ListTasks;
+- **a load** (opening the list, or a refresh after a change): one page of
+  25 (whose first task is the newest, what the idle poll asks after), and
+  one count per state (pageSize 1, read `totalSize`): 9 ListTasks;
 - **an idle poll** (every 3 s while a list is visible): one ListTasks of
   pageSize 1 with `statusTimestampAfter` the newest task's time, which finds
   nothing when nothing changed.
@@ -56,7 +56,6 @@ def ask(store: TaskStore, params: dict[str, Any]) -> Any:
 
 
 def load(store: TaskStore) -> None:
-    ask(store, {"pageSize": 1, "historyLength": 0})
     page = ask(store, {"pageSize": PAGE})
     assert len(page.tasks) == min(PAGE, page.total_size)
     for state in sorted(STATES):

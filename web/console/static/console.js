@@ -468,12 +468,16 @@
       if (result.nextPageToken) pages.push(result.nextPageToken);
       byId("newer").disabled = page === 0;
       byId("older").disabled = !result.nextPageToken;
+      return result;
+    }
+
+    function newestOf(result) {
+      const top = ((result && result.tasks) || [])[0];
+      return top && top.status ? top.status.timestamp : null;
     }
 
     async function newest() {
-      const result = await call("ListTasks", query({ pageSize: 1, historyLength: 0 }));
-      const top = (result.tasks || [])[0];
-      return top && top.status ? top.status.timestamp : null;
+      return newestOf(await call("ListTasks", query({ pageSize: 1, historyLength: 0 })));
     }
 
     function reload() {
@@ -481,10 +485,13 @@
       const current = () => mine === generation;
       loading = (async () => {
         try {
-          const mark = await newest();
-          await Promise.all([show(current), counts(current), turns(current)]);
+          // The first page with no state chosen starts with the newest task
+          // itself: its answer gives the mark, and the load one count fewer.
+          const ownMark = page === 0 && !state;
+          const mark = ownMark ? null : await newest();
+          const [shown] = await Promise.all([show(current), counts(current), turns(current)]);
           if (!current()) return;
-          watermark = mark;
+          watermark = ownMark ? newestOf(shown) : mark;
           answering = true;
           notice("");
         } catch (error) {
