@@ -172,6 +172,15 @@ class Turns:
         if state not in (WORKING, SUBMITTED):
             self.ended(task_id)
 
+    def release_with_writes(self) -> None:
+        """Where the store's book can (Redis), a write that takes a task out of
+        flight releases it in the same round trip, and what that step takes
+        is published here; the delivery's `delivered` then asks the book
+        nothing more. For a process whose deliveries end here (a worker)."""
+        release_on_commit = getattr(self.book, "release_on_commit", None)
+        if release_on_commit is not None:
+            release_on_commit(self.fair, self._publish_all)
+
     def released(self, task_ids: list[str]) -> None:
         """Tasks finished without their delivery ending (reaped, canceled)."""
         if task_ids:

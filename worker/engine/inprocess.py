@@ -76,6 +76,8 @@ class InProcessDispatcher:
         # The threads take their turns from the store's turn book, as a Celery
         # worker does: their slots registered, room made as each delivery ends.
         self.turns = turns_for(settings, turn_book_of(store), self.enqueue)
+        if self.turns is not None:
+            self.turns.release_with_writes()
         self._slots = (
             SlotKeeper(
                 self.turns,

@@ -186,6 +186,8 @@ class ProcessRuntime:
                 self._turns = turns_for(
                     self._settings, turn_book_of(store), CeleryDispatcher(self._settings).enqueue
                 )
+                if self._turns is not None:
+                    self._turns.release_with_writes()
                 self._turns_pid = os.getpid()
             return self._turns
 

@@ -58,6 +58,8 @@ def load(name: str) -> str:
 CREATE: Final = load("create")
 # CREATE and a step of the turn book (lua/turns.lua) in one: a send's one round trip.
 CREATE_HELD: Final = load("create_held")
+# COMMIT and a step of the turn book releasing the task: a delivery's last write.
+COMMIT_RELEASED: Final = load("commit_released")
 COMMIT: Final = load("commit")
 CLAIM: Final = load("claim")
 READ: Final = load("read")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -61,15 +61,18 @@ from shared.stores.redis.replicas import Replicas
 from shared.stores.redis.scripts import (
     CLAIM,
     COMMIT,
+    COMMIT_RELEASED,
     CREATE,
     CREATE_HELD,
     FORGET_EXPIRED,
     READ,
 )
 from shared.stores.redis.turns import RedisTurnBook
-from shared.task import Task, epoch, is_terminal, state_of
+from shared.task import SUBMITTED, WORKING, Task, epoch, is_terminal, state_of
 
 Clock = Callable[[], float]
+# The states of a task in the turn book's flight: published, or running.
+IN_FLIGHT: Final = frozenset({SUBMITTED, WORKING})
 
 
 class RedisStore:
@@ -100,6 +103,7 @@ class RedisStore:
         self._create = client.register_script(CREATE)
         self._create_held = client.register_script(CREATE_HELD)
         self._commit = client.register_script(COMMIT)
+        self._commit_released = client.register_script(COMMIT_RELEASED)
         self._claim = client.register_script(CLAIM)
         self._forget_expired = client.register_script(FORGET_EXPIRED)
         self._read = client.register_script(READ)
@@ -368,13 +372,26 @@ class RedisStore:
             _generation(task),
             *(encode(event) for event in events),
         ]
+        # Out of flight: the turn book's release goes with the write, where
+        # the book asks for it (`RedisTurnBook.release_on_commit`).
+        release = None if state in IN_FLIGHT else self._turns.release_args(task_id)
         with self._reachable():
             try:
-                return bool(self._replicas.script(self._commit, keys, args))
+                if release is None:
+                    return bool(self._replicas.script(self._commit, keys, args))
+                written, taken = cast(
+                    list[Any],
+                    self._replicas.script(
+                        self._commit_released, keys, [len(args), *args, *release]
+                    ),
+                )
             except redis.ResponseError as error:
                 if _wrong_type(error):
                     return False  # unreadable data, so not the task the caller read
                 raise
+        if written:
+            self._turns.released(task_id, taken)
+        return bool(written)
 
     def _newest(self, task_ids: list[str]) -> list[int | None]:
         """The number of each task's newest event (None: no such task), in one

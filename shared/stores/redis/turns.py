@@ -14,6 +14,7 @@ with skewed clocks agree.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Final, cast
 
 import redis
@@ -25,6 +26,10 @@ from shared.stores.redis.scripts import load
 # At most this many steps' results wait for their `hold_and_take`: each is
 # asked for right after the create that kept it, so more means some never were.
 _MOST_KEPT: Final = 1024
+
+
+# What a write that released a task does with the ids its step took.
+Publish = Callable[[list[str]], object]
 
 
 def _ids(taken: list[Any]) -> list[str]:
@@ -40,6 +45,11 @@ class RedisTurnBook:
         # Task id -> what the step that held it took, where the store's
         # `create_held` held it: its `hold_and_take` then asks nothing more.
         self._taken: dict[str, list[str]] = {}
+        # Set by `release_on_commit`: whether turns are fair, and where the
+        # ids a releasing write took go; the tasks such writes released,
+        # until the `release_and_take` of each, which follows at once.
+        self._on_commit: tuple[bool, Publish] | None = None
+        self._released: set[str] = set()
 
     def step_args(
         self, entries: list[Entry], released: list[str], fair: bool
@@ -68,6 +78,31 @@ class RedisTurnBook:
             self._taken.clear()  # never claimed: forgotten, as above
         self._taken[task_id] = _ids(taken)
 
+    def release_on_commit(self, fair: bool, publish: Publish) -> None:
+        """From now on a write of this store that takes a task out of flight
+        (`lua/commit_released.lua`) also releases it from the book, in the
+        same script, and hands what that step took to `publish`; the task's
+        `release_and_take`, which follows, then asks nothing more. Should it
+        never come (the write was the reaper's, say), nothing is missed:
+        the task was released, and what the step took was published."""
+        self._on_commit = (fair, publish)
+
+    def release_args(self, task_id: str) -> list[str | int | float] | None:
+        """The step's arguments for a write that takes `task_id` out of
+        flight; None when writes do not release (`release_on_commit`)."""
+        if self._on_commit is None:
+            return None
+        return self.step_args([], [task_id], self._on_commit[0])
+
+    def released(self, task_id: str, taken: list[Any]) -> None:
+        """A write released `task_id` in a step that took `taken`."""
+        if self._on_commit is None:
+            return
+        if len(self._released) >= _MOST_KEPT:
+            self._released.clear()  # never asked for: the step then runs, releasing nothing
+        self._released.add(task_id)
+        self._on_commit[1](_ids(taken))
+
     def hold_and_take(self, entries: list[Entry], fair: bool) -> list[str]:
         if len(entries) == 1 and self._taken:
             taken = self._taken.pop(entries[0].task_id, None)
@@ -76,6 +111,9 @@ class RedisTurnBook:
         return self._run(entries, [], fair)
 
     def release_and_take(self, task_ids: list[str], fair: bool) -> list[str]:
+        if len(task_ids) == 1 and task_ids[0] in self._released:
+            self._released.discard(task_ids[0])
+            return []  # released by its write, whose step published what it took
         return self._run([], task_ids, fair)
 
     def held_among(self, task_ids: list[str]) -> tuple[set[str], set[str]]:
