@@ -10,10 +10,12 @@ turn, and its task still runs.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from shared.errors import StoreError
 from shared.owners.book import Entry
 from shared.stores.file.locking import flock_within
 from shared.stores.file.store import _STRIPES, file_store
+from shared.stores.file.turns import FileTurnBook
 from shared.task import new_task, text_message
 from tests.support.a2a import send_request
 from tests.test_web_support import live_server
@@ -135,3 +138,34 @@ def test_a_write_whose_stripe_is_locked_by_a_stalled_process_fails_instead_of_ha
 def _stripe_locks(store: Any) -> list[Path]:
     folder = store._locks  # the stripe lock files' folder (shared/stores/file/store.py)
     return [folder / str(stripe) for stripe in range(_STRIPES)]
+
+
+def test_a_process_forked_while_a_thread_holds_the_turn_books_lock_does_not_keep_it(
+    tmp_path: Path,
+) -> None:
+    """A Celery prefork child started while the worker's slot keeper steps the
+    turn book gets a copy of the locked descriptor; once the step ends, the
+    book is free all the same (else every send would go out of turn, and
+    every held task wait, for as long as that child lives)."""
+    stepping, forked = threading.Event(), threading.Event()
+
+    def clock() -> float:  # read inside the step, with the lock held
+        stepping.set()
+        forked.wait(10)
+        return time.time()
+
+    keeper = threading.Thread(
+        target=FileTurnBook(tmp_path, clock=clock).register, args=("worker-a@host", 4, 60.0)
+    )
+    keeper.start()
+    assert stepping.wait(10)
+    child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+    child.start()  # a pool child, forked while the lock is held
+    try:
+        forked.set()
+        keeper.join(10)
+        FileTurnBook(tmp_path).register("worker-b@host", 4, 60.0)  # within the deadline
+    finally:
+        child.kill()
+        child.join(10)
+    assert FileTurnBook(tmp_path).view().capacity == 8

@@ -32,6 +32,8 @@ from shared.task import (
     CANCELED,
     COMPLETED,
     FAILED,
+    INPUT_REQUIRED,
+    SUBMITTED,
     TERMINAL_STATES,
     WORKING,
     new_task,
@@ -349,6 +351,62 @@ def test_a_creator_killed_mid_create_leaves_no_task_the_re_sender_misses(
         assert store.waiting(later) == [task_id]
     else:  # nothing was written: nothing is sent, and the marker goes
         assert store.get(task_id) is None
+        assert store.waiting(later) == []
+        assert not (tmp_path / ".waiting" / task_id).exists()
+
+
+_REPLIER = """
+import os, signal, sys
+from shared import transition
+from shared.events import message_added, status_update, to_state
+from shared.stores.file.store import FileStore
+from shared.task import INPUT_REQUIRED, INTERRUPTED_STATES, SUBMITTED, WORKING
+from shared.task import new_task, text_message
+store = FileStore(sys.argv[1])
+task_id = store.create(new_task(text_message("user", "ask: which?"))).task["id"]
+transition(store, task_id, to_state(WORKING))
+transition(store, task_id, to_state(INPUT_REQUIRED))
+print(task_id, flush=True)
+setattr(store, sys.argv[2], lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL))
+reply = text_message("user", "this one")
+transition(  # the front end's follow-up (web.core.tasks)
+    store,
+    task_id,
+    lambda task: [message_added(task, reply), status_update(task, SUBMITTED)],
+    from_states=INTERRUPTED_STATES,
+)
+"""
+
+
+@pytest.mark.parametrize("dies_in", ["_write", "_indexed"])
+def test_a_front_end_killed_mid_follow_up_leaves_no_task_the_re_sender_misses(
+    tmp_path: Path, dies_in: str
+) -> None:
+    """A reply to a task waiting for input, its writer SIGKILLed before it
+    wrote the reply or after: a written reply leaves the task `submitted` and
+    marked waiting (the re-sender finds it: the peer's retry of the reply,
+    already applied, queues nothing); one never written leaves the task
+    waiting for input, and nothing to re-send."""
+    import subprocess
+    import sys
+
+    ran = subprocess.run(
+        [sys.executable, "-c", _REPLIER, str(tmp_path), dies_in],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == -9, ran.stderr
+    task_id = ran.stdout.strip()
+    store = FileStore(tmp_path)
+    task = store.get(task_id)
+    assert task is not None
+    later = time.time() + 60
+    if dies_in == "_indexed":  # the reply was written: it waits, and is found
+        assert state_of(task) == SUBMITTED
+        assert store.waiting(later) == [task_id]
+    else:  # nothing was written: the task still waits for the peer
+        assert state_of(task) == INPUT_REQUIRED
         assert store.waiting(later) == []
         assert not (tmp_path / ".waiting" / task_id).exists()
 

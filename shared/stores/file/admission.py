@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from shared.errors import StoreError
 from shared.store.contract import Record, digest
-from shared.stores.file.locking import flock_within
+from shared.stores.file.locking import flock_within, unlock
 from shared.stores.file.log import open_no_link
 
 # A bucket holding this much less than a whole token holds one (float error).
@@ -101,7 +101,7 @@ class FileLedger:
             flock_within(fd, self._folder / f"{name}.lock")
             yield _loaded(path), lambda state: _saved(path, state)
         finally:
-            os.close(fd)  # closing the descriptor releases the flock
+            unlock(fd)
 
 
 def _loaded(path: Path) -> State:

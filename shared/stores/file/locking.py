@@ -7,12 +7,19 @@ is paused (SIGSTOP, a debugger, a stalled VM) is never released while it
 sleeps. So the lock is tried without blocking, with short waits between
 tries that a patched process spends on other greenlets, and given up after
 `within` seconds with a StoreError naming the file.
+
+A lock is let go with `unlock`, never by closing its descriptor alone: a
+process forked while the lock is held (a Celery prefork child started while
+a thread of its parent steps the turn book) keeps a copy of the descriptor,
+and a flock lasts until every copy is closed, so the child would hold the
+lock for its whole life.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import os
 import time
 from pathlib import Path
 from typing import Final
@@ -47,3 +54,13 @@ def flock_within(fd: int, path: Path, within: float = WITHIN, *, shared: bool = 
             )
         time.sleep(pause)
         pause = min(pause * 2, _PAUSE_MAX)
+
+
+def unlock(fd: int) -> None:
+    """Let go of the flock on `fd`, then close it. The unlock reaches the lock
+    through every copy of the descriptor (a forked child's too), the close
+    through this one only."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

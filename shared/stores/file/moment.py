@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from shared.stores.file.locking import flock_within
+from shared.stores.file.locking import flock_within, unlock
 from shared.stores.file.log import open_no_link
 
 _MOMENT = struct.Struct("<d")
@@ -46,7 +46,7 @@ class ListingMoment:
             flock_within(fd, self._path, shared=True)
             yield _read(fd)
         finally:
-            os.close(fd)  # closing the descriptor releases the flock
+            unlock(fd)
 
     def raise_to(self, as_of: float) -> None:
         """Make `as_of` the moment, unless a later one already is: every write
@@ -60,17 +60,17 @@ class ListingMoment:
             if _read(fd) < as_of:
                 os.pwrite(fd, _MOMENT.pack(as_of), 0)
         finally:
-            os.close(fd)
+            unlock(fd)
 
     @contextmanager
     def _through_turnstile(self, *, shared: bool) -> Iterator[None]:
-        """The block with the turnstile held (closing the descriptor lets it go)."""
+        """The block with the turnstile held."""
         gate = open_no_link(self._turnstile, os.O_RDWR | os.O_CREAT)
         try:
             flock_within(gate, self._turnstile, shared=shared)
             yield
         finally:
-            os.close(gate)
+            unlock(gate)
 
 
 def _read(fd: int) -> float:

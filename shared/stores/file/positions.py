@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from shared.store.contract import is_safe_id
-from shared.stores.file.locking import flock_within
+from shared.stores.file.locking import flock_within, unlock
 from shared.stores.file.log import Durability, open_no_link
 from shared.task import Task, epoch, state_of
 
@@ -206,7 +206,7 @@ class PositionLog:
             flock_within(fd, self._lock, shared=shared)
             yield
         finally:
-            os.close(fd)  # closing the descriptor releases the flock
+            unlock(fd)
 
 
 def _encoded(position: Position) -> bytes:

@@ -19,7 +19,7 @@ from shared.push.contract import (
     cursor_text,
 )
 from shared.store.contract import require_safe_id
-from shared.stores.file.locking import flock_within
+from shared.stores.file.locking import flock_within, unlock
 
 
 class FilePush(TakenInProcess):
@@ -40,7 +40,7 @@ class FilePush(TakenInProcess):
             flock_within(fd, self._lock_path)
             yield
         finally:
-            os.close(fd)
+            unlock(fd)
 
     def _path(self, task_id: str, kind: str = "") -> Path:
         return self._root / f"{require_safe_id(task_id)}{kind}.json"

@@ -87,7 +87,7 @@ from shared.store.wakeups import Notifier, Poller, Waiter
 from shared.stores.file.admission import FileLedger
 from shared.stores.file.boot import booted_at
 from shared.stores.file.listing import FileListing
-from shared.stores.file.locking import flock_within
+from shared.stores.file.locking import flock_within, unlock
 from shared.stores.file.log import Durability, LogFiles, Marker, open_no_link
 from shared.stores.file.moment import ListingMoment
 from shared.stores.file.positions import PositionLog, gone, placed
@@ -184,6 +184,7 @@ class FileStore:
                 placed(task_id, saved)
             ):
                 self._place(task_id, saved)
+            self._waiting_first(task_id, state_of(task))
             self._write(task_id, first, fresh, [event], saved)
             self._indexed(task_id, state_of(task))
         return task
@@ -238,6 +239,7 @@ class FileStore:
             whole = task if commit.snapshot or fresh else None
             if any(event["kind"] == "status-update" for event in events):
                 self._place(task_id, task)
+            self._waiting_first(task_id, state_of(commit.task))
             self._write(task_id, first, fresh, events, whole)
             self._indexed(task_id, state_of(commit.task))
             return True
@@ -523,6 +525,17 @@ class FileStore:
         if new:
             self._durability.created(path)
 
+    def _waiting_first(self, task_id: str, state: str) -> None:
+        """A write that leaves the task `submitted` marks it waiting before it
+        writes, as `create` does. Marked after, a writer killed between the two
+        would leave a follow-up `submitted` with only its `.interrupted` marker,
+        which the reaper reads only once the input timeout has passed (never,
+        without one); no re-sender would find it, and a retry of the message,
+        already applied, queues nothing. A marker of a write that never
+        happened is put right by `_due`."""
+        if state == SUBMITTED:
+            _touch(self._waiting / task_id, self._clock())
+
     def _indexed(self, task_id: str, state: str) -> None:
         now = self._clock()
         for folder, members in (
@@ -631,7 +644,7 @@ class FileStore:
             yield
         finally:
             for fd in reversed(held):
-                os.close(fd)  # closing the descriptor releases the flock
+                unlock(fd)
 
     # --- telling waiters in this process about other processes' writes ------
 

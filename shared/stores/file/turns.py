@@ -28,7 +28,7 @@ from typing import TypeVar
 
 from shared.errors import StoreError
 from shared.owners.book import SteppedBook, TurnState
-from shared.stores.file.locking import flock_within
+from shared.stores.file.locking import flock_within, unlock
 from shared.stores.file.log import open_no_link
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class FileTurnBook(SteppedBook):
             flock_within(fd, self._lock_path)
             yield
         finally:
-            os.close(fd)  # closing the descriptor releases the flock
+            unlock(fd)
 
     def _read(self, read: Callable[[TurnState, float], T]) -> T:
         return read(_parsed(self._raw(), self._path), self._clock())
