@@ -20,13 +20,22 @@ import requests
 
 from shared import Settings
 from shared.errors import BrokerError
-from shared.events import to_state
+from shared.events import message_added, status_update, to_state
 from shared.owners.book import LocalBook
 from shared.owners.limits import LimitTable
 from shared.owners.turns import BROKER_FRESH, Turns
 from shared.store.contract import Store
 from shared.stores.memory.store import MemoryStore, memory_store
-from shared.task import CANCELED, COMPLETED, SUBMITTED, WORKING, new_task, state_of, text_message
+from shared.task import (
+    CANCELED,
+    COMPLETED,
+    INPUT_REQUIRED,
+    SUBMITTED,
+    WORKING,
+    new_task,
+    state_of,
+    text_message,
+)
 from shared.transitions import transition
 from tests.support.a2a import send_request
 from tests.support.agents import gate
@@ -257,3 +266,81 @@ def test_a_held_send_is_refused_while_the_broker_does_not_answer() -> None:
     with pytest.raises(BrokerError):  # the refusal stands a second: not asked again
         turns.enqueue(_saved(store))
     assert broker.checks == asked == 1
+
+
+# --- a reply that comes before the delivery that asked for it has ended ---------
+
+
+@pytest.fixture(params=["memory", "file", "redis"])
+def any_book_store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Store]:
+    if request.param == "memory":
+        yield memory_store()
+    elif request.param == "file":
+        from shared.stores.file.store import file_store
+
+        yield file_store(tmp_path)
+    else:
+        import redis
+
+        from shared.stores.redis.store import RedisStore
+
+        client = redis.Redis.from_url(request.getfixturevalue("redis_url"))
+        try:
+            yield RedisStore(client, prefix="reply:")
+        finally:
+            client.close()
+
+
+def test_a_reply_before_the_asking_delivery_ends_is_published_at_once(
+    any_book_store: Store,
+) -> None:
+    """The worker saved `input-required`; the caller's reply is applied before
+    that delivery has made room. The task is still in the delivery's flight,
+    so the book does not hold it again, and the delivery's end only releases
+    it: the reply must be published by its own send, not left `submitted`
+    for beat's resend a stale time later."""
+    store, published = any_book_store, Published()
+    book = store.turn_book()
+    assert book is not None
+    turns = Turns(book, LimitTable(Settings()), published)
+    task = _saved(store)
+    task_id = task["id"]
+    assert turns.enqueue(task)
+    assert transition(store, task_id, to_state(WORKING), from_states={SUBMITTED}).applied
+    assert transition(store, task_id, to_state(INPUT_REQUIRED), from_states={WORKING}).applied
+    reply = text_message("user", "this one")
+    replied = transition(
+        store,
+        task_id,
+        lambda current: [message_added(current, reply), status_update(current, SUBMITTED)],
+        from_states={INPUT_REQUIRED},
+    )
+    assert replied.applied and replied.record is not None
+    assert turns.enqueue(replied.record.task)  # before the asking delivery ended
+    assert published.ids == [task_id, task_id]
+    turns.delivered(task_id, INPUT_REQUIRED)  # that delivery's end, late
+    assert published.ids == [task_id, task_id]
+    # The reply's delivery claims it once.
+    assert transition(store, task_id, to_state(WORKING), from_states={SUBMITTED}).applied
+    assert not transition(store, task_id, to_state(WORKING), from_states={SUBMITTED}).applied
+
+
+def test_a_new_task_that_waits_for_its_turn_asks_the_book_nothing_more(
+    any_book_store: Store,
+) -> None:
+    store, published = any_book_store, Published()
+    book = store.turn_book()
+    assert book is not None
+    turns = Turns(book, LimitTable(Settings()), published)
+    first, second = _saved(store), _saved(store)
+    assert turns.enqueue(first)  # no worker registered: a window of one
+    asked: list[list[str]] = []
+    held_among = book.held_among
+
+    def counted(task_ids: list[str]) -> tuple[set[str], set[str]]:
+        asked.append(task_ids)
+        return held_among(task_ids)
+
+    book.held_among = counted  # type: ignore[method-assign]
+    assert not turns.enqueue(second)
+    assert asked == [] and published.ids == [first["id"]]

@@ -130,8 +130,17 @@ class Turns:
     def enqueue(self, task: Mapping[str, Any]) -> bool:
         """Hold a saved task and publish what has its turn; True when this
         task itself was published (raising if that publish failed)."""
+        task_id = str(task["id"])
         taken = self.book.hold_and_take([self.entry(task)], self.fair)
-        if self._publish_all(taken, own=str(task["id"])):
+        if self._publish_all(taken, own=task_id):
+            return True
+        if _replied(task) and task_id in self.book.held_among([task_id])[1]:
+            # A reply that came before the delivery that asked for it ended:
+            # the task is still in that delivery's flight, so the book did
+            # not hold it again, and that delivery's end only releases it.
+            # Published now, in the flight it already has; else it would
+            # wait for beat's resend, a stale time later. One delivery claims it.
+            self._publish_all([task_id], own=task_id)
             return True
         self._broker_answers()
         return False
@@ -233,6 +242,12 @@ class Turns:
                 gone.append(task_id)
         self._publish_all(self.book.release_and_take(gone, self.fair))
         return gone
+
+
+def _replied(task: Mapping[str, Any]) -> bool:
+    """Whether the task has had a message after its first: a follow-up, the
+    only send that can find its task still in flight."""
+    return len(task.get("history") or []) > 1
 
 
 def turns_for(
