@@ -83,8 +83,10 @@ class RedisTurnBook:
         (`lua/commit_released.lua`) also releases it from the book, in the
         same script, and hands what that step took to `publish`; the task's
         `release_and_take`, which follows, then asks nothing more. Should it
-        never come (the write was the reaper's, say), nothing is missed:
-        the task was released, and what the step took was published."""
+        never come (the write was the reaper's, say), nothing is missed: the
+        task was released and what the step took was published; a later
+        release of that task alone skips a step that would release nothing,
+        and what has room then is taken by the next step of any process."""
         self._on_commit = (fair, publish)
 
     def release_args(self, task_id: str) -> list[str | int | float] | None:
