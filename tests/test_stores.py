@@ -326,6 +326,22 @@ store.create(task)
 """
 
 
+def _killed_in(script: str, folder: Path, dies_in: str) -> str:
+    """Run `script` on a file store in `folder` until it is SIGKILLed in the
+    store's method `dies_in`; the id of the task it printed."""
+    import subprocess
+    import sys
+
+    ran = subprocess.run(
+        [sys.executable, "-c", script, str(folder), dies_in],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == -9, ran.stderr
+    return ran.stdout.strip()
+
+
 @pytest.mark.parametrize("dies_in", ["_write", "_indexed"])
 def test_a_creator_killed_mid_create_leaves_no_task_the_re_sender_misses(
     tmp_path: Path, dies_in: str
@@ -333,17 +349,7 @@ def test_a_creator_killed_mid_create_leaves_no_task_the_re_sender_misses(
     """SIGKILLed before it wrote the task, or after: a written task is
     marked waiting (the re-sender finds it); a task never written leaves no
     marker behind."""
-    import subprocess
-    import sys
-
-    ran = subprocess.run(
-        [sys.executable, "-c", _CREATOR, str(tmp_path), dies_in],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert ran.returncode == -9, ran.stderr
-    task_id = ran.stdout.strip()
+    task_id = _killed_in(_CREATOR, tmp_path, dies_in)
     store = FileStore(tmp_path)
     later = time.time() + 60
     if dies_in == "_indexed":  # the task was written: it waits, and is found
@@ -387,17 +393,7 @@ def test_a_front_end_killed_mid_follow_up_leaves_no_task_the_re_sender_misses(
     marked waiting (the re-sender finds it: the peer's retry of the reply,
     already applied, queues nothing); one never written leaves the task
     waiting for input, and nothing to re-send."""
-    import subprocess
-    import sys
-
-    ran = subprocess.run(
-        [sys.executable, "-c", _REPLIER, str(tmp_path), dies_in],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert ran.returncode == -9, ran.stderr
-    task_id = ran.stdout.strip()
+    task_id = _killed_in(_REPLIER, tmp_path, dies_in)
     store = FileStore(tmp_path)
     task = store.get(task_id)
     assert task is not None
