@@ -3,7 +3,8 @@ the task out of flight also releases it from the turn book, in one script
 (`lua/commit_released.lua`), and what that step takes is published at once;
 the `delivered` that follows asks the book nothing more. A write that keeps
 the task in flight releases nothing, and a book not asked to release with
-writes runs its own step as before."""
+writes runs its own step as before. The processes where deliveries end (a
+Celery worker's, the in-process workers) ask for it; a front end does not."""
 
 from __future__ import annotations
 
@@ -24,11 +25,21 @@ from shared.transitions import claim, transition
 
 
 class Broker:
+    """A dispatcher whose workers take turns: records what it publishes."""
+
+    takes_turns = True
+
     def __init__(self) -> None:
         self.published: list[str] = []
 
     def enqueue(self, task_id: str) -> None:
         self.published.append(task_id)
+
+    def revoke(self, task_id: str) -> None:
+        pass
+
+    def check(self) -> None:
+        pass
 
 
 class Served:
@@ -148,3 +159,30 @@ def test_releases_never_asked_for_are_forgotten_and_the_book_asked(client: redis
     served.run_to(first, COMPLETED)
     served.turns.delivered(first, COMPLETED)
     assert served.book.in_flight() == []
+
+
+def test_the_workers_ask_for_releases_with_their_writes_and_the_front_end_does_not(
+    client: redis.Redis, redis_url: str
+) -> None:
+    """Where deliveries end (a Celery worker's process, the in-process
+    workers) writes release; a front end's turns keep their own step."""
+    from web.core.tasks import Tasks
+    from worker.engine.agent import load_agent
+    from worker.engine.inprocess import InProcessDispatcher
+    from worker.runtime.app import ProcessRuntime
+
+    settings = Settings(broker_url=redis_url)
+    celery_store = RedisStore(client, prefix="celery:")
+    assert ProcessRuntime(settings, celery_store).turns() is not None
+    assert celery_store.turn_book()._on_commit is not None
+
+    embedded_store = RedisStore(client, prefix="embedded:")
+    workers = InProcessDispatcher(embedded_store, load_agent(settings), settings, threads=1)
+    try:
+        assert embedded_store.turn_book()._on_commit is not None
+    finally:
+        workers.close()
+
+    front_store = RedisStore(client, prefix="front:")
+    assert Tasks(settings, front_store, Broker()).turns is not None
+    assert front_store.turn_book()._on_commit is None
