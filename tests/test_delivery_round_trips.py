@@ -9,7 +9,6 @@ Celery worker's, the in-process workers) ask for it; a front end does not."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import redis
@@ -22,24 +21,7 @@ from shared.owners.turns import Turns
 from shared.stores.redis.store import RedisStore
 from shared.task import COMPLETED, INPUT_REQUIRED, SUBMITTED, WORKING, new_task, text_message
 from shared.transitions import claim, transition
-
-
-class Broker:
-    """A dispatcher whose workers take turns: records what it publishes."""
-
-    takes_turns = True
-
-    def __init__(self) -> None:
-        self.published: list[str] = []
-
-    def enqueue(self, task_id: str) -> None:
-        self.published.append(task_id)
-
-    def revoke(self, task_id: str) -> None:
-        pass
-
-    def check(self) -> None:
-        pass
+from tests.test_send_round_trips import Broker, CountedBook
 
 
 class Served:
@@ -48,14 +30,7 @@ class Served:
     def __init__(self, client: redis.Redis, *, with_writes: bool) -> None:
         self.store = RedisStore(client, prefix="dr:")
         self.book = self.store.turn_book()
-        self.steps = 0
-        step = self.book._step
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.steps += 1
-            return step(*args, **kwargs)
-
-        self.book._step = counted  # type: ignore[assignment]
+        self.counted = CountedBook(self.book)
         self.broker = Broker()
         self.turns = Turns(self.book, LimitTable(Settings()), self.broker.enqueue)
         if with_writes:
@@ -94,13 +69,13 @@ def test_the_last_write_releases_the_task_and_publishes_what_has_its_turn(
     served = Served(client, with_writes=True)
     first, second, third = served.sent(3)
     assert served.broker.published == [first, second]  # the window: two
-    steps = served.steps
+    steps = served.counted.steps
     served.run_to(first, state)
     # The write's own script released it and took the third: published
     # before the delivery has said it ended, with no step of the book's own.
     assert served.broker.published == [first, second, third]
     served.turns.delivered(first, state)
-    assert served.steps == steps
+    assert served.counted.steps == steps
     assert served.broker.published == [first, second, third]
     assert sorted(served.book.in_flight()) == sorted([second, third])
     assert served.book.view().owners["alice"] == OwnerCount(held=0, in_flight=2)
@@ -133,20 +108,20 @@ def test_a_write_refused_releases_nothing_and_the_delivery_s_end_still_makes_roo
     assert served.broker.published == [first, second]
     assert not transition(served.store, first, to_state(COMPLETED), from_states={WORKING}).applied
     assert served.broker.published == [first, second]
-    steps = served.steps
+    steps = served.counted.steps
     served.turns.delivered(first, "canceled")
-    assert served.steps == steps + 1
+    assert served.counted.steps == steps + 1
     assert served.broker.published == [first, second, third]
 
 
 def test_without_release_with_writes_the_book_takes_its_own_step(client: redis.Redis) -> None:
     served = Served(client, with_writes=False)
     first, second, third = served.sent(3)
-    steps = served.steps
+    steps = served.counted.steps
     served.run_to(first, COMPLETED)
     assert served.broker.published == [first, second]
     served.turns.delivered(first, COMPLETED)
-    assert served.steps == steps + 1
+    assert served.counted.steps == steps + 1
     assert served.broker.published == [first, second, third]
 
 

@@ -209,11 +209,8 @@ class FileStore:
                 # The record first: a crash before the task is written leaves a
                 # record of nothing, which a retry overwrites; never two tasks.
                 _write_atomically(record_path, task_id.encode())
-            # The waiting marker before the task too: a creator killed between
-            # the two would leave a submitted task no re-sender ever finds
-            # (and a retry of its message, which finds the task, queues
-            # nothing). A marker of nothing is dropped by `_due`.
-            _touch(self._waiting / task_id, self._clock())
+            # The waiting marker before the task too (`_waiting_first`).
+            self._waiting_first(task_id, SUBMITTED)
             events, saved = restamped([current_status(task)], task, moment)
             self._place(task_id, saved)
             self._write(task_id, 1, False, events, saved)
@@ -526,13 +523,13 @@ class FileStore:
             self._durability.created(path)
 
     def _waiting_first(self, task_id: str, state: str) -> None:
-        """A write that leaves the task `submitted` marks it waiting before it
-        writes, as `create` does. Marked after, a writer killed between the two
-        would leave a follow-up `submitted` with only its `.interrupted` marker,
-        which the reaper reads only once the input timeout has passed (never,
-        without one); no re-sender would find it, and a retry of the message,
-        already applied, queues nothing. A marker of a write that never
-        happened is put right by `_due`."""
+        """A write that leaves the task `submitted` (a create, a follow-up)
+        marks it waiting before it writes. Marked after, a writer killed
+        between the two would leave a submitted task no re-sender finds (a
+        follow-up's only marker is `.interrupted`, which the reaper reads once
+        the input timeout has passed, never without one), and a retry of the
+        message, which finds the task or the reply applied, queues nothing.
+        A marker of a write that never happened is put right by `_due`."""
         if state == SUBMITTED:
             _touch(self._waiting / task_id, self._clock())
 
