@@ -46,6 +46,18 @@ def may_hold_long_integer(raw: bytes) -> bool:
     return _LONG_RUN in raw.translate(_DIGITS_AS_ZERO)
 
 
+def copied(value: Any) -> tuple[Any, int]:
+    """A fresh copy of JSON-shaped `value`, shared with nothing, and the
+    length of its JSON. What orjson wrote holds no integer beyond 64 bits,
+    so it reads its own output back without the scan `decode` makes."""
+    try:
+        raw = orjson.dumps(value)
+    except TypeError:
+        raw = _compact.encode(value).encode("utf-8")
+        return json.loads(raw), len(raw)
+    return orjson.loads(raw), len(raw)
+
+
 def decode(data: str | bytes) -> Any:
     raw = data.encode("utf-8") if isinstance(data, str) else data
     if may_hold_long_integer(raw):

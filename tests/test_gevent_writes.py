@@ -1,7 +1,8 @@
 """The embedded server sends a plain response in one write: its head and
-its body together (gevent's own handler sends them apart). Counted on the
-server's end of a real connection, in this process: every `sendall` of a
-socket whose local port is the server's.
+its body together (gevent's own handler sends them apart), in one `send`.
+Counted on the server's end of a real connection, in this process: every
+`send` of a socket whose local port is the server's (gevent's `sendall`
+writes through `send` too).
 
 The handler reaches into two private methods of gevent's `WSGIHandler`
 (`_write_with_headers`, `_sendall`); the first test fails by name when
@@ -23,6 +24,8 @@ from gevent.pywsgi import WSGIHandler
 from web.http.gevent_server import gevent_server
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+# More than a loopback socket's send buffer takes at once.
+BIG = 32 * 1024 * 1024
 
 
 def test_gevent_still_has_the_methods_the_handler_overrides() -> None:
@@ -40,6 +43,9 @@ def app(environ: dict[str, Any], start_response: StartResponse) -> Any:
     if path == "/plain":
         start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "5")])
         return [b"hello"]
+    if path == "/big":
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(BIG))])
+        return [b"x" * BIG]
     if path == "/empty":
         start_response("204 No Content", [])
         return []
@@ -51,19 +57,20 @@ def app(environ: dict[str, Any], start_response: StartResponse) -> Any:
 @contextmanager
 def counting_sends(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[int, list[bytes]]]:
     """A server on a free port, and what its end of each connection sent,
-    one item per `sendall` call."""
+    one item per `send` call."""
     listener = socket.create_server(("127.0.0.1", 0))
     listener.setblocking(False)
     port = listener.getsockname()[1]
     sent: list[bytes] = []
-    original = gevent.socket.socket.sendall
+    original = gevent.socket.socket.send
 
-    def sendall(self: Any, data: Any, flags: int = 0) -> Any:
+    def send(self: Any, data: Any, *args: Any, **kwargs: Any) -> Any:
+        count = original(self, data, *args, **kwargs)
         if self.getsockname()[1] == port:
-            sent.append(bytes(data))
-        return original(self, data, flags)
+            sent.append(bytes(data)[:count])
+        return count
 
-    monkeypatch.setattr(gevent.socket.socket, "sendall", sendall)
+    monkeypatch.setattr(gevent.socket.socket, "send", send)
     server = gevent_server(listener, app, idle_timeout=30)
     server.start()
     try:
@@ -108,3 +115,11 @@ def test_a_streamed_response_sends_its_head_with_the_first_chunk(
     assert head.startswith(b"HTTP/1.1 200 OK") and b"Transfer-Encoding: chunked" in head
     assert first == b"3\r\none\r\n"
     assert rest == [b"3\r\ntwo\r\n", b"5\r\nthree\r\n", b"0\r\n\r\n"]
+
+
+def test_what_one_send_leaves_over_follows_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    with counting_sends(monkeypatch) as (port, sent):
+        answer = ask(port, "/big")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK") and body == b"x" * BIG
+    assert len(sent) > 1 and b"".join(sent) == answer

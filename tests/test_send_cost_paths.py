@@ -1,19 +1,24 @@
 """The cheap paths of an embedded send say what the dear ones said: ids
-as `uuid.uuid4()` makes them, metrics as prometheus_client counts them under
-its own locks, beats for every running task."""
+as `uuid.uuid4()` makes them (never one twice, across threads and forks),
+timestamps as `datetime` writes them, metrics as prometheus_client counts
+them under its own locks, beats for every running task."""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 import uuid
 from collections import Counter as Tally
+from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import metrics as prometheus_metrics
 from prometheus_client import values as prometheus_values
 
+from shared.entropy import RandomSlices
 from shared.ops.metrics import RUN_BUCKETS, guard_with
-from shared.task import new_id
+from shared.task import new_id, now_iso
 from tests.support.polling import wait_for
 from tests.test_worker_heartbeat import BeatCounter
 from worker.engine.heartbeat import heartbeating
@@ -45,6 +50,60 @@ def test_ids_are_unique_and_every_free_digit_is_random() -> None:
     # The 122 random bits are evenly spread: each free digit's values near 1/16 each.
     counts = Tally(hexed[0] for hexed in digits)
     assert min(counts.values()) > len(ids) / 16 * 0.8
+
+
+def test_threads_drawing_ids_at_once_never_share_one() -> None:
+    made: list[list[str]] = [[] for _ in range(8)]
+    start = threading.Barrier(len(made))
+
+    def draw(into: list[str]) -> None:
+        start.wait()
+        into.extend(new_id() for _ in range(5000))
+
+    threads = [threading.Thread(target=draw, args=(into,)) for into in made]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    everything = [made_id for into in made for made_id in into]
+    assert len(set(everything)) == len(everything) == 40000
+
+
+def test_a_forked_child_draws_none_of_its_parents_unread_bytes() -> None:
+    slices = RandomSlices(16)
+    slices.take()  # the block is read: what follows is held in memory
+    reading, writing = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        os.write(writing, b"".join(slices.take() for _ in range(4)))
+        os._exit(0)
+    os.close(writing)
+    _, status = os.waitpid(child, 0)
+    childs = os.read(reading, 64)
+    os.close(reading)
+    assert status == 0 and len(childs) == 64
+    parents = b"".join(slices.take() for _ in range(4))
+    assert childs != parents
+    assert not {childs[at : at + 16] for at in range(0, 64, 16)} & {
+        parents[at : at + 16] for at in range(0, 64, 16)
+    }
+
+
+def test_timestamps_are_written_as_datetime_writes_them() -> None:
+    for _ in range(2000):
+        before = datetime.now(UTC)
+        stamped = now_iso()
+        after = datetime.now(UTC)
+        assert len(stamped) == 27 and stamped.endswith("Z")
+        assert stamped == datetime.fromisoformat(stamped).isoformat(
+            timespec="microseconds"
+        ).replace("+00:00", "Z")
+        assert before <= datetime.fromisoformat(stamped) <= after
+    # Across a second's edge, the second moves on with the clock.
+    edge = time.time()
+    while int(time.time()) == int(edge):
+        time.sleep(0.001)
+    assert datetime.fromisoformat(now_iso()).timestamp() >= int(edge) + 1
 
 
 def _count(registry: CollectorRegistry) -> bytes:

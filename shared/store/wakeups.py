@@ -90,6 +90,11 @@ class Notifier:
 
     def notify(self, task_id: str, newest: int | None = None) -> None:
         """Wake the task's waiters; `newest`: its newest event's number, if known."""
+        if task_id not in self._waiters:
+            # Most changes have no one watching. A watch registered while
+            # this looks is registered after the change was made, and reads
+            # it anyway: waiters read the store once watching.
+            return
         with self._lock:
             waiters = list(self._waiters.get(task_id, ()))
         for waiter in waiters:

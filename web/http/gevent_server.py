@@ -94,7 +94,16 @@ class JsonErrorHandler(WSGIHandler):  # type: ignore[misc]
             return
         if self._head is not None:
             data, self._head = self._head + data, None
-        super()._sendall(data)
+        # One `send` carries a whole answer as a rule; gevent's `sendall`
+        # asks the socket for its buffer size and the clock before every
+        # write, and is kept for what one send leaves over.
+        try:
+            sent = self.socket.send(data)
+        except OSError:  # gevent's own path fails the same way and records why
+            sent = 0
+        self.response_length += sent
+        if sent < len(data):
+            super()._sendall(memoryview(data)[sent:])
 
     def log_request(self) -> None:
         if self.access_log:

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.codec import decode, encode_bytes
+from shared.codec import copied
 from shared.errors import ContextTaken
 from shared.events import Event, StatusUpdate, current_status, fold
 from shared.generation import stamped
@@ -348,7 +348,7 @@ class MemoryStore:
 def _copied(value: Any) -> Any:
     """A fresh copy of JSON-shaped `value`, shared with nothing (JSON is what
     every other store keeps, so the memory store accepts and returns the same)."""
-    return decode(encode_bytes(value))
+    return copied(value)[0]
 
 
 # Texts at least this long are held once per write, however often it repeats them.
@@ -359,9 +359,8 @@ def _stored(value: Any) -> Any:
     """`_copied`, with equal long texts made one object: an agent's reply is
     often both a status message and an artifact, and need not cost twice.
     JSON shorter than two such texts holds no two: nothing to look for."""
-    encoded = encode_bytes(value)
-    copy = decode(encoded)
-    if len(encoded) < 2 * _LONG_TEXT:
+    copy, length = copied(value)
+    if length < 2 * _LONG_TEXT:
         return copy
     texts: dict[str, str] = {}
     pending = [copy]
