@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import os
-import uuid
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -32,6 +31,7 @@ from shared.broker.dispatcher import FULFIL_TASK
 from shared.codec import encode_bytes
 from shared.pooling import POOL_WAIT
 from shared.redis_nodes.pools import blocking_pool
+from shared.task import new_id
 
 # What Celery's task-sent events travel on (its event exchange and routing key).
 EVENT_EXCHANGE: Final = "celeryev"
@@ -153,7 +153,7 @@ def _envelope(body: Any, headers: dict[str, Any], properties: dict[str, Any]) ->
                 **properties,
                 "priority": 0,
                 "body_encoding": "base64",
-                "delivery_tag": str(uuid.uuid4()),
+                "delivery_tag": new_id(),
             },
         }
     )

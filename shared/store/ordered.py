@@ -67,7 +67,12 @@ class OrderedIndex:
             return
         self.remove(task_id)
         for key in keys:
-            insort(self._lists.setdefault(key, []), position)
+            entries = self._lists.setdefault(key, [])
+            # A change is almost always the newest of its list: no search.
+            if not entries or entries[-1] < position:
+                entries.append(position)
+            else:
+                insort(entries, position)
         self._placed[task_id] = _Placed(position, state, keys)
 
     def remove(self, task_id: str) -> None:
@@ -76,7 +81,10 @@ class OrderedIndex:
             return
         for key in old.keys:
             entries = self._lists[key]
-            del entries[bisect_left(entries, old.position)]
+            if entries[-1] == old.position:
+                entries.pop()
+            else:
+                del entries[bisect_left(entries, old.position)]
             if not entries:
                 del self._lists[key]
 
