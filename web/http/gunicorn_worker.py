@@ -1,14 +1,22 @@
-"""gunicorn's gevent worker, answering requests it cannot parse with JSON,
-and its logger, building access lines only when asked for.
+"""gunicorn's gevent worker, answering requests it cannot parse with JSON
+and sending a plain response in one write, and its logger, building access
+lines only when asked for.
 
 `web.http.gunicorn_conf` names these as `worker_class` and `logger_class`. gunicorn
 keeps its own judgement (which status a broken request gets, what is
 logged); only the page changes: the HTML it writes is swapped, on its way
 to the socket, for the JSON of `web.http.errors`, with the same status.
+
+gunicorn writes a response's head, then its body, each with a `sendall`:
+two sends, and (with TCP_NODELAY) two segments for the client to read, for
+what fits in one. The worker hands its responses a socket that holds the
+head of a response with a length until the body's first write, or until
+the request is done (a response without a body).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Any, Final
 
@@ -18,6 +26,7 @@ from gunicorn.workers.ggevent import GeventWorker
 from web.http.errors import framing_error_response
 
 _STATUS_LINE: Final = re.compile(rb"HTTP/1\.[01] (\d{3}) ")
+_CHUNKED: Final = b"\r\ntransfer-encoding: chunked\r\n"
 
 
 class _JsonErrorPage:
@@ -35,7 +44,52 @@ class _JsonErrorPage:
         return getattr(self._sock, name)
 
 
+class HeadWithBody:
+    """The client socket as one response writes to it: the head (its first
+    write) leaves with the body's first write. A chunked response's head
+    leaves at once (a stream's first chunk may be a while), and so does a
+    held head before any other use of the socket (gunicorn's `sendfile`
+    writes the body through the descriptor)."""
+
+    __slots__ = ("_head", "_sock", "_started")
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self._head: bytes | None = None
+        self._started = False
+
+    def sendall(self, data: bytes) -> None:
+        if not self._started:
+            self._started = True
+            if _CHUNKED not in data.lower():
+                self._head = data
+                return
+        elif self._head is not None:
+            data, self._head = self._head + data, None
+        self._sock.sendall(data)
+
+    def flush(self) -> None:
+        """Send a head still held (the response had no body)."""
+        if self._head is not None:
+            head, self._head = self._head, None
+            self._sock.sendall(head)
+
+    def __getattr__(self, name: str) -> Any:
+        self.flush()
+        return getattr(self._sock, name)
+
+
 class JsonErrorWorker(GeventWorker):  # type: ignore[misc]
+    def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> None:
+        writes = HeadWithBody(sock)
+        try:
+            super().handle_request(listener_name, req, writes, addr)
+        except BaseException:  # the connection's end (StopIteration) included
+            with contextlib.suppress(OSError):  # a failed write: the first error stands
+                writes.flush()
+            raise
+        writes.flush()
+
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
         super().handle_error(req, _JsonErrorPage(client), addr, exc)
 
