@@ -25,7 +25,7 @@ from web.http.gevent_server import gevent_server
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 # More than a loopback socket's send buffer takes at once.
-BIG = 32 * 1024 * 1024
+BIG = 8 * 1024 * 1024
 
 
 def test_gevent_still_has_the_methods_the_handler_overrides() -> None:
@@ -85,10 +85,10 @@ def ask(port: int, path: str) -> bytes:
     connection = gevent.socket.create_connection(("127.0.0.1", port), timeout=10)
     with connection:
         connection.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
-        answer = b""
-        while chunk := connection.recv(65536):
+        answer = bytearray()
+        while chunk := connection.recv(1 << 20):
             answer += chunk
-    return answer
+    return bytes(answer)
 
 
 def test_a_plain_response_leaves_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
