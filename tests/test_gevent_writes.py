@@ -123,3 +123,36 @@ def test_what_one_send_leaves_over_follows_it(monkeypatch: pytest.MonkeyPatch) -
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 OK") and body == b"x" * BIG
     assert len(sent) > 1 and b"".join(sent) == answer
+
+
+def test_a_peer_that_stops_reading_is_given_up_after_one_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A send that times out (the peer read nothing for the idle timeout)
+    ends the connection: gevent's `sendall` does not wait a second time."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    retried: list[int] = []
+    send, sendall = gevent.socket.socket.send, gevent.socket.socket.sendall
+
+    def stalled(self: Any, data: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.getsockname()[1] == port:
+            raise TimeoutError("timed out")
+        return send(self, data, *args, **kwargs)
+
+    def counted(self: Any, data: Any, flags: int = 0) -> Any:
+        if self.getsockname()[1] == port:
+            retried.append(len(data))
+        return sendall(self, data, flags)
+
+    monkeypatch.setattr(gevent.socket.socket, "send", stalled)
+    monkeypatch.setattr(gevent.socket.socket, "sendall", counted)
+    server = gevent_server(listener, app, idle_timeout=30)
+    server.start()
+    try:
+        answer = ask(port, "/plain")
+    finally:
+        server.stop(timeout=1)
+        listener.close()
+    assert answer == b"" and retried == []

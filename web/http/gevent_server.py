@@ -99,6 +99,8 @@ class JsonErrorHandler(WSGIHandler):  # type: ignore[misc]
         # write, and is kept for what one send leaves over.
         try:
             sent = self.socket.send(data)
+        except TimeoutError:  # the peer read nothing for the idle timeout: it is over
+            raise
         except OSError:  # gevent's own path fails the same way and records why
             sent = 0
         self.response_length += sent
