@@ -255,14 +255,21 @@ def turns_for(
     book: TurnBook | None,
     publish: Callable[[str], None],
     check: Callable[[], None] | None = None,
+    *,
+    deliveries_end_here: bool = False,
 ) -> Turns | None:
     """Turn taking as settings ask for it (fair share, or a running cap), on
     the store's book; None when neither is asked for or the store keeps no
-    book (a user's store: tasks then go to the broker in arrival order)."""
+    book (a user's store: tasks then go to the broker in arrival order).
+    `deliveries_end_here`: for a worker's process, whose writes then release
+    their tasks where the book can (`Turns.release_with_writes`)."""
     limits = LimitTable(settings)
     if book is None or not (settings.fair_share or limits.caps_running):
         return None
-    return Turns(book, limits, publish, fair=settings.fair_share, check=check)
+    turns = Turns(book, limits, publish, fair=settings.fair_share, check=check)
+    if deliveries_end_here:
+        turns.release_with_writes()
+    return turns
 
 
 class SlotKeeper:

@@ -184,10 +184,11 @@ class ProcessRuntime:
         with self._lock:
             if self._turns is None or self._turns_pid != os.getpid():
                 self._turns = turns_for(
-                    self._settings, turn_book_of(store), CeleryDispatcher(self._settings).enqueue
+                    self._settings,
+                    turn_book_of(store),
+                    CeleryDispatcher(self._settings).enqueue,
+                    deliveries_end_here=True,
                 )
-                if self._turns is not None:
-                    self._turns.release_with_writes()
                 self._turns_pid = os.getpid()
             return self._turns
 
