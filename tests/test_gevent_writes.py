@@ -5,16 +5,19 @@ Counted on the server's end of a real connection, in this process: every
 writes through `send` too).
 
 The handler reaches into two private methods of gevent's `WSGIHandler`
-(`_write_with_headers`, `_sendall`); the first test fails by name when
-gevent renames or drops them.
+(`_write_with_headers`, `_sendall`) and its `finalize_headers` and
+`provided_date` (to date an answer with a date formatted once a second);
+the first two tests fail by name when gevent renames or drops them.
 """
 
 from __future__ import annotations
 
 import inspect
 import socket
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import gevent.socket
@@ -32,6 +35,7 @@ def test_gevent_still_has_the_methods_the_handler_overrides() -> None:
     for name, parameters in (
         ("_write_with_headers", ["self", "data"]),
         ("_sendall", ["self", "data"]),
+        ("finalize_headers", ["self"]),
     ):
         method = getattr(WSGIHandler, name, None)
         assert method is not None, f"gevent.pywsgi.WSGIHandler.{name} is gone"
@@ -46,6 +50,9 @@ def app(environ: dict[str, Any], start_response: StartResponse) -> Any:
     if path == "/big":
         start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(BIG))])
         return [b"x" * BIG]
+    if path == "/dated":
+        start_response("200 OK", [("Date", "Tue, 01 Dec 2026 00:00:00 GMT"), ("X-Path", "/dated")])
+        return [b""]
     if path == "/empty":
         start_response("204 No Content", [])
         return []
@@ -89,6 +96,22 @@ def ask(port: int, path: str) -> bytes:
         while chunk := connection.recv(1 << 20):
             answer += chunk
     return bytes(answer)
+
+
+def test_every_answer_is_dated_now_and_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "provided_date" in vars(WSGIHandler), "gevent's WSGIHandler.provided_date is gone"
+    with counting_sends(monkeypatch) as (port, _):
+        before = time.time()
+        answers = [ask(port, path) for path in ("/plain", "/empty", "/stream", "/dated")]
+        after = time.time()
+    for answer in answers:
+        head = answer.partition(b"\r\n\r\n")[0].decode()
+        dates = [line for line in head.split("\r\n") if line.lower().startswith("date:")]
+        assert len(dates) == 1, head
+        if "/dated" not in head:
+            moment = parsedate_to_datetime(dates[0].split(":", 1)[1].strip()).timestamp()
+            assert int(before) <= moment <= after, head
+    assert b"Date: Tue, 01 Dec 2026 00:00:00 GMT" in answers[-1]  # the app's own, kept
 
 
 def test_a_plain_response_leaves_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:

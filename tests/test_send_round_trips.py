@@ -7,19 +7,31 @@ and the hold) still held, by the book's own step."""
 
 from __future__ import annotations
 
+import base64
+import json
+import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
 
 from shared import Settings
+from shared.broker.dispatch import CeleryDispatcher
+from shared.broker.dispatcher import FULFIL_TASK
+from shared.broker.redis_queue import EVENT_EXCHANGE, SENT_ROUTING_KEY
 from shared.owners.book import OwnerCount
 from shared.stores.redis.store import RedisStore
 from shared.stores.redis.turns import RedisTurnBook
 from shared.task import SUBMITTED, state_of
 from web.core.params import send_params
 from web.core.tasks import Tasks
+
+QUEUE = "toolnexus-along-test"
+
+
+def on_database(url: str, database: int) -> str:
+    return f"{url.rsplit('/', 1)[0]}/{database}"
 
 
 class Broker:
@@ -135,3 +147,143 @@ def test_a_step_result_never_asked_for_is_forgotten_and_the_book_asked(
     assert len(book._taken) <= 1024
     sent = tasks.send(_params("m-1"), "alice", blocking=False)
     assert broker.published == [sent.task["id"]] and counted.steps == 0
+
+
+# --- the message along with the create --------------------------------------
+
+
+@pytest.fixture
+def along(
+    redis_url: str,
+) -> Iterator[tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis]]:
+    """The front end's own dispatcher, its broker database 5 of the store's server."""
+    client = redis.Redis.from_url(redis_url)
+    store = RedisStore(client, prefix="rt:")
+    broker_url = on_database(redis_url, 5)
+    dispatcher = CeleryDispatcher(Settings(broker_url=broker_url, queue=QUEUE))
+    broker = redis.Redis.from_url(broker_url)
+    broker.delete(QUEUE)
+    tasks = Tasks(Settings(), store, dispatcher)
+    try:
+        yield tasks, store, dispatcher, broker
+    finally:
+        broker.delete(QUEUE)
+        broker.close()
+        dispatcher.close()
+        client.close()
+
+
+def _queued(broker: redis.Redis) -> list[dict[str, Any]]:
+    """The messages on the queue, oldest first, bodies decoded."""
+    messages = []
+    for raw in reversed(cast(list[bytes], broker.lrange(QUEUE, 0, -1))):
+        message = json.loads(raw)
+        message["body"] = json.loads(base64.b64decode(message["body"]))
+        messages.append(message)
+    return messages
+
+
+class Sends:
+    """Counts the commands redis-py sends (each a round trip here) and the
+    dispatcher's own sends."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, dispatcher: CeleryDispatcher) -> None:
+        self.packed = 0
+        self.direct = 0
+        send_packed = redis.connection.AbstractConnection.send_packed_command
+        queue = dispatcher._redis_queue
+        assert queue is not None
+        send = queue.send
+
+        def packed(connection: Any, *args: Any, **kwargs: Any) -> None:
+            self.packed += 1
+            send_packed(connection, *args, **kwargs)
+
+        def direct(*args: Any) -> None:
+            self.direct += 1
+            send(*args)
+
+        monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", packed)
+        monkeypatch.setattr(queue, "send", direct)
+
+
+def test_a_taken_send_and_its_message_are_one_round_trip(
+    along: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tasks, store, dispatcher, broker = along
+    assert tasks._along is not None  # the same server: decided at wiring
+    store.turn_book().register("a-worker", 10, 60.0)
+    tasks.send(_params("m-0"), "alice", blocking=False)  # connections made
+    sends = Sends(monkeypatch, dispatcher)
+    sent = tasks.send(_params("m-1"), "alice", blocking=False).task
+    assert sends.packed == 1 and sends.direct == 0
+    first, second = _queued(broker)
+    assert second["headers"]["id"] == sent["id"] and second["body"][0] == [sent["id"]]
+    assert second["headers"]["task"] == FULFIL_TASK
+    assert first["properties"]["delivery_tag"] != second["properties"]["delivery_tag"]
+    assert store.turn_book().in_flight() and dispatcher._sent_along == set()
+    saved = store.get(sent["id"])
+    assert saved is not None and state_of(saved) == SUBMITTED
+
+
+def test_a_held_send_queues_nothing_until_its_turn(
+    along: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tasks, _, dispatcher, broker = along
+    # No worker registered: a window of one. The first is taken (its message
+    # along), the second held, and queued by the dispatcher once room frees.
+    first = tasks.send(_params("m-1"), "alice", blocking=False).task
+    sends = Sends(monkeypatch, dispatcher)
+    second = tasks.send(_params("m-2"), "alice", blocking=False).task
+    assert [message["headers"]["id"] for message in _queued(broker)] == [first["id"]]
+    assert sends.direct == 0 and dispatcher._sent_along == set()
+    assert tasks.turns is not None
+    tasks.turns.ended(first["id"])
+    assert sends.direct == 1
+    assert [message["headers"]["id"] for message in _queued(broker)] == [first["id"], second["id"]]
+
+
+def test_the_message_along_announces_itself_as_the_direct_sender_does(
+    along: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
+) -> None:
+    tasks, _, _, broker = along
+    subscriber = broker.pubsub()
+    subscriber.subscribe(f"/5.{EVENT_EXCHANGE}/{SENT_ROUTING_KEY}")
+    assert subscriber.get_message(timeout=2) is not None  # the subscription itself
+    sent = tasks.send(_params("m-1"), "alice", blocking=False).task
+    deadline = time.monotonic() + 10
+    while True:  # the database may be shared: another test's events pass by
+        announced = subscriber.get_message(timeout=1)
+        assert time.monotonic() < deadline, "no task-sent event for the send"
+        if announced is None:
+            continue
+        event = json.loads(announced["data"])
+        body = json.loads(base64.b64decode(event["body"]))
+        if body["uuid"] == sent["id"]:
+            break
+    subscriber.close()
+    assert body["type"] == "task-sent" and body["name"] == FULFIL_TASK
+    assert event["properties"]["delivery_info"]["routing_key"] == SENT_ROUTING_KEY
+
+
+def test_a_broker_on_another_server_is_sent_to_directly(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = redis.Redis.from_url(redis_url)
+    store = RedisStore(client, prefix="rt:")
+    # The same server by another name: taken for another, as no pool can tell.
+    other = redis_url.replace("127.0.0.1", "localhost")
+    assert other != redis_url
+    dispatcher = CeleryDispatcher(Settings(broker_url=on_database(other, 5), queue=QUEUE))
+    tasks = Tasks(Settings(), store, dispatcher)
+    try:
+        assert tasks._along is None
+        sends = Sends(monkeypatch, dispatcher)
+        tasks.send(_params("m-1"), "alice", blocking=False)
+        assert sends.direct == 1
+    finally:
+        redis.Redis.from_url(on_database(redis_url, 5)).delete(QUEUE)
+        dispatcher.close()
+        client.close()

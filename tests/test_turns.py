@@ -344,3 +344,31 @@ def test_a_new_task_that_waits_for_its_turn_asks_the_book_nothing_more(
     book.held_among = counted  # type: ignore[method-assign]
     assert not turns.enqueue(second)
     assert asked == [] and published.ids == [first["id"]]
+
+
+class TakingBook:
+    """A turn book whose every step takes `taken`, in that order."""
+
+    def __init__(self, taken: list[str]) -> None:
+        self.taken = taken
+
+    def hold_and_take(self, entries: list[Any], fair: bool) -> list[str]:
+        return list(self.taken)
+
+
+def test_a_send_whose_own_task_went_out_before_a_refusal_stands() -> None:
+    published = Published()
+
+    def publish(task_id: str) -> None:
+        if task_id == "other":
+            raise BrokerError("broker unavailable: no connection free")
+        published(task_id)
+
+    own = {"id": "own", "history": []}
+    first = Turns(TakingBook(["own", "other"]), LimitTable(Settings()), publish)  # type: ignore[arg-type]
+    assert first.enqueue(own) is True  # published; the other left for beat's resend
+    assert published.ids == ["own"]
+    refused = Turns(TakingBook(["other", "own"]), LimitTable(Settings()), publish)  # type: ignore[arg-type]
+    with pytest.raises(BrokerError):
+        refused.enqueue(own)  # never published: the send is refused
+    assert published.ids == ["own"]

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Final
 
 from celery import Celery
 
+from shared.broker.along import QueuedAlong
 from shared.broker.amqp import CONFIRM_TIMEOUT, amqp_config, is_amqp
 from shared.broker.backlog import Backlog, amqp_backlog, sent_at
 from shared.broker.dispatcher import CANCEL_COMMAND, FULFIL_TASK
@@ -39,6 +41,13 @@ RETRY_POLICY: Final = {
 }
 
 
+# At most this many messages sent along wait for their `enqueue`: each is
+# asked for right after the write that sent it, so more means some never were
+# (their send failed in between; beat's resend then queues another, which
+# only one delivery claims).
+MOST_SENT_ALONG: Final = 1024
+
+
 def _nothing() -> None:
     pass
 
@@ -54,6 +63,9 @@ class CeleryDispatcher:
         self.queue = settings.queue
         self._queues = (settings.queue, settings.push_queue)
         self._on_queued = on_queued
+        # Tasks whose message a store's write queued (`along`), until their
+        # `enqueue`, which follows at once.
+        self._sent_along: set[str] = set()
         transport = broker_transport(settings.broker_url)
         timeouts = {
             "socket_connect_timeout": CONNECT_TIMEOUT,
@@ -90,12 +102,48 @@ class CeleryDispatcher:
         )
 
     @property
+    def redis_server(self) -> tuple[object, ...] | None:
+        """The Redis server whose database the broker is (`server_of`); None
+        on another broker, or on Sentinel."""
+        return self._redis_queue.server if self._redis_queue is not None else None
+
+    def along(self, task_id: str) -> QueuedAlong:
+        """The task's message, for a store's script on the broker's own server
+        to queue with its write (`shared.broker.along`). Only where
+        `redis_server` names a server."""
+        queue = self._redis_queue
+        if queue is None:
+            raise TypeError("only a Redis broker's messages travel with a store's write")
+        with publishing(FULFIL_TASK, task_id) as trace_headers:
+            headers = {CELERY_HEADER: request_id(), **sent_at(), **trace_headers}
+            message, announcement = queue.envelopes(task_id, headers)
+        return QueuedAlong(
+            task_id,
+            queue.db,
+            queue.queue,
+            message,
+            queue.event_channel,
+            announcement,
+            partial(self._went_along, task_id),
+        )
+
+    def _went_along(self, task_id: str) -> None:
+        if len(self._sent_along) >= MOST_SENT_ALONG:
+            self._sent_along.clear()  # never asked for: a second message is harmless
+        self._sent_along.add(task_id)
+
+    @property
     def sends_in_one_round_trip(self) -> bool:
         """Whether a send is one round trip that never waits for a confirm or
         retries (the direct Redis sender), as a caller on an event loop asks."""
         return self._redis_queue is not None
 
     def enqueue(self, task_id: str) -> None:
+        if self._sent_along and task_id in self._sent_along:
+            # Queued already, by the store's write that held the task.
+            self._sent_along.discard(task_id)
+            self._on_queued()
+            return
         try:
             with publishing(FULFIL_TASK, task_id) as trace_headers:
                 # The worker logs the request id beside the task id and

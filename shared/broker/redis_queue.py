@@ -30,7 +30,7 @@ from shared.broker.backlog import Backlog, redis_backlog
 from shared.broker.dispatcher import FULFIL_TASK
 from shared.codec import encode_bytes
 from shared.pooling import POOL_WAIT
-from shared.redis_nodes.pools import blocking_pool
+from shared.redis_nodes.pools import blocking_pool, db_of, server_of
 from shared.task import new_id
 
 # What Celery's task-sent events travel on (its event exchange and routing key).
@@ -56,7 +56,7 @@ class RedisTaskQueue:
         sentinel_password: str | None = None,
     ) -> None:
         self._app = app
-        self._queue = queue
+        self.queue = queue
         self._origin_name, self._origin_pid = "", -1
         self._reply_to = app.thread_oid
         pool = blocking_pool(
@@ -75,12 +75,21 @@ class RedisTaskQueue:
         self._client = redis.Redis(connection_pool=pool)
         # kombu's fanout prefix names the database, so that workers on other
         # databases of the same server do not hear these events.
-        db = pool.connection_kwargs.get("db", 0)
-        self._event_channel = f"/{db}.{EVENT_EXCHANGE}/{SENT_ROUTING_KEY}"
+        self.db = db_of(pool)
+        self.event_channel = f"/{self.db}.{EVENT_EXCHANGE}/{SENT_ROUTING_KEY}"
+        self.server = server_of(pool)
 
     def send(self, task_id: str, headers: dict[str, Any]) -> None:
         """Queue the task's message and announce it, in one round trip; raises
         redis errors as they come (the caller reports the broker unavailable)."""
+        message, announcement = self.envelopes(task_id, headers)
+        pipe = self._client.pipeline(transaction=False)
+        pipe.lpush(self.queue, message)
+        pipe.publish(self.event_channel, announcement)
+        pipe.execute()
+
+    def envelopes(self, task_id: str, headers: dict[str, Any]) -> tuple[bytes, bytes]:
+        """The task's message for the queue and its task-sent event, as sent."""
         origin = self._origin()
         task_headers, properties, body, sent = self._app.amqp.as_task_v2(
             task_id,
@@ -95,7 +104,7 @@ class RedisTaskQueue:
             create_sent_event=True,
         )
         task_headers.update(headers)
-        route = {"exchange": "", "routing_key": self._queue}
+        route = {"exchange": "", "routing_key": self.queue}
         message = _envelope(
             body,
             task_headers,
@@ -108,7 +117,7 @@ class RedisTaskQueue:
             utcoffset=utcoffset(),
             pid=os.getpid(),
             clock=self._app.clock.forward(),
-            queue=self._queue,
+            queue=self.queue,
             **route,
         )
         announcement = _envelope(
@@ -119,10 +128,7 @@ class RedisTaskQueue:
                 "delivery_info": {"exchange": EVENT_EXCHANGE, "routing_key": SENT_ROUTING_KEY},
             },
         )
-        pipe = self._client.pipeline(transaction=False)
-        pipe.lpush(self._queue, message)
-        pipe.publish(self._event_channel, announcement)
-        pipe.execute()
+        return message, announcement
 
     def backlog(self, queues: Sequence[str]) -> list[Backlog]:
         """The backlog of these queues on this broker (shared.broker.backlog)."""

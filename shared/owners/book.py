@@ -197,10 +197,17 @@ class TurnState:
 
     def _capacity(self, now: float) -> tuple[int, int]:
         """The live workers' slots, and how many live workers."""
-        for worker, (_, expiry) in list(self.workers.items()):
+        slots = live = 0
+        expired: list[str] = []
+        for worker, (room, expiry) in self.workers.items():
             if expiry <= now:
-                del self.workers[worker]
-        return sum(slots for slots, _ in self.workers.values()), len(self.workers)
+                expired.append(worker)
+            else:
+                slots += room
+                live += 1
+        for worker in expired:
+            del self.workers[worker]
+        return slots, live
 
     def _window(self, now: float) -> int:
         slots, workers = self._capacity(now)

@@ -213,7 +213,7 @@ class Turns:
                 if own in left:
                     raise
                 log.warning("turns: %d task(s) left for beat's resend: %s", len(left), error)
-                return False
+                return own in taken[:index]
         return own in taken
 
     def resend(self, task_id: str, read: Callable[[str], Mapping[str, Any] | None]) -> None:

@@ -132,3 +132,22 @@ def subscriber_pool(pool: redis.ConnectionPool) -> redis.ConnectionPool:
     kwargs = dict(pool.connection_kwargs)
     kwargs.update(socket_timeout=None)
     return redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+
+
+# Connection settings that decide which server a plain pool's connections
+# reach, and as whom.
+_SERVER_KEYS = ("host", "port", "path", "username", "password")
+
+
+def server_of(pool: redis.ConnectionPool) -> tuple[object, ...] | None:
+    """Which server, reached as whom, a plain pool's connections go to: equal
+    for two pools on two databases of one server. None on Sentinel, whose
+    master is known only once asked for."""
+    if isinstance(pool, SentinelConnectionPool):
+        return None
+    kwargs = pool.connection_kwargs
+    return (pool.connection_class.__name__, *(kwargs.get(key) for key in _SERVER_KEYS))
+
+
+def db_of(pool: redis.ConnectionPool) -> int:
+    return int(pool.connection_kwargs.get("db") or 0)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from functools import partial
 
+from shared.broker.along import QueuedAlong, along_with
 from shared.broker.dispatcher import Dispatcher, takes_turns
 from shared.errors import (
     ContextTaken,
@@ -71,9 +72,10 @@ from web.core.send_limits import SendLimits
 
 log = logging.getLogger(__name__)
 
-# `create_held(task, message_key, entry, fair)`: a store's create that also
-# holds the task in its turn book (shared.stores.redis.store).
-CreateHeld = Callable[[Task, "str | None", Entry, bool], Created]
+# `create_held(task, message_key, entry, fair, along)`: a store's create that
+# also holds the task in its turn book, and queues `along` if it took the task
+# (shared.stores.redis.store).
+CreateHeld = Callable[[Task, "str | None", Entry, bool, "QueuedAlong | None"], Created]
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,9 @@ class Tasks:
         # wraps would skip its own create.
         held = getattr(type(store), "create_held", None) if self.turns is not None else None
         self._create_held: CreateHeld | None = partial(held, store) if held else None
+        # A broker that is a database of that store's own Redis server: the
+        # send's message goes with that step (`shared.broker.along`).
+        self._along = along_with(store, dispatcher) if held else None
 
     def send(self, params: SendParams, owner: str, *, blocking: bool) -> Sent:
         # The bound counts from the request, not from the end of saving and
@@ -365,7 +370,8 @@ class Tasks:
         after the task and before the task is queued."""
         if held and self._create_held is not None and self.turns is not None:
             entry = self.turns.entry(task)
-            return self._create_held(task, key, entry, self.turns.fair)
+            along = self._along(task["id"]) if self._along is not None else None
+            return self._create_held(task, key, entry, self.turns.fair, along)
         return self.store.create(task, key)
 
     def _resume(self, params: SendParams, owner: str) -> tuple[Sent, bool]:

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from collections.abc import Iterator
+from email.utils import formatdate
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -43,6 +45,20 @@ log = logging.getLogger(__name__)
 CONNECTIONS: Final = 4096
 
 
+def _http_date() -> bytes:
+    """The Date header's value now, formatted once a second."""
+    second = int(time.time())
+    formatted = _date_of_second[0]
+    if formatted[0] != second:
+        formatted = (second, formatdate(second, usegmt=True).encode("ascii"))
+        _date_of_second[0] = formatted
+    return formatted[1]
+
+
+# The second last formatted for the Date header, and its text (replaced whole).
+_date_of_second: list[tuple[int, bytes]] = [(-1, b"")]
+
+
 class JsonErrorHandler(WSGIHandler):  # type: ignore[misc]
     """gevent's handler, answering what it cannot parse with JSON and closing
     idle connections."""
@@ -55,6 +71,8 @@ class JsonErrorHandler(WSGIHandler):  # type: ignore[misc]
     # The response head gevent asked to send, held for the body that follows.
     _head: bytes | None = None
     _holding_head = False
+    # gevent's: the Date header the app gave, None when it gave none.
+    provided_date: object
 
     def handle(self) -> None:
         # Every read and write on this connection: a peer that sends nothing
@@ -75,6 +93,13 @@ class JsonErrorHandler(WSGIHandler):  # type: ignore[misc]
         if isinstance(self.headers, PlainHeaders):
             return self.headers.environ_items()
         return super()._headers()  # type: ignore[no-any-return]
+
+    def finalize_headers(self) -> None:
+        if self.provided_date is None:
+            # gevent formats the date for every answer; it changes once a second.
+            self.response_headers.append((b"Date", _http_date()))
+            self.provided_date = True
+        super().finalize_headers()
 
     def _write_with_headers(self, data: bytes) -> None:
         # gevent sends the head, then (if any) the first body chunk: held in

@@ -28,6 +28,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from shared.broker.along import QueuedAlong
 from shared.codec import decode, encode
 from shared.errors import ContextTaken
 from shared.events import Event, StatusUpdate, context_of, current_status, fold
@@ -37,7 +38,7 @@ from shared.ops.store_metrics import count_failover, count_unreplicated
 from shared.owners.book import Entry
 from shared.pooling import POOL_WAIT
 from shared.push.contract import Once, PushStore
-from shared.redis_nodes.pools import blocking_pool, node_of
+from shared.redis_nodes.pools import blocking_pool, node_of, server_of
 from shared.store.claim_text import claim_text
 from shared.store.contract import (
     LOG_LIMIT,
@@ -135,21 +136,46 @@ class RedisStore:
             outcome, found = cast(list[bytes], self._replicas.script(self._create, keys, args))
         return self._created(task, message_key, supersedes, outcome, found)
 
-    def create_held(self, task: Task, message_key: str | None, entry: Entry, fair: bool) -> Created:
+    def create_held(
+        self,
+        task: Task,
+        message_key: str | None,
+        entry: Entry,
+        fair: bool,
+        along: QueuedAlong | None = None,
+    ) -> Created:
         """`create`, and (only when it created the task) the task held in this
         store's turn book, in one round trip: a send's two writes as one
         script. What the book took into flight is left with the book, for the
-        `Turns.enqueue` of this task that follows (`RedisTurnBook.hold_and_take`)."""
+        `Turns.enqueue` of this task that follows (`RedisTurnBook.hold_and_take`).
+        `along`: the task's message, queued by the same script when the book
+        took the task (its broker a database of this server, `redis_server`)."""
         keys, args = self._create_call(task, message_key, None)
         book = self._turns.step_args([entry], [], fair)
+        message = along.script_args() if along is not None else []
         with self._reachable():
-            outcome, found, taken = cast(
+            outcome, found, taken, queued = cast(
                 list[Any],
-                self._replicas.script(self._create_held, keys, [len(args), *args, *book]),
+                self._replicas.script(
+                    self._create_held,
+                    keys,
+                    [len(args), *args, len(message), *message, *book],
+                ),
             )
+        if queued and along is not None:
+            along.sent()
+            # First in line: its message is on the queue before the others'.
+            own = along.task_id.encode()
+            taken = [own, *(task_id for task_id in taken if task_id != own)]
         if outcome == b"created":
             self._turns.took(task["id"], taken)
         return self._created(task, message_key, None, outcome, found)
+
+    @property
+    def redis_server(self) -> tuple[object, ...] | None:
+        """The server this store is a database of (`server_of`): a broker on
+        the same one can queue a send's message with its create."""
+        return server_of(self.client.connection_pool)
 
     def _create_call(
         self, task: Task, message_key: str | None, supersedes: str | None
