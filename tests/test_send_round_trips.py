@@ -207,6 +207,21 @@ class Sends:
         monkeypatch.setattr(queue, "send", direct)
 
 
+class Made:
+    """Records the tasks whose message the dispatcher made to go along."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, tasks: Tasks) -> None:
+        self.ids: list[str] = []
+        along = tasks._along
+        assert along is not None
+
+        def made(task_id: str) -> Any:
+            self.ids.append(task_id)
+            return along(task_id)
+
+        monkeypatch.setattr(tasks, "_along", made)
+
+
 def test_a_taken_send_and_its_message_are_one_round_trip(
     along: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
     monkeypatch: pytest.MonkeyPatch,
@@ -231,11 +246,12 @@ def test_a_held_send_queues_nothing_until_its_turn(
     along: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    tasks, _, dispatcher, broker = along
+    tasks, store, dispatcher, broker = along
     # No worker registered: a window of one. The first is taken (its message
     # along), the second held, and queued by the dispatcher once room frees.
     first = tasks.send(_params("m-1"), "alice", blocking=False).task
     sends = Sends(monkeypatch, dispatcher)
+    made = Made(monkeypatch, tasks)
     second = tasks.send(_params("m-2"), "alice", blocking=False).task
     assert [message["headers"]["id"] for message in _queued(broker)] == [first["id"]]
     assert sends.direct == 0 and dispatcher._sent_along == set()
@@ -243,6 +259,17 @@ def test_a_held_send_queues_nothing_until_its_turn(
     tasks.turns.ended(first["id"])
     assert sends.direct == 1
     assert [message["headers"]["id"] for message in _queued(broker)] == [first["id"], second["id"]]
+    # While sends are held, none makes a message to go along; the first
+    # taken at once again goes the long way, and the next goes along.
+    third = tasks.send(_params("m-3"), "alice", blocking=False).task  # held behind the second
+    assert made.ids == [second["id"]] and sends.direct == 1
+    store.turn_book().register("a-worker", 10, 60.0)
+    tasks.turns.ended(second["id"])  # the third's turn: published by the dispatcher
+    fourth = tasks.send(_params("m-4"), "alice", blocking=False).task
+    fifth = tasks.send(_params("m-5"), "alice", blocking=False).task
+    assert made.ids == [second["id"], fifth["id"]] and sends.direct == 3
+    queued = [message["headers"]["id"] for message in _queued(broker)]
+    assert queued == [first["id"], second["id"], third["id"], fourth["id"], fifth["id"]]
 
 
 def test_the_message_along_announces_itself_as_the_direct_sender_does(

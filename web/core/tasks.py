@@ -139,6 +139,11 @@ class Tasks:
         # A broker that is a database of that store's own Redis server: the
         # send's message goes with that step (`shared.broker.along`).
         self._along = along_with(store, dispatcher) if held else None
+        # Whether the book took the last send's task at once. A message goes
+        # along only then: while the fleet is full, sends are held, and a
+        # message made for one would be thrown away (its worker publishes it
+        # when its turn comes). One send after room returns goes the long way.
+        self._taken_at_once = True
 
     def send(self, params: SendParams, owner: str, *, blocking: bool) -> Sent:
         # The bound counts from the request, not from the end of saving and
@@ -370,7 +375,7 @@ class Tasks:
         after the task and before the task is queued."""
         if held and self._create_held is not None and self.turns is not None:
             entry = self.turns.entry(task)
-            along = self._along(task["id"]) if self._along is not None else None
+            along = self._along(task["id"]) if self._along and self._taken_at_once else None
             return self._create_held(task, key, entry, self.turns.fair, along)
         return self.store.create(task, key)
 
@@ -441,7 +446,7 @@ class Tasks:
         if self.turns is None:
             return False
         try:
-            self.turns.enqueue(task)
+            self._taken_at_once = self.turns.enqueue(task)
         except StoreError as error:
             log.warning(
                 "task %s: queued out of turn, the turn book is out of reach: %s", task["id"], error
