@@ -112,3 +112,25 @@ def test_a_task_moved_or_removed_leaves_no_trace_in_any_list() -> None:
     assert [t["id"] for t in index.answer(bob, lambda _: [], read).tasks] == ["a"]
     index.remove("a")
     assert len(index) == 0 and index._lists == {}
+
+
+def test_a_task_placed_again_in_its_state_moves_within_its_lists() -> None:
+    index = OrderedIndex()
+    read = lambda ids: [{"id": i} for i in ids]  # noqa: E731
+    index.place("a", "alice", "c1", "working", 10.0)
+    index.place("b", "alice", "c1", "working", 15.0)
+    index.place("a", "alice", "c1", "working", 20.0)  # a progress update: newer, same state
+    for scope in (
+        Query("alice", None, None, None, 10, 100.0, None),
+        Query("alice", "c1", None, None, 10, 100.0, None),
+        Query("alice", None, "working", None, 10, 100.0, None),
+    ):
+        assert [t["id"] for t in index.answer(scope, lambda _: [], read).tasks] == ["a", "b"]
+    index.place("a", "bob", "c1", "working", 20.0)  # the same state and time, another owner
+    alice = Query("alice", None, "working", None, 10, 100.0, None)
+    assert [t["id"] for t in index.answer(alice, lambda _: [], read).tasks] == ["b"]
+    bob = Query("bob", "c1", "working", None, 10, 100.0, None)
+    assert [t["id"] for t in index.answer(bob, lambda _: [], read).tasks] == ["a"]
+    index.remove("a")
+    index.remove("b")
+    assert len(index) == 0 and index._lists == {}

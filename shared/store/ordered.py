@@ -61,11 +61,23 @@ class OrderedIndex:
         """The task's current status (time and state), in every list it belongs to."""
         position = (changed, task_id)
         within: Key = ("context", owner, context) if context is not None else ("no context", owner)
-        keys = (("owner", owner), within, ("state", owner, state))
         old = self._placed.get(task_id)
-        if old is not None and old.position == position and old.keys == keys:
-            return
-        self.remove(task_id)
+        keys: tuple[Key, Key, Key]
+        if old is None:
+            keys = (("owner", owner), within, ("state", owner, state))
+            self._placed[task_id] = _Placed(position, state, keys)
+        else:
+            # A task's owner and context stay as they were: its lists are
+            # the ones it is in, but for its state's.
+            keys = old.keys
+            same_scope = keys[0] == ("owner", owner) and keys[1] == within
+            if same_scope and old.state == state:
+                if old.position == position:
+                    return
+            else:
+                keys = (("owner", owner), within, ("state", owner, state))
+            self._unlisted(old)
+            old.position, old.state, old.keys = position, state, keys
         for key in keys:
             entries = self._lists.setdefault(key, [])
             # A change is almost always the newest of its list: no search.
@@ -73,12 +85,14 @@ class OrderedIndex:
                 entries.append(position)
             else:
                 insort(entries, position)
-        self._placed[task_id] = _Placed(position, state, keys)
 
     def remove(self, task_id: str) -> None:
         old = self._placed.pop(task_id, None)
-        if old is None:
-            return
+        if old is not None:
+            self._unlisted(old)
+
+    def _unlisted(self, old: _Placed) -> None:
+        """Out of every list it was in."""
         for key in old.keys:
             entries = self._lists[key]
             if entries[-1] == old.position:

@@ -30,6 +30,7 @@ import ipaddress
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -51,6 +52,9 @@ _NAME: Final = re.compile(r"[a-z0-9_]([a-z0-9_.-]{0,252}[a-z0-9_.])?")
 _PORT: Final = re.compile(r"[0-9]{1,5}")
 
 
+# Every request names its Host, and a server is called by a few names: each
+# is read once. Bounded, so a peer sending a new name each time only churns it.
+@lru_cache(maxsize=256)
 def host_name(header: str | None) -> str | None:
     """The name in a `Host` value (lower case, IPv6 without brackets), or
     None when the value is not `name`, `name:port`, `[v6]` or `[v6]:port`."""
@@ -73,6 +77,7 @@ def host_name(header: str | None) -> str | None:
     return name
 
 
+@lru_cache(maxsize=256)
 def is_loopback(name: str) -> bool:
     if name == "localhost" or name.endswith(".localhost"):
         return True
