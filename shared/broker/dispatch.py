@@ -114,6 +114,8 @@ class CeleryDispatcher:
         queue = self._redis_queue
         if queue is None:
             raise TypeError("only a Redis broker's messages travel with a store's write")
+        # The producer span covers the message's making: its push is the
+        # store's script, which follows.
         with publishing(FULFIL_TASK, task_id) as trace_headers:
             headers = {CELERY_HEADER: request_id(), **sent_at(), **trace_headers}
             message, announcement = queue.envelopes(task_id, headers)
