@@ -12,6 +12,7 @@ import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
 from shared.entropy import RandomSlices
@@ -166,17 +167,14 @@ def state_of(task: Mapping[str, Any] | None) -> str:
 def now_iso() -> str:
     """ISO-8601 UTC with microseconds, so two transitions rarely share one."""
     second, nanoseconds = divmod(time.time_ns(), 1_000_000_000)
-    # Every transition stamps the time: the date and time of day are
-    # formatted once a second, the microseconds each time.
-    formatted = _this_second[0]
-    if formatted[0] != second:
-        formatted = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
-        _this_second[0] = formatted
-    return f"{formatted[1]}.{nanoseconds // 1000:06d}Z"
+    return f"{_date_and_time(second)}.{nanoseconds // 1000:06d}Z"
 
 
-# The second last formatted, and its text (a tuple: replaced whole, never torn).
-_this_second: list[tuple[int, str]] = [(-1, "")]
+# Every transition stamps the time: the date and time of day are formatted
+# once a second, the microseconds each time.
+@lru_cache(maxsize=1)
+def _date_and_time(second: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
 
 
 def iso_at(moment: float) -> str:

@@ -52,6 +52,13 @@ def _nothing() -> None:
     pass
 
 
+def _headers(trace_headers: dict[str, str]) -> dict[str, Any]:
+    """A fulfilment message's own headers. The worker logs the request id
+    beside the task id and continues the trace (worker.engine.observe,
+    shared.ops.tracing)."""
+    return {CELERY_HEADER: request_id(), **sent_at(), **trace_headers}
+
+
 class CeleryDispatcher:
     """`on_queued` runs after each message is on the broker: the front end
     passes its counter in at wiring, so this package imports no web code."""
@@ -117,8 +124,7 @@ class CeleryDispatcher:
         # The producer span covers the message's making: its push is the
         # store's script, which follows.
         with publishing(FULFIL_TASK, task_id) as trace_headers:
-            headers = {CELERY_HEADER: request_id(), **sent_at(), **trace_headers}
-            message, announcement = queue.envelopes(task_id, headers)
+            message, announcement = queue.envelopes(task_id, _headers(trace_headers))
         return QueuedAlong(
             task_id,
             queue.db,
@@ -148,9 +154,7 @@ class CeleryDispatcher:
             return
         try:
             with publishing(FULFIL_TASK, task_id) as trace_headers:
-                # The worker logs the request id beside the task id and
-                # continues the trace (worker.engine.observe, shared.ops.tracing).
-                headers = {CELERY_HEADER: request_id(), **sent_at(), **trace_headers}
+                headers = _headers(trace_headers)
                 if self._redis_queue is not None:
                     self._redis_queue.send(task_id, headers)
                 else:

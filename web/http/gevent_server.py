@@ -27,6 +27,7 @@ import socket
 import time
 from collections.abc import Iterator
 from email.utils import formatdate
+from functools import lru_cache
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -45,18 +46,10 @@ log = logging.getLogger(__name__)
 CONNECTIONS: Final = 4096
 
 
-def _http_date() -> bytes:
-    """The Date header's value now, formatted once a second."""
-    second = int(time.time())
-    formatted = _date_of_second[0]
-    if formatted[0] != second:
-        formatted = (second, formatdate(second, usegmt=True).encode("ascii"))
-        _date_of_second[0] = formatted
-    return formatted[1]
-
-
-# The second last formatted for the Date header, and its text (replaced whole).
-_date_of_second: list[tuple[int, bytes]] = [(-1, b"")]
+@lru_cache(maxsize=1)
+def _http_date(second: int) -> bytes:
+    """The Date header's value for `second`: formatted once a second."""
+    return formatdate(second, usegmt=True).encode("ascii")
 
 
 class JsonErrorHandler(WSGIHandler):  # type: ignore[misc]
@@ -97,7 +90,7 @@ class JsonErrorHandler(WSGIHandler):  # type: ignore[misc]
     def finalize_headers(self) -> None:
         if self.provided_date is None:
             # gevent formats the date for every answer; it changes once a second.
-            self.response_headers.append((b"Date", _http_date()))
+            self.response_headers.append((b"Date", _http_date(int(time.time()))))
             self.provided_date = True
         super().finalize_headers()
 
