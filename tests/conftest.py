@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Generator, Iterator
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
 import redis
@@ -21,7 +20,7 @@ from hypothesis import HealthCheck, settings
 from tests.support import matrix
 from tests.support.compose import Backends, LocalStack
 from tests.support.rabbitmq import NoRabbitMQ, Vhost
-from tests.support.redis_server import RedisServer, ci
+from tests.support.redis_server import RedisServer, ci, on_database
 
 # Hypothesis times each example on the wall clock: a deadline (200 ms by
 # default) and the too-slow health check. A loaded machine stretches any
@@ -69,15 +68,6 @@ def worker_database(worker: str | None) -> int | None:
             f" (databases {WORKER_DATABASES[0]}-{WORKER_DATABASES[-1]}), not {worker}"
         )
     return WORKER_DATABASES[index]
-
-
-def on_database(url: str, database: int) -> str:
-    """`url` on `database`: its path for redis:// and rediss://, else its `db` parameter."""
-    parts = urlsplit(url)
-    if parts.scheme in ("redis", "rediss"):
-        return urlunsplit(parts._replace(path=f"/{database}"))
-    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "db"] + [("db", str(database))]
-    return f"{url.partition('?')[0]}?{urlencode(query)}"
 
 
 @pytest.fixture

@@ -24,14 +24,11 @@ from shared.owners.book import OwnerCount
 from shared.stores.redis.store import RedisStore
 from shared.stores.redis.turns import RedisTurnBook
 from shared.task import SUBMITTED, state_of
+from tests.support.redis_server import on_database
 from web.core.params import send_params
 from web.core.tasks import Tasks
 
 QUEUE = "toolnexus-along-test"
-
-
-def on_database(url: str, database: int) -> str:
-    return f"{url.rsplit('/', 1)[0]}/{database}"
 
 
 class Broker:

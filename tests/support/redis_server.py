@@ -11,6 +11,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 
@@ -121,3 +122,12 @@ class RedisServer:
 
 def ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
+
+
+def on_database(url: str, database: int) -> str:
+    """`url` on `database`: its path for redis:// and rediss://, else its `db` parameter."""
+    parts = urlsplit(url)
+    if parts.scheme in ("redis", "rediss"):
+        return urlunsplit(parts._replace(path=f"/{database}"))
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "db"] + [("db", str(database))]
+    return f"{url.partition('?')[0]}?{urlencode(query)}"
