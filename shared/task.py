@@ -17,6 +17,7 @@ from typing import Any, Final, Literal, NotRequired, TypedDict
 
 from shared.entropy import RandomSlices
 from shared.generation import FIRST as FIRST_GENERATION
+from shared.mappings import is_mapping
 
 
 class TaskState(StrEnum):
@@ -156,8 +157,8 @@ def is_at_rest(state: str) -> bool:
 
 def state_of(task: Mapping[str, Any] | None) -> str:
     """The task's state, or "" for a task without a readable status."""
-    status = task.get("status") if isinstance(task, Mapping) else None
-    if isinstance(status, Mapping):
+    status = task.get("status") if is_mapping(task) else None
+    if is_mapping(status):
         state = status.get("state")
         if isinstance(state, str):
             return state
@@ -255,7 +256,7 @@ def new_task(message: Message, context_id: str | None = None, owner: str | None 
 def latest_user_message(task: Mapping[str, Any]) -> Message | None:
     """The newest user message in the history, if any."""
     for message in reversed(task.get("history") or []):
-        if isinstance(message, Mapping) and message.get("role") == "user":
+        if is_mapping(message) and message.get("role") == "user":
             return message  # type: ignore[return-value]
     return None
 
@@ -265,6 +266,6 @@ def message_text(message: Mapping[str, Any]) -> str:
     texts = [
         part["text"]
         for part in message.get("parts") or []
-        if isinstance(part, Mapping) and isinstance(part.get("text"), str)
+        if is_mapping(part) and isinstance(part.get("text"), str)
     ]
     return "\n".join(texts)

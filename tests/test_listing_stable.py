@@ -17,6 +17,7 @@ from flask.testing import FlaskClient
 from shared import Settings
 from shared.events import to_state
 from shared.store.contract import message_key
+from shared.store.listing import stamp_after
 from shared.stores.file.store import file_store
 from shared.stores.memory.store import memory_store
 from shared.stores.postgres import postgres_store
@@ -293,3 +294,15 @@ def test_expired_tasks_leave_the_redis_indexes(redis_url: str) -> None:
     result = rpc(client, "ListTasks", {}, version="1.0")["result"]
     assert [task["id"] for task in result["tasks"]] == [running]
     assert result["totalSize"] == 1
+
+
+def test_a_status_is_indexed_by_the_time_it_is_saved_with() -> None:
+    """What a store indexes a saved status by is the time it carries: its own
+    when later than the listing's moment, else the one it is restamped with."""
+    status = {"state": "working", "timestamp": "2026-01-02T03:04:05.000006Z"}
+    own = epoch(status["timestamp"])
+    assert stamp_after(status, own - 1.0) == (status, own)
+    restamped, seconds = stamp_after(status, own)
+    assert restamped is not status and seconds > own
+    assert seconds == epoch(restamped["timestamp"])
+    assert stamp_after({"state": "working"}, own) == ({"state": "working"}, 0.0)

@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from shared.errors import BrokerError
+from shared.mappings import is_mapping
 from shared.owners.book import Entry, TurnBook
 from shared.owners.limits import LimitTable
 from shared.settings import Settings
@@ -65,7 +66,7 @@ def priority_of(message: Mapping[str, Any]) -> int:
     """The message's priority from its metadata, 0 when it names none; the
     params check refuses anything but a whole number in range."""
     metadata = message.get("metadata")
-    if not isinstance(metadata, Mapping):
+    if not is_mapping(metadata):
         return 0
     value = metadata.get(PRIORITY_KEY)
     if isinstance(value, int) and not isinstance(value, bool) and LOWEST <= value <= HIGHEST:
@@ -76,7 +77,7 @@ def priority_of(message: Mapping[str, Any]) -> int:
 def priority_problem(message: Mapping[str, Any]) -> str | None:
     """Why the message's priority is refused, or None."""
     metadata = message.get("metadata")
-    if not isinstance(metadata, Mapping) or PRIORITY_KEY not in metadata:
+    if not is_mapping(metadata) or PRIORITY_KEY not in metadata:
         return None
     value = metadata[PRIORITY_KEY]
     if isinstance(value, int) and not isinstance(value, bool) and LOWEST <= value <= HIGHEST:
@@ -122,7 +123,7 @@ class Turns:
         return Entry(
             task_id=str(task["id"]),
             owner=owner,
-            priority=priority_of(latest) if isinstance(latest, Mapping) else 0,
+            priority=priority_of(latest) if is_mapping(latest) else 0,
             weight=terms.weight,
             max_running=terms.max_running,
         )

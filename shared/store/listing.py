@@ -81,9 +81,19 @@ def stamped_after(status: TaskStatus, moment: float) -> TaskStatus:
     page was read without it; with its own stamp the later pages would place
     the task above their cursor and skip it. It is stamped just after the
     moment instead, so the listing places the task where it was then."""
-    if "timestamp" in status and epoch(status["timestamp"]) <= moment:
-        return {**status, "timestamp": iso_at(max(time.time(), moment + 2e-6))}
-    return status
+    return stamp_after(status, moment)[0]
+
+
+def stamp_after(status: TaskStatus, moment: float) -> tuple[TaskStatus, float]:
+    """`stamped_after`, and the time of the status it returns in seconds since
+    the epoch (0.0 without one): what a store indexes it by, read once."""
+    if "timestamp" not in status:
+        return status, 0.0
+    seconds = epoch(status["timestamp"])
+    if seconds <= moment:
+        later: TaskStatus = {**status, "timestamp": iso_at(max(time.time(), moment + 2e-6))}
+        return later, epoch(later["timestamp"])
+    return status, seconds
 
 
 def restamped(events: Sequence[Event], task: Task, moment: float) -> tuple[list[Event], Task]:

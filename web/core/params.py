@@ -84,7 +84,9 @@ def camel_case(value: Any) -> Any:
     renamed: dict[str, Any] = {}
     for key, item in value.items():
         name = camel_name(key) if "_" in key else key
-        renamed.setdefault(name, item if name in _OPAQUE else camel_case(item))
+        if name not in _OPAQUE and isinstance(item, (dict, list)):
+            item = camel_case(item)
+        renamed.setdefault(name, item)
     return renamed
 
 
@@ -206,7 +208,7 @@ def _parts(parts: object) -> list[Part]:
     stored = []
     for index, part in enumerate(parts):
         where = f"message.parts[{index}]"
-        if not isinstance(part, Mapping):
+        if not is_mapping(part):
             raise InvalidParams(f"{where} must be an object", field=where)
         converted = stored_part(part)
         if converted is None:
@@ -234,7 +236,7 @@ def _check_part(part: Part, sent: Mapping[str, Any], where: str) -> None:
         raise InvalidParams(f"{where}.text must be a string", field=f"{where}.text")
     if part["kind"] == "file":
         file: Mapping[str, Any] = part["file"]
-        if not isinstance(file, Mapping):
+        if not is_mapping(file):
             raise InvalidParams(f"{where}.file must be an object", field=f"{where}.file")
         for name in ("name", "mimeType", "uri", "bytes"):
             if name in file and not isinstance(file[name], str):

@@ -17,11 +17,12 @@ Anything else fails the task, quoting what came back.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from shared.codec import strict_json
 from shared.events import Change, Event, artifact_update, message_added, status_update
+from shared.mappings import is_mapping
 from shared.quoting import shown
 from shared.task import (
     AUTH_REQUIRED,
@@ -54,7 +55,7 @@ def final_change(result: object, *, after_output: bool = False) -> Change:
     function already yielded output, so ending with nothing completes the task."""
     if isinstance(result, str):
         return _completed_with_text(result)
-    if isinstance(result, Mapping) and isinstance(result.get("text"), str):
+    if is_mapping(result) and isinstance(result.get("text"), str):
         if result.get("status") == "pending":
             return _stopped(INPUT_REQUIRED, result["text"])
         if "status" not in result:

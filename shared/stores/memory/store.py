@@ -37,7 +37,7 @@ from shared.store.contract import (
     is_safe_id,
     require_safe_id,
 )
-from shared.store.listing import Listing, Query, stamped_after, trimmed
+from shared.store.listing import Listing, Query, stamp_after, trimmed
 from shared.store.ordered import OrderedIndex
 from shared.store.wakeups import Notifier, Waiter
 from shared.stores.memory.admission import MemoryLedger
@@ -131,7 +131,7 @@ class MemoryStore:
         stored = _stored(task)
         context, owner = task["contextId"], task.get("owner", "")
         with self._lock:
-            self._after_listings(stored["status"])
+            status_time = self._after_listings(stored["status"])
             event = current_status(stored)
             self._expire()
             if message_key is not None and (earlier := self._messages.get(message_key)):
@@ -145,7 +145,7 @@ class MemoryStore:
             self._entries[task_id] = entry
             if message_key is not None:
                 self._messages[message_key] = task_id
-            self._indexed(task_id, entry, SUBMITTED, _status_time(stored))
+            self._indexed(task_id, entry, SUBMITTED, status_time)
         self._notifier.notify(task_id, 1)
         return Created(task, True)
 
@@ -166,16 +166,19 @@ class MemoryStore:
             entry = self._entries.get(task_id)
             if entry is None or entry.seq != commit.expected or self._expired(entry):
                 return False
+            status_time: float | None = None  # the last status's, if one changes it
             for event in events:
                 if event["kind"] == "status-update":
-                    self._after_listings(event["status"])
+                    status_time = self._after_listings(event["status"])
                 entry.seq += 1
                 entry.log.append((entry.seq, event))
             # `commit.task` is these events folded over the task the caller
             # read, which is this one: folded here, the task shares their objects.
             entry.task = fold(entry.task, events)
             entry.tail = 0 if commit.snapshot else entry.tail + len(events)
-            self._indexed(task_id, entry, state_of(entry.task), _status_time(entry.task))
+            if status_time is None:
+                status_time = _status_time(entry.task)
+            self._indexed(task_id, entry, state_of(entry.task), status_time)
             newest = entry.seq
         self._notifier.notify(task_id, newest)
         return True
@@ -200,12 +203,12 @@ class MemoryStore:
             if state_of(task) == from_state:
                 filled["contextId"] = task.get("contextId", "")
                 (filled,) = stamped(task, [filled])
-                self._after_listings(filled["status"])
+                status_time = self._after_listings(filled["status"])
                 task, seq, tail = fold(task, [filled]), seq + 1, tail + 1
                 tail = 0 if tail >= SNAPSHOT_EVERY else tail
                 entry.log.append((seq, filled))
                 entry.task, entry.seq, entry.tail = task, seq, tail
-                self._indexed(task_id, entry, state_of(task), _status_time(task))
+                self._indexed(task_id, entry, state_of(task), status_time)
                 claimed = True
             else:
                 claimed = False
@@ -244,9 +247,13 @@ class MemoryStore:
         """Under the lock: the tasks themselves, of those still here."""
         return [self._entries[i].task for i in task_ids if i in self._entries]
 
-    def _after_listings(self, status: TaskStatus) -> None:
-        """Under the lock: a status saved now, as `stamped_after` says."""
-        status.update(stamped_after(status, self._listed_as_of))
+    def _after_listings(self, status: TaskStatus) -> float:
+        """Under the lock: a status saved now, as `stamped_after` says; its
+        time in seconds, which the task is indexed by."""
+        stamped, seconds = stamp_after(status, self._listed_as_of)
+        if stamped is not status:
+            status.update(stamped)
+        return seconds
 
     def heartbeat(self, *task_ids: str) -> None:
         with self._lock:
