@@ -81,6 +81,27 @@ class TaskStore(Protocol):
     def save(self, task: Task) -> Task: ...
 
 
+class TaskReadsOnLoop(Protocol):
+    """Tasks read from an event loop without blocking it: `read(id)` is
+    `Store.read(id)` as fresh as one begun when it was awaited, or raises
+    `StoreError`, after which the caller reads the blocking way (which says
+    what is wrong). `close()` lets go of its connection."""
+
+    async def read(self, task_id: str) -> Record | None: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class ReadsOnLoop(Protocol):
+    """A store on the network that can read from an event loop, for a
+    process that answers reads from one (decided at its wiring):
+    `loop_reads()` is the reader, or None where this store's connection
+    cannot be read that way."""
+
+    def loop_reads(self) -> TaskReadsOnLoop | None: ...
+
+
 class Record(NamedTuple):
     """A task as read from an event store: `seq` is the number of its last
     event (what a commit compares), `tail` how many events were appended

@@ -63,6 +63,11 @@ class FinishedTasks:
         found: Task = decode(kept.task)
         return found
 
+    def holds(self, task_id: str) -> bool:
+        """Whether `get` may answer for the task without the store."""
+        with self._lock:
+            return task_id in self._kept
+
     def keep(self, task: Task) -> None:
         """Remember `task` if it is finished and fits; anything else is ignored."""
         if not is_terminal(state_of(task)):

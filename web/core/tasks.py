@@ -67,6 +67,7 @@ from web.core.errors import (
 from web.core.finished import FinishedTasks
 from web.core.media import accepts
 from web.core.params import SendParams, TaskQuery, WebhookParams
+from web.core.read_ahead import read_task
 from web.core.retries import is_latest, moved_on
 from web.core.send_limits import SendLimits
 
@@ -187,10 +188,14 @@ class Tasks:
         if task is None:
             if query.current_generation is not None:
                 return self._held(query, owner)
-            task = self.store.get(query.task_id)
+            task = read_task(query.task_id, self.store.get)
             if finished is not None and task is not None:
                 finished.keep(task)
         return owned(task, query.task_id, owner)
+
+    def keeps(self, task_id: str) -> bool:
+        """Whether `get` answers for the task from this process's memory."""
+        return self.finished is not None and self.finished.holds(task_id)
 
     def _held(self, query: TaskQuery, owner: str) -> Task:
         """GetTask held until the task's generation passes `current_generation`

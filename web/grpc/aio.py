@@ -6,11 +6,15 @@ The RPCs are `web.grpc.service`'s, run from an event loop:
   the handler, its store round trips, its checks) on a thread of a
   pool, as the synchronous server would (a blocking SendMessage holds its
   thread while it waits, as it holds a worker of gunicorn's); except
-  GetTask, one store read, which runs on the loop itself while reads stay
-  fast (`OnLoop`): the hand-off to a thread and back costs the process more
-  than the read (bench/grpc_load.py measures both; docs/grpc.md has the
-  figures); so does a SendMessage that returns at once and names no
-  webhook, where the process hands tasks to a Redis broker (a create and
+  GetTask, one store read, which runs on the loop itself: the hand-off to
+  a thread and back costs the process more than the read (bench/grpc_load.py
+  measures both; docs/grpc.md has the figures). Where the store reads from
+  the loop (`TaskReadsOnLoop`: Redis over TCP or a Unix socket) the read
+  is awaited there, sent together with the others asked meanwhile, and the
+  call answered from it (`web.core.read_ahead`); elsewhere it is the
+  store's blocking read, on the loop while reads stay fast (`OnLoop`). A
+  SendMessage that returns at once and names no webhook runs on the loop
+  too, where the process hands tasks to a Redis broker (a create and
   a publish, two short round trips; a RabbitMQ publish waits for the
   broker's confirm, and retries, so it stays on the pool);
 - a GetTask a 1.1 caller asks to hold (`current_generation`, the long-poll)
@@ -40,11 +44,15 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from enum import Enum
+from functools import partial
 from typing import Any, Final, NoReturn
 
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from google.protobuf.message import Message as ProtoMessage
 
+from shared.errors import StoreError
+from shared.store.contract import TaskReadsOnLoop
+from web.core.read_ahead import reading_ahead
 from web.grpc.service import (
     STREAMING,
     UNARY,
@@ -72,6 +80,9 @@ STREAM_THREADS: Final = 8
 STEP: Final = 64
 # Unary calls answered on the loop itself: each is one short store read.
 ON_LOOP: Final = frozenset({"GetTask"})
+# Of those, the calls whose task (the request's `id`) is read from the loop
+# without blocking it, where the store can (`TaskReadsOnLoop`).
+READ_AHEAD: Final = frozenset({"GetTask"})
 # Unary calls answered on the loop when they return at once (`_returns_at_once`)
 # and sends are short: a create and a publish, each one round trip.
 ON_LOOP_AT_ONCE: Final = frozenset({"SendMessage"})
@@ -131,13 +142,18 @@ class AsyncA2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
         on_loop: OnLoop | None = None,
         *,
         short_sends: bool = False,
+        reads: TaskReadsOnLoop | None = None,
     ) -> None:
         """`short_sends`: a send's publish is one round trip that never waits
         for a confirm or retries (the direct Redis sender), so a send that
-        returns at once may run on the loop."""
+        returns at once may run on the loop. `reads`: the store's reads from
+        the loop, where it has them: GetTask then reads its task without
+        blocking the loop (`read_ahead`)."""
         self._service = service
         self._on_loop = on_loop or OnLoop()
         self._short_sends = short_sends
+        self._reads = reads
+
         self._unary_calls = concurrent.futures.ThreadPoolExecutor(
             UNARY_THREADS, thread_name_prefix="grpc-call"
         )
@@ -154,7 +170,18 @@ class AsyncA2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
             return not _asks_to_wait(name, request)
         return self._short_sends and name in ON_LOOP_AT_ONCE and _returns_at_once(request)
 
+    def _reads_ahead(self, name: str, request: Any) -> str:
+        """The task a call on the loop reads ahead (`TaskReadsOnLoop`), or ""
+        for one answered as it is: without the reader, a call that is not
+        a plain GetTask, and a finished task this process answers for."""
+        if self._reads is None or name not in READ_AHEAD or _asks_to_wait(name, request):
+            return ""
+        task_id = getattr(request, "id", "")
+        return "" if not isinstance(task_id, str) or self._service.keeps(task_id) else task_id
+
     def close(self) -> None:
+        if self._reads is not None:
+            self._reads.close()
         self._unary_calls.shutdown(wait=False)
         self._steps.shutdown(wait=False)
 
@@ -176,21 +203,22 @@ class AsyncA2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
             except asyncio.CancelledError:
                 record(name, "CANCELLED", started)  # the caller went away
                 raise
-        if self._short_call(name, request) and self._on_loop.allowed():
+        answering = partial(self._service.answer, name, kind, request, metadata, replies, started)
+        reads, task_id = self._reads, self._reads_ahead(name, request)
+        if reads is not None and task_id:
+            try:
+                found = await reads.read(task_id)
+            except StoreError:  # read the blocking way, which says what is wrong
+                answer = await loop.run_in_executor(self._unary_calls, answering)
+            else:
+                with reading_ahead(task_id, found.task if found is not None else None):
+                    answer = answering()
+        elif self._short_call(name, request) and self._on_loop.allowed():
             began = time.monotonic()
-            answer = self._service.answer(name, kind, request, metadata, replies, started)
+            answer = answering()
             self._on_loop.took(time.monotonic() - began)
         else:
-            answer = await loop.run_in_executor(
-                self._unary_calls,
-                self._service.answer,
-                name,
-                kind,
-                request,
-                metadata,
-                replies,
-                started,
-            )
+            answer = await loop.run_in_executor(self._unary_calls, answering)
         if isinstance(answer, tuple):
             await _abort(context, answer)
         return answer

@@ -124,6 +124,10 @@ class A2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
         self._authenticator = authenticator
         self._extended_card = extended_card
 
+    def keeps(self, task_id: str) -> bool:
+        """Whether GetTask answers for the task without the store."""
+        return self._tasks.keeps(task_id)
+
     # --- one way for every RPC ---------------------------------------------------------
 
     def _unary(

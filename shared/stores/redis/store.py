@@ -57,6 +57,7 @@ from shared.stores.redis.admission import RedisLedger
 from shared.stores.redis.faults import reachable
 from shared.stores.redis.listener import RedisListener
 from shared.stores.redis.listing import RedisListing
+from shared.stores.redis.loop_reads import LoopReads, Server
 from shared.stores.redis.push import RedisPush
 from shared.stores.redis.replicas import Replicas
 from shared.stores.redis.scripts import (
@@ -170,6 +171,19 @@ class RedisStore:
         if outcome == b"created":
             self._turns.took(task["id"], taken)
         return self._created(task, message_key, None, outcome, found)
+
+    def loop_reads(self) -> LoopReads | None:
+        """Reads from an event loop (`shared.stores.redis.loop_reads`): the READ
+        script's calls, pipelined on a connection of their own; None where
+        this store's server is reached over TLS or through Sentinel."""
+        server = Server.of(self.client.connection_pool)
+        if server is None:
+            return None
+
+        def keys(task_id: str) -> list[str]:
+            return [self._key("task", task_id), self._key("tail", task_id)]
+
+        return LoopReads(server, READ, keys, lambda reply: _record(*reply))
 
     @property
     def redis_server(self) -> tuple[object, ...] | None:

@@ -1,0 +1,267 @@
+"""Tasks read from an event loop, pipelined on a connection of their own.
+
+A process that answers reads from an event loop (the gRPC process) must not
+block the loop on a round trip; redis.asyncio does not, but costs the
+process more CPU a round trip than the blocking read. This reader writes
+the store's READ script calls straight to one connection and parses the
+replies with hiredis as they arrive, in an asyncio protocol: the loop
+serves other calls while a read is out, and every read asked for meanwhile
+goes out together in the next write (one round trip in flight at a time).
+A read is sent after it was asked for, so it is as fresh as a blocking read
+begun then.
+
+Only a store reached over plain TCP or a Unix socket is read this way (its
+user, password and database sent on connecting, as redis-py sends them);
+TLS and Sentinel (where redis-py's own connection follows the master) are
+read the blocking way. A read that fails, meets a closed connection or
+outlasts the store's timeout raises `StoreError`, and the caller reads the
+blocking way, which says what is wrong; the connection is dropped (a late
+reply would answer the wrong read) and opened again for the next read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import hiredis
+import redis
+
+from shared.errors import StoreError
+from shared.store.contract import Record, is_safe_id
+
+log = logging.getLogger(__name__)
+
+# Bounds a read when the store's pool sets no timeout of its own.
+DEFAULT_TIMEOUT: Final = 5.0
+
+Decode = Callable[[list[Any]], Record | None]
+Asked = tuple[str, "asyncio.Future[Record | None]"]
+Replied = Callable[[list[Any] | Exception], None]
+
+
+@dataclass(frozen=True)
+class Server:
+    """Where the reader connects, and as whom: what redis-py's own pool would use."""
+
+    host: str | None
+    port: int
+    path: str | None  # a Unix socket, in place of host and port
+    username: str | None
+    password: str | None
+    db: int
+    timeout: float
+
+    @classmethod
+    def of(cls, pool: redis.ConnectionPool) -> Server | None:
+        """The pool's server, None where its connections are not plain ones
+        (TLS, Sentinel's): those are read the blocking way."""
+        kind = pool.connection_class
+        if kind not in (redis.Connection, redis.UnixDomainSocketConnection):
+            return None
+        kwargs = pool.connection_kwargs
+        unix = kind is redis.UnixDomainSocketConnection
+        return cls(
+            host=None if unix else kwargs.get("host", "localhost"),
+            port=int(kwargs.get("port") or 6379),
+            path=kwargs.get("path") if unix else None,
+            username=kwargs.get("username"),
+            password=kwargs.get("password"),
+            db=int(kwargs.get("db") or 0),
+            timeout=float(kwargs.get("socket_timeout") or DEFAULT_TIMEOUT),
+        )
+
+    def greeting(self) -> list[list[str]]:
+        """The commands a connection starts with."""
+        commands = []
+        if self.password is not None:
+            auth = [self.username, self.password] if self.username else [self.password]
+            commands.append(["AUTH", *auth])
+        if self.db:
+            commands.append(["SELECT", str(self.db)])
+        return commands
+
+
+class LoopReads:
+    """Not thread-safe: used from one event loop."""
+
+    def __init__(
+        self,
+        server: Server,
+        script: str,
+        keys: Callable[[str], list[str]],
+        decode: Decode,
+    ) -> None:
+        """`script` reads one task (loaded on connecting), `keys(id)` are its
+        keys for a task, `decode(reply)` the record its reply holds."""
+        self._server = server
+        self._script = script
+        self._sha = hashlib.sha1(script.encode("utf-8")).hexdigest()
+        self._keys = keys
+        self._decode = decode
+        self._connection: _Replies | None = None
+        self._connecting: asyncio.Task[None] | None = None
+        self._asked: list[Asked] = []  # not sent yet
+        self._out: list[Asked] | None = None  # sent, its replies awaited
+        self._timer: asyncio.TimerHandle | None = None
+
+    async def read(self, task_id: str) -> Record | None:
+        if not is_safe_id(task_id):
+            return None
+        future: asyncio.Future[Record | None] = asyncio.get_running_loop().create_future()
+        self._asked.append((task_id, future))
+        if self._out is None:
+            self._send_asked()
+        return await future
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def _send_asked(self) -> None:
+        """Every read asked for so far, in one write (once connected)."""
+        connection = self._connection
+        if connection is None or connection.lost:
+            if self._connecting is None:
+                self._connecting = asyncio.get_running_loop().create_task(self._reconnect())
+            return
+        asked, self._asked = self._asked, []
+        self._out = asked
+        commands = [["EVALSHA", self._sha, "2", *self._keys(task_id)] for task_id, _ in asked]
+        connection.send(commands, lambda replies: self._replied(asked, replies))
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self._server.timeout, self._timed_out, asked)
+
+    def _replied(self, asked: list[Asked], replies: list[Any] | Exception) -> None:
+        """The replies to a write (or why there are none); then the reads asked meanwhile."""
+        if self._out is not asked:
+            return  # already failed (timed out)
+        self._out = None
+        if self._timer is not None:
+            self._timer.cancel()
+        if isinstance(replies, Exception):
+            self.close()  # a late reply would answer the wrong read
+            _failed(asked, replies)
+        else:
+            for one, reply in zip(asked, replies, strict=True):
+                future = one[1]
+                if isinstance(reply, hiredis.ReplyError):
+                    if "NOSCRIPT" in str(reply):
+                        self.close()  # the server forgot it: loaded again on reconnecting
+                    # WRONGTYPE, NOSCRIPT, …: the blocking read knows each.
+                    _failed([one], reply)
+                elif not future.done():  # done: the caller went away
+                    future.set_result(self._decode(reply))
+        if self._asked:
+            self._send_asked()
+
+    def _timed_out(self, asked: list[Asked]) -> None:
+        self._replied(asked, TimeoutError(f"no reply in {self._server.timeout:g} s"))
+
+    async def _reconnect(self) -> None:
+        try:
+            self._connection = await asyncio.wait_for(self._connect(), self._server.timeout)
+        except Exception as error:
+            asked, self._asked = self._asked, []
+            _failed(asked, error)
+        finally:
+            self._connecting = None
+        if self._asked and self._out is None:
+            self._send_asked()
+
+    async def _connect(self) -> _Replies:
+        loop = asyncio.get_running_loop()
+        server = self._server
+        if server.path is not None:
+            _, connection = await loop.create_unix_connection(_Replies, server.path)
+        else:
+            _, connection = await loop.create_connection(
+                _Replies, server.host or "localhost", server.port
+            )
+        greeted: asyncio.Future[list[Any] | Exception] = loop.create_future()
+        connection.send([*server.greeting(), ["SCRIPT", "LOAD", self._script]], greeted.set_result)
+        try:
+            replies = await greeted
+            if isinstance(replies, Exception):
+                raise replies
+            for reply in replies:
+                if isinstance(reply, hiredis.ReplyError):
+                    raise StoreError(f"task store refused the connection: {reply}")
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+
+def _failed(asked: list[Asked], error: Exception) -> None:
+    """Each read raises StoreError; its caller then reads the blocking way."""
+    log.debug("reading %d tasks on the loop failed: %r", len(asked), error)
+    failed = StoreError(f"task store unavailable: {error!r}")
+    for _, future in asked:
+        if not future.done():
+            future.set_exception(failed)
+
+
+class _Replies(asyncio.Protocol):
+    """One connection: commands written in order, each write's replies handed
+    to its callback once all of them have come (or why they never will)."""
+
+    def __init__(self) -> None:
+        self._parser = hiredis.Reader()
+        self._waiting: deque[tuple[int, list[Any], Replied]] = deque()
+        self._transport: asyncio.Transport | None = None
+        self.lost = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def send(self, commands: list[list[str]], replied: Replied) -> None:
+        assert self._transport is not None
+        if self.lost:
+            replied(ConnectionError("the connection to the task store closed"))
+            return
+        self._waiting.append((len(commands), [], replied))
+        self._transport.write(b"".join(_packed(command) for command in commands))
+
+    def data_received(self, data: bytes) -> None:
+        self._parser.feed(data)
+        try:
+            while (reply := self._parser.gets()) is not False:
+                count, replies, replied = self._waiting[0]
+                replies.append(reply)
+                if len(replies) == count:
+                    self._waiting.popleft()
+                    replied(replies)
+        except (hiredis.ProtocolError, IndexError) as error:  # unreadable, or unasked for
+            self.close()
+            self._fail(ConnectionError(f"the task store's reply is unreadable: {error!r}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(ConnectionError(f"the connection to the task store closed: {exc!r}"))
+
+    def close(self) -> None:
+        self.lost = True
+        if self._transport is not None:
+            self._transport.close()
+
+    def _fail(self, error: Exception) -> None:
+        self.lost = True
+        while self._waiting:
+            _, _, replied = self._waiting.popleft()
+            replied(error)
+
+
+def _packed(command: list[str]) -> bytes:
+    """One command in RESP: an array of bulk strings."""
+    parts = [b"*%d\r\n" % len(command)]
+    for argument in command:
+        encoded = argument.encode("utf-8")
+        parts.append(b"$%d\r\n%s\r\n" % (len(encoded), encoded))
+    return b"".join(parts)

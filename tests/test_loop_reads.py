@@ -1,0 +1,286 @@
+"""Tasks read from an event loop (`shared.stores.redis.loop_reads`), on real
+redis-servers: each read is the blocking read's record; reads asked while one
+is out go together; a read that cannot be answered raises StoreError (the
+caller then reads the blocking way) and the reader serves again once the
+server does; and the gRPC process's GetTask reads that way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import redis
+from a2a.types import a2a_pb2, a2a_pb2_grpc
+
+from shared.errors import StoreError
+from shared.events import artifact_update
+from shared.events import to_state as moved_to
+from shared.stores.redis import loop_reads
+from shared.stores.redis.loop_reads import LoopReads, Server
+from shared.stores.redis.store import RedisStore, redis_store
+from shared.task import new_task
+from shared.transitions import transition
+from tests.support.grpc_process import grpc_process
+from tests.support.ports import free_port
+from tests.support.redis_server import RedisServer
+
+
+def _task(store: RedisStore) -> str:
+    message: Any = {"role": "user", "messageId": uuid.uuid4().hex, "parts": [{"text": "hi"}]}
+    task = new_task(message)
+    store.create(task)
+    return task["id"]
+
+
+def _reader(store: RedisStore) -> LoopReads:
+    reads = store.loop_reads()
+    assert reads is not None
+    return reads
+
+
+@pytest.fixture
+def private() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def test_a_task_read_from_the_loop_is_the_task_read_the_blocking_way(redis_url: str) -> None:
+    store = redis_store(redis_url)
+    fresh, streamed = _task(store), _task(store)
+    transition(store, streamed, moved_to("working"))
+    for index in range(3):  # appended after the last snapshot: read with the task's tail
+        artifact: Any = {"artifactId": f"a{index}", "parts": [{"text": str(index)}]}
+        transition(store, streamed, lambda task, a=artifact: [artifact_update(task, a)])
+    stored = redis.Redis.from_url(redis_url)
+    assert stored.hget(f"toolnexus:task:{streamed}", "seq") != stored.hget(
+        f"toolnexus:task:{streamed}", "base"
+    )
+
+    async def read_all() -> list[Any]:
+        reads = _reader(store)
+        try:
+            asked = [fresh, streamed, "no-such-task", "../not-an-id"]
+            return [await reads.read(task_id) for task_id in asked]
+        finally:
+            reads.close()
+
+    found = asyncio.run(read_all())
+    assert found == [store.read(fresh), store.read(streamed), None, None]
+    assert found[1] is not None and len(found[1].task["artifacts"]) == 3
+
+
+def test_reads_asked_while_one_is_out_go_together_and_each_gets_its_own(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = redis_store(redis_url)
+    ids = [_task(store) for _ in range(20)]
+    writes: list[int] = []
+    send = loop_reads._Replies.send
+
+    def counted(self: Any, commands: list[list[str]], replied: Any) -> None:
+        writes.append(len(commands))
+        send(self, commands, replied)
+
+    monkeypatch.setattr(loop_reads._Replies, "send", counted)
+
+    async def read_all() -> list[Any]:
+        reads = _reader(store)
+        try:
+            return await asyncio.gather(*(reads.read(ids[i % 20]) for i in range(200)))
+        finally:
+            reads.close()
+
+    found = asyncio.run(read_all())
+    assert [record.task["id"] for record in found] == [ids[i % 20] for i in range(200)]
+    reads_sent = writes[1:]  # the first write is the connection's greeting
+    assert sum(reads_sent) == 200
+    assert len(reads_sent) < 200 and max(reads_sent) > 1
+
+
+def test_a_key_of_the_wrong_type_fails_that_read_alone(redis_url: str) -> None:
+    store = redis_store(redis_url)
+    good = _task(store)
+    redis.Redis.from_url(redis_url).set("toolnexus:task:wrong-type", "a string")
+
+    async def read_both() -> list[Any]:
+        reads = _reader(store)
+        try:
+            return await asyncio.gather(
+                reads.read("wrong-type"), reads.read(good), return_exceptions=True
+            )
+        finally:
+            reads.close()
+
+    wrong, right = asyncio.run(read_both())
+    assert isinstance(wrong, StoreError)
+    assert right == store.read(good)
+    assert store.read("wrong-type") is None  # the blocking read says unreadable: no task
+
+
+def test_a_read_fails_while_the_server_is_down_and_succeeds_once_it_is_back(
+    private: RedisServer,
+) -> None:
+    store = redis_store(f"{private.url}/1", timeout=1.0)
+    task_id = _task(store)
+
+    async def outage() -> None:
+        reads = _reader(store)
+        try:
+            assert await reads.read(task_id) == store.read(task_id)
+            private.kill()
+            with pytest.raises(StoreError):
+                await reads.read(task_id)
+            with pytest.raises(StoreError):  # reconnecting is refused too
+                await reads.read(task_id)
+            private.start()
+            found = await reads.read(task_id)
+            assert found is None  # the server came back empty (no persistence)
+        finally:
+            reads.close()
+
+    asyncio.run(outage())
+
+
+def test_a_paused_server_fails_the_reads_after_the_timeout_and_serves_after(
+    private: RedisServer,
+) -> None:
+    store = redis_store(f"{private.url}/1", timeout=0.5)
+    task_id = _task(store)
+
+    async def paused() -> None:
+        reads = _reader(store)
+        try:
+            assert await reads.read(task_id) is not None
+            private.pause()
+            try:
+                loop = asyncio.get_running_loop()
+                began = loop.time()
+                asked = [reads.read(task_id) for _ in range(3)]
+                failed = await asyncio.wait_for(asyncio.gather(*asked, return_exceptions=True), 10)
+                assert all(isinstance(error, StoreError) for error in failed), failed
+                assert loop.time() - began < 5.0
+            finally:
+                private.resume()
+            assert await reads.read(task_id) == store.read(task_id)
+        finally:
+            reads.close()
+
+    asyncio.run(paused())
+
+
+def test_the_password_and_database_are_sent_on_connecting(tmp_path: Path) -> None:
+    server = RedisServer(password="s3cret").start()
+    try:
+        store = redis_store(f"{server.url}/3")
+        task_id = _task(store)
+
+        async def read(reads: LoopReads) -> Any:
+            try:
+                return await reads.read(task_id)
+            finally:
+                reads.close()
+
+        assert asyncio.run(read(_reader(store))) == store.read(task_id)
+        wrong = redis_store(f"redis://:wrong@127.0.0.1:{server.port}/3")
+        with pytest.raises(StoreError):
+            asyncio.run(read(_reader(wrong)))
+    finally:
+        server.close()
+
+
+def test_a_script_the_server_forgot_is_loaded_again(redis_url: str) -> None:
+    store = redis_store(redis_url)
+    task_id = _task(store)
+
+    async def flushed() -> None:
+        reads = _reader(store)
+        try:
+            assert await reads.read(task_id) is not None
+            redis.Redis.from_url(redis_url).script_flush()
+            with pytest.raises(StoreError):
+                await reads.read(task_id)  # NOSCRIPT: this one reads the blocking way
+            assert await reads.read(task_id) == store.read(task_id)
+        finally:
+            reads.close()
+
+    asyncio.run(flushed())
+
+
+def test_tls_and_sentinel_stores_read_the_blocking_way() -> None:
+    tls = redis.ConnectionPool.from_url("rediss://127.0.0.1:6380/0")
+    assert Server.of(tls) is None
+    assert Server.of(redis.ConnectionPool.from_url("unix:///tmp/redis.sock?db=2")) == Server(
+        host=None,
+        port=6379,
+        path="/tmp/redis.sock",
+        username=None,
+        password=None,
+        db=2,
+        timeout=loop_reads.DEFAULT_TIMEOUT,
+    )
+    # Nothing is sent until first use: no Sentinel needs to answer here.
+    sentinel = redis_store("redis+sentinel://127.0.0.1:26379/mymaster/0")
+    assert sentinel.loop_reads() is None
+
+
+def test_the_grpc_process_reads_get_task_from_the_loop(
+    private: RedisServer, tmp_path: Path
+) -> None:
+    """GetTask reads its task with the READ script alone (the reader's way,
+    not the blocking read's HMGET first), and sees each change saved before
+    it was asked."""
+    port = free_port()
+    env = {
+        "TOOLNEXUS_STORE": f"{private.url}/1",
+        "TOOLNEXUS_BROKER_URL": f"{private.url}/2",
+        "TOOLNEXUS_QUEUE": f"loop-reads-{uuid.uuid4().hex[:8]}",
+        "TOOLNEXUS_GRPC_PORT": str(port),
+        "TOOLNEXUS_LOG_LEVEL": "WARNING",
+    }
+    metadata = (("a2a-version", "1.0"),)
+    store = redis_store(f"{private.url}/1")
+    admin = redis.Redis.from_url(private.url)
+    with (
+        grpc_process(env, tmp_path / "grpc.log") as process,
+        grpc.insecure_channel(f"127.0.0.1:{port}") as channel,
+    ):
+        stub = a2a_pb2_grpc.A2AServiceStub(channel)
+        message = a2a_pb2.Message(
+            role=a2a_pb2.Role.ROLE_USER, message_id=uuid.uuid4().hex, parts=[a2a_pb2.Part(text="x")]
+        )
+        configuration = a2a_pb2.SendMessageConfiguration(return_immediately=True)
+        sent = stub.SendMessage(
+            a2a_pb2.SendMessageRequest(message=message, configuration=configuration),
+            metadata=metadata,
+            timeout=30,
+        )
+        get = a2a_pb2.GetTaskRequest(id=sent.task.id)
+        for state, wire_state in [
+            ("working", a2a_pb2.TASK_STATE_WORKING),
+            ("input-required", a2a_pb2.TASK_STATE_INPUT_REQUIRED),
+        ]:
+            assert transition(store, sent.task.id, moved_to(state)).applied
+            admin.config_resetstat()
+            assert stub.GetTask(get, metadata=metadata, timeout=30).status.state == wire_state
+            calls = admin.info("commandstats")
+            # The script's call, and the one HMGET inside it (a blocking read
+            # begins with an HMGET of its own).
+            assert calls["cmdstat_evalsha"]["calls"] == 1
+            assert calls["cmdstat_hmget"]["calls"] == 1
+        # A finished task, once read, is answered from the process's memory: not read again.
+        assert transition(store, sent.task.id, moved_to("canceled")).applied
+        done = stub.GetTask(get, metadata=metadata, timeout=30)
+        assert done.status.state == a2a_pb2.TASK_STATE_CANCELED
+        admin.config_resetstat()
+        assert stub.GetTask(get, metadata=metadata, timeout=30) == done
+        assert "cmdstat_evalsha" not in admin.info("commandstats")
+        assert process.alive(), process.output()
