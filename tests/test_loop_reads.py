@@ -1,5 +1,6 @@
 """Tasks read from an event loop (`shared.stores.redis.loop_reads`), on real
-redis-servers: each read is the blocking read's record; reads asked while one
+redis-servers: each read is the blocking read's record (a task with events
+after its snapshot read again with them); reads asked while one
 is out go together; a read that cannot be answered raises StoreError (the
 caller then reads the blocking way) and the reader serves again once the
 server does; and the gRPC process's GetTask reads that way.
@@ -200,6 +201,7 @@ def test_the_password_and_database_are_sent_on_connecting(tmp_path: Path) -> Non
 def test_a_script_the_server_forgot_is_loaded_again(redis_url: str) -> None:
     store = redis_store(redis_url)
     task_id = _task(store)
+    transition(store, task_id, moved_to("working"))  # after the snapshot: read by the script
 
     async def flushed() -> None:
         reads = _reader(store)
@@ -232,12 +234,20 @@ def test_tls_and_sentinel_stores_read_the_blocking_way() -> None:
     assert sentinel.loop_reads() is None
 
 
+def _reader_connection(admin: redis.Redis) -> dict[str, Any]:
+    """The loop reader's connection as CLIENT LIST shows it (it names itself)."""
+    named = [c for c in admin.client_list() if c["name"] == loop_reads.NAME]
+    assert len(named) == 1, named
+    return named[0]
+
+
 def test_the_grpc_process_reads_get_task_from_the_loop(
     private: RedisServer, tmp_path: Path
 ) -> None:
-    """GetTask reads its task with the READ script alone (the reader's way,
-    not the blocking read's HMGET first), and sees each change saved before
-    it was asked."""
+    """GetTask reads its task on the reader's own connection (the snapshot
+    alone at rest; with the events after it, by the script, when there are
+    some), and sees each change saved before it was asked; a finished task,
+    once read, is answered from the process's memory."""
     port = free_port()
     env = {
         "TOOLNEXUS_STORE": f"{private.url}/1",
@@ -248,7 +258,7 @@ def test_the_grpc_process_reads_get_task_from_the_loop(
     }
     metadata = (("a2a-version", "1.0"),)
     store = redis_store(f"{private.url}/1")
-    admin = redis.Redis.from_url(private.url)
+    admin = redis.Redis.from_url(private.url, decode_responses=True)
     with (
         grpc_process(env, tmp_path / "grpc.log") as process,
         grpc.insecure_channel(f"127.0.0.1:{port}") as channel,
@@ -264,23 +274,26 @@ def test_the_grpc_process_reads_get_task_from_the_loop(
             timeout=30,
         )
         get = a2a_pb2.GetTaskRequest(id=sent.task.id)
-        for state, wire_state in [
-            ("working", a2a_pb2.TASK_STATE_WORKING),
-            ("input-required", a2a_pb2.TASK_STATE_INPUT_REQUIRED),
+        assert not [c for c in admin.client_list() if c["name"] == loop_reads.NAME]
+        # working: an event after the snapshot (the HMGET, then the script);
+        # input-required, at rest: the snapshot alone (the HMGET).
+        for state, wire_state, last_command in [
+            ("working", a2a_pb2.TASK_STATE_WORKING, "evalsha"),
+            ("input-required", a2a_pb2.TASK_STATE_INPUT_REQUIRED, "hmget"),
         ]:
             assert transition(store, sent.task.id, moved_to(state)).applied
             admin.config_resetstat()
             assert stub.GetTask(get, metadata=metadata, timeout=30).status.state == wire_state
+            assert _reader_connection(admin)["cmd"] == last_command
             calls = admin.info("commandstats")
-            # The script's call, and the one HMGET inside it (a blocking read
-            # begins with an HMGET of its own).
-            assert calls["cmdstat_evalsha"]["calls"] == 1
-            assert calls["cmdstat_hmget"]["calls"] == 1
-        # A finished task, once read, is answered from the process's memory: not read again.
+            # The script's own HMGET counts too: a blocking read as well would add more.
+            reads = 2 if last_command == "evalsha" else 1
+            assert calls["cmdstat_hmget"]["calls"] == reads
+            assert calls.get("cmdstat_evalsha", {"calls": 0})["calls"] == reads - 1
         assert transition(store, sent.task.id, moved_to("canceled")).applied
         done = stub.GetTask(get, metadata=metadata, timeout=30)
         assert done.status.state == a2a_pb2.TASK_STATE_CANCELED
         admin.config_resetstat()
         assert stub.GetTask(get, metadata=metadata, timeout=30) == done
-        assert "cmdstat_evalsha" not in admin.info("commandstats")
+        assert "cmdstat_hmget" not in admin.info("commandstats")
         assert process.alive(), process.output()

@@ -3,8 +3,9 @@
 A process that answers reads from an event loop (the gRPC process) must not
 block the loop on a round trip; redis.asyncio does not, but costs the
 process more CPU a round trip than the blocking read. This reader writes
-the store's READ script calls straight to one connection and parses the
-replies with hiredis as they arrive, in an asyncio protocol: the loop
+the store's reads straight to one connection (named `toolnexus-loop-reads`
+in CLIENT LIST) and parses the replies with hiredis as they arrive, in an
+asyncio protocol: the loop
 serves other calls while a read is out, and every read asked for meanwhile
 goes out together in the next write (one round trip in flight at a time).
 A read is sent after it was asked for, so it is as fresh as a blocking read
@@ -39,9 +40,14 @@ log = logging.getLogger(__name__)
 
 # Bounds a read when the store's pool sets no timeout of its own.
 DEFAULT_TIMEOUT: Final = 5.0
+# The reader's connection as CLIENT LIST names it.
+NAME: Final = "toolnexus-loop-reads"
 
-Decode = Callable[[list[Any]], Record | None]
-Asked = tuple[str, "asyncio.Future[Record | None]"]
+# A task's record from its snapshot, event number, tail and generation (`_record`).
+Decode = Callable[[Any, Any, Any, Any], Record | None]
+# A read asked for: its task, its caller's future, and whether it needs the
+# script (the snapshot and the events after it) rather than the snapshot alone.
+Asked = tuple[str, "asyncio.Future[Record | None]", bool]
 Replied = Callable[[list[Any] | Exception], None]
 
 
@@ -77,14 +83,14 @@ class Server:
         )
 
     def greeting(self) -> list[list[str]]:
-        """The commands a connection starts with."""
+        """The commands a connection starts with: who it is, where it reads."""
         commands = []
         if self.password is not None:
             auth = [self.username, self.password] if self.username else [self.password]
             commands.append(["AUTH", *auth])
         if self.db:
             commands.append(["SELECT", str(self.db)])
-        return commands
+        return [*commands, ["CLIENT", "SETNAME", NAME]]
 
 
 class LoopReads:
@@ -94,11 +100,15 @@ class LoopReads:
         self,
         server: Server,
         script: str,
-        keys: Callable[[str], list[str]],
+        keys: Callable[[str], tuple[str, str]],
         decode: Decode,
     ) -> None:
-        """`script` reads one task (loaded on connecting), `keys(id)` are its
-        keys for a task, `decode(reply)` the record its reply holds."""
+        """`keys(id)`: a task's hash and tail. A read asks for the hash's
+        snapshot alone (`HMGET doc seq base g`: all of a task for a new one or
+        one at rest); only where events came after the snapshot (`seq` ≠
+        `base`) does it ask again, for `script` (loaded on connecting: the
+        snapshot, `seq`, the tail and `g` in one reply), as the blocking read
+        does. `decode(doc, seq, tail, g)` is the record."""
         self._server = server
         self._script = script
         self._sha = hashlib.sha1(script.encode("utf-8")).hexdigest()
@@ -114,7 +124,7 @@ class LoopReads:
         if not is_safe_id(task_id):
             return None
         future: asyncio.Future[Record | None] = asyncio.get_running_loop().create_future()
-        self._asked.append((task_id, future))
+        self._asked.append((task_id, future, False))
         if self._out is None:
             self._send_asked()
         return await future
@@ -133,7 +143,7 @@ class LoopReads:
             return
         asked, self._asked = self._asked, []
         self._out = asked
-        commands = [["EVALSHA", self._sha, "2", *self._keys(task_id)] for task_id, _ in asked]
+        commands = [self._command(task_id, whole) for task_id, _, whole in asked]
         connection.send(commands, lambda replies: self._replied(asked, replies))
         loop = asyncio.get_running_loop()
         self._timer = loop.call_later(self._server.timeout, self._timed_out, asked)
@@ -150,16 +160,30 @@ class LoopReads:
             _failed(asked, replies)
         else:
             for one, reply in zip(asked, replies, strict=True):
-                future = one[1]
+                task_id, future, whole = one
                 if isinstance(reply, hiredis.ReplyError):
                     if "NOSCRIPT" in str(reply):
                         self.close()  # the server forgot it: loaded again on reconnecting
                     # WRONGTYPE, NOSCRIPT, …: the blocking read knows each.
                     _failed([one], reply)
-                elif not future.done():  # done: the caller went away
-                    future.set_result(self._decode(reply))
+                elif future.done():  # the caller went away
+                    continue
+                elif whole:
+                    future.set_result(self._decode(*reply))
+                else:
+                    doc, seq, base, kept = reply
+                    if seq == base:
+                        future.set_result(self._decode(doc, seq, None, kept))
+                    else:  # events after the snapshot: read with them, in the next write
+                        self._asked.append((task_id, future, True))
         if self._asked:
             self._send_asked()
+
+    def _command(self, task_id: str, whole: bool) -> list[str]:
+        task, tail = self._keys(task_id)
+        if whole:
+            return ["EVALSHA", self._sha, "2", task, tail]
+        return ["HMGET", task, "doc", "seq", "base", "g"]
 
     def _timed_out(self, asked: list[Asked]) -> None:
         self._replied(asked, TimeoutError(f"no reply in {self._server.timeout:g} s"))
@@ -203,7 +227,7 @@ def _failed(asked: list[Asked], error: Exception) -> None:
     """Each read raises StoreError; its caller then reads the blocking way."""
     log.debug("reading %d tasks on the loop failed: %r", len(asked), error)
     failed = StoreError(f"task store unavailable: {error!r}")
-    for _, future in asked:
+    for _, future, _ in asked:
         if not future.done():
             future.set_exception(failed)
 

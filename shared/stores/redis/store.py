@@ -173,17 +173,17 @@ class RedisStore:
         return self._created(task, message_key, None, outcome, found)
 
     def loop_reads(self) -> LoopReads | None:
-        """Reads from an event loop (`shared.stores.redis.loop_reads`): the READ
-        script's calls, pipelined on a connection of their own; None where
-        this store's server is reached over TLS or through Sentinel."""
+        """Reads from an event loop (`shared.stores.redis.loop_reads`), as
+        `read` reads, pipelined on a connection of their own; None where this
+        store's server is reached over TLS or through Sentinel."""
         server = Server.of(self.client.connection_pool)
         if server is None:
             return None
 
-        def keys(task_id: str) -> list[str]:
-            return [self._key("task", task_id), self._key("tail", task_id)]
+        def keys(task_id: str) -> tuple[str, str]:
+            return self._key("task", task_id), self._key("tail", task_id)
 
-        return LoopReads(server, READ, keys, lambda reply: _record(*reply))
+        return LoopReads(server, READ, keys, _record)
 
     @property
     def redis_server(self) -> tuple[object, ...] | None:
