@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT: Final = 5.0
 # The reader's connection as CLIENT LIST names it.
 NAME: Final = "toolnexus-loop-reads"
+# Reads in one write at most: a flood of calls is read in turns, none parsed
+# in one piece large enough to hold the loop.
+BATCH: Final = 256
 
 # A task's record from its snapshot, event number, tail and generation (`_record`).
 Decode = Callable[[Any, Any, Any, Any], Record | None]
@@ -141,7 +144,7 @@ class LoopReads:
             if self._connecting is None:
                 self._connecting = asyncio.get_running_loop().create_task(self._reconnect())
             return
-        asked, self._asked = self._asked, []
+        asked, self._asked = self._asked[:BATCH], self._asked[BATCH:]
         self._out = asked
         commands = [self._command(task_id, whole) for task_id, _, whole in asked]
         connection.send(commands, lambda replies: self._replied(asked, replies))
