@@ -10,6 +10,7 @@ it is asked to put on the broker.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,9 +24,10 @@ from shared.errors import BrokerError
 from shared.events import message_added, status_update, to_state
 from shared.owners.book import LocalBook
 from shared.owners.limits import LimitTable
-from shared.owners.turns import BROKER_FRESH, Turns
+from shared.owners.turns import BROKER_FRESH, SlotKeeper, Turns
 from shared.store.contract import Store
 from shared.stores.memory.store import MemoryStore, memory_store
+from shared.stores.redis.store import redis_store
 from shared.task import (
     CANCELED,
     COMPLETED,
@@ -40,6 +42,7 @@ from shared.transitions import transition
 from tests.support.a2a import send_request
 from tests.support.agents import gate
 from tests.support.polling import wait_for
+from tests.support.redis_server import RedisServer
 from tests.test_web_support import live_server
 from web import create_app
 from worker.engine.agent import load_agent
@@ -372,3 +375,36 @@ def test_a_send_whose_own_task_went_out_before_a_refusal_stands() -> None:
     with pytest.raises(BrokerError):
         refused.enqueue(own)  # never published: the send is refused
     assert published.ids == ["own"]
+
+
+def test_a_store_outage_is_warned_of_once_and_its_end_said(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A worker's slots keeper retries every round while its store is down,
+    warning once an outage (not at every round) and saying when it registers
+    again; on a real redis-server, stopped and started."""
+    server = RedisServer(appendonly=True).start()
+    store = redis_store(f"{server.url}/1", timeout=0.2)
+    book = store.turn_book()
+    turns = Turns(book, LimitTable(Settings.from_env()), lambda task_id: None)
+    keeper = SlotKeeper(turns, "worker-a", 2, every=0.02, ttl=5.0)
+    caplog.set_level(logging.DEBUG, logger="shared.owners.turns")
+
+    def said(level: int, words: str) -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.levelno == level and words in r.getMessage()]
+
+    try:
+        keeper.start()
+        wait_for(lambda: book.view().capacity == 2, what="the slots registered")
+        server.stop()
+        wait_for(
+            lambda: len(said(logging.DEBUG, "could not register")) >= 3,
+            what="several rounds failed",
+        )
+        assert len(said(logging.WARNING, "could not register")) == 1
+        server.start()
+        wait_for(lambda: said(logging.INFO, "registered again"), what="the end of the outage said")
+        assert len(said(logging.WARNING, "could not register")) == 1
+    finally:
+        keeper.stop()
+        server.close()

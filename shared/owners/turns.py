@@ -302,13 +302,19 @@ class SlotKeeper:
             log.warning("turns: could not unregister %s: %s", self._worker, error)
 
     def _loop(self) -> None:
-        fed = False
+        fed = failing = False
         while not self._stop.is_set():
             try:
                 self._turns.book.register(self._worker, self._slots, self._ttl)
                 if not fed:
                     self._turns.feed()
                     fed = True
+                if failing:
+                    log.info("turns: %s's slots registered again", self._worker)
+                    failing = False
             except Exception as error:  # the store or broker down: the next round retries
-                log.warning("turns: could not register %s's slots: %s", self._worker, error)
+                # Said once an outage, not at every round of it.
+                level = logging.DEBUG if failing else logging.WARNING
+                log.log(level, "turns: could not register %s's slots: %s", self._worker, error)
+                failing = True
             self._stop.wait(self._every)
