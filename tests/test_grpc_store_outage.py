@@ -20,7 +20,7 @@ import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from google.rpc import error_details_pb2, status_pb2
 
-from tests.support.grpc_process import grpc_process
+from tests.support.grpc_process import grpc_process, process_env
 from tests.support.ports import free_port
 from tests.support.redis_server import RedisServer
 from web.grpc.wire import DETAILS_KEY
@@ -49,11 +49,7 @@ def test_the_grpc_process_refuses_get_task_while_redis_is_down_and_serves_after(
     redis_server = lasting
     port = free_port()
     env = {
-        "TOOLNEXUS_STORE": f"{redis_server.url}/1",
-        "TOOLNEXUS_BROKER_URL": f"{redis_server.url}/2",
-        "TOOLNEXUS_QUEUE": f"grpc-reads-{uuid.uuid4().hex[:8]}",
-        "TOOLNEXUS_GRPC_PORT": str(port),
-        "TOOLNEXUS_LOG_LEVEL": "WARNING",
+        **process_env(redis_server.url, port, f"grpc-reads-{uuid.uuid4().hex[:8]}"),
         "TOOLNEXUS_FINISHED_CACHE_MB": "0",
     }
     metadata = (("a2a-version", "1.0"),)

@@ -27,7 +27,7 @@ from shared.stores.redis.loop_reads import LoopReads, Server
 from shared.stores.redis.store import RedisStore, redis_store
 from shared.task import new_task
 from shared.transitions import transition
-from tests.support.grpc_process import grpc_process
+from tests.support.grpc_process import grpc_process, process_env, sent_at_once
 from tests.support.ports import free_port
 from tests.support.redis_server import RedisServer
 
@@ -250,13 +250,7 @@ def test_the_grpc_process_reads_get_task_from_the_loop(
     some), and sees each change saved before it was asked; a finished task,
     once read, is answered from the process's memory."""
     port = free_port()
-    env = {
-        "TOOLNEXUS_STORE": f"{private.url}/1",
-        "TOOLNEXUS_BROKER_URL": f"{private.url}/2",
-        "TOOLNEXUS_QUEUE": f"loop-reads-{uuid.uuid4().hex[:8]}",
-        "TOOLNEXUS_GRPC_PORT": str(port),
-        "TOOLNEXUS_LOG_LEVEL": "WARNING",
-    }
+    env = process_env(private.url, port, f"loop-reads-{uuid.uuid4().hex[:8]}")
     metadata = (("a2a-version", "1.0"),)
     store = redis_store(f"{private.url}/1")
     admin = redis.Redis.from_url(private.url, decode_responses=True)
@@ -265,16 +259,8 @@ def test_the_grpc_process_reads_get_task_from_the_loop(
         grpc.insecure_channel(f"127.0.0.1:{port}") as channel,
     ):
         stub = a2a_pb2_grpc.A2AServiceStub(channel)
-        message = a2a_pb2.Message(
-            role=a2a_pb2.Role.ROLE_USER, message_id=uuid.uuid4().hex, parts=[a2a_pb2.Part(text="x")]
-        )
-        configuration = a2a_pb2.SendMessageConfiguration(return_immediately=True)
-        sent = stub.SendMessage(
-            a2a_pb2.SendMessageRequest(message=message, configuration=configuration),
-            metadata=metadata,
-            timeout=30,
-        )
-        get = a2a_pb2.GetTaskRequest(id=sent.task.id)
+        sent = sent_at_once(stub, metadata)
+        get = a2a_pb2.GetTaskRequest(id=sent.id)
         assert not [c for c in admin.client_list() if c["name"] == loop_reads.NAME]
         # working: an event after the snapshot (the HMGET, then the script);
         # input-required, at rest: the snapshot alone (the HMGET).
@@ -282,7 +268,7 @@ def test_the_grpc_process_reads_get_task_from_the_loop(
             ("working", a2a_pb2.TASK_STATE_WORKING, "evalsha"),
             ("input-required", a2a_pb2.TASK_STATE_INPUT_REQUIRED, "hmget"),
         ]:
-            assert transition(store, sent.task.id, moved_to(state)).applied
+            assert transition(store, sent.id, moved_to(state)).applied
             admin.config_resetstat()
             assert stub.GetTask(get, metadata=metadata, timeout=30).status.state == wire_state
             assert _reader_connection(admin)["cmd"] == last_command
@@ -291,7 +277,7 @@ def test_the_grpc_process_reads_get_task_from_the_loop(
             reads = 2 if last_command == "evalsha" else 1
             assert calls["cmdstat_hmget"]["calls"] == reads
             assert calls.get("cmdstat_evalsha", {"calls": 0})["calls"] == reads - 1
-        assert transition(store, sent.task.id, moved_to("canceled")).applied
+        assert transition(store, sent.id, moved_to("canceled")).applied
         done = stub.GetTask(get, metadata=metadata, timeout=30)
         assert done.status.state == a2a_pb2.TASK_STATE_CANCELED
         admin.config_resetstat()

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
+from a2a.types import a2a_pb2
 
 from tests.support.compose import ROOT, ServiceProcess
 
@@ -29,3 +32,25 @@ def grpc_process(env: Mapping[str, str], log: Path) -> Iterator[ServiceProcess]:
         yield process
     finally:
         process.stop()
+
+
+def process_env(redis_url: str, port: int, queue: str) -> dict[str, str]:
+    """The gRPC process on `port`, its store and broker databases 1 and 2 of
+    the redis-server at `redis_url`, its queue `queue`."""
+    return {
+        "TOOLNEXUS_STORE": f"{redis_url}/1",
+        "TOOLNEXUS_BROKER_URL": f"{redis_url}/2",
+        "TOOLNEXUS_QUEUE": queue,
+        "TOOLNEXUS_GRPC_PORT": str(port),
+        "TOOLNEXUS_LOG_LEVEL": "WARNING",
+    }
+
+
+def sent_at_once(stub: Any, metadata: Sequence[tuple[str, str]], text: str = "hi") -> Any:
+    """A new task, sent with `returnImmediately` over `stub` (an A2AService stub)."""
+    message = a2a_pb2.Message(
+        role=a2a_pb2.Role.ROLE_USER, message_id=uuid.uuid4().hex, parts=[a2a_pb2.Part(text=text)]
+    )
+    configuration = a2a_pb2.SendMessageConfiguration(return_immediately=True)
+    request = a2a_pb2.SendMessageRequest(message=message, configuration=configuration)
+    return stub.SendMessage(request, metadata=metadata, timeout=30).task
