@@ -153,7 +153,6 @@ class AsyncA2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
         self._on_loop = on_loop or OnLoop()
         self._short_sends = short_sends
         self._reads = reads
-
         self._unary_calls = concurrent.futures.ThreadPoolExecutor(
             UNARY_THREADS, thread_name_prefix="grpc-call"
         )
