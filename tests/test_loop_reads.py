@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import hiredis
 import pytest
 import redis
 from a2a.types import a2a_pb2, a2a_pb2_grpc
@@ -284,3 +285,42 @@ def test_the_grpc_process_reads_get_task_from_the_loop(
         assert stub.GetTask(get, metadata=metadata, timeout=30) == done
         assert "cmdstat_hmget" not in admin.info("commandstats")
         assert process.alive(), process.output()
+
+
+def test_a_reply_no_read_has_fails_that_read_and_the_reader_goes_on() -> None:
+    """A server that answers the greeting as Redis does, then each read with
+    an integer (no shape a read has): each read raises StoreError, none hangs,
+    and the next read is asked again."""
+
+    async def scenario() -> None:
+        answered: list[bytes] = []
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            parser = hiredis.Reader()
+            while data := await reader.read(65536):
+                parser.feed(data)
+                while (command := parser.gets()) is not False:
+                    answered.append(command[0])
+                    name = command[0].upper()
+                    if name == b"SCRIPT":
+                        writer.write(b"$40\r\n" + b"0" * 40 + b"\r\n")
+                    elif name == b"CLIENT":
+                        writer.write(b"+OK\r\n")
+                    else:
+                        writer.write(b":5\r\n")
+                await writer.drain()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        store = redis_store(f"redis://127.0.0.1:{port}/0", timeout=2.0)
+        reads = _reader(store)
+        try:
+            for _ in range(2):
+                with pytest.raises(StoreError):
+                    await asyncio.wait_for(reads.read("some-task"), 5)
+            assert answered.count(b"HMGET") == 2
+        finally:
+            reads.close()
+            server.close()
+
+    asyncio.run(scenario())

@@ -163,24 +163,30 @@ class LoopReads:
             _failed(asked, replies)
         else:
             for one, reply in zip(asked, replies, strict=True):
-                task_id, future, whole = one
-                if isinstance(reply, hiredis.ReplyError):
-                    if "NOSCRIPT" in str(reply):
-                        self.close()  # the server forgot it: loaded again on reconnecting
-                    # WRONGTYPE, NOSCRIPT, …: the blocking read knows each.
-                    _failed([one], reply)
-                elif future.done():  # the caller went away
-                    continue
-                elif whole:
-                    future.set_result(self._decode(*reply))
-                else:
-                    doc, seq, base, kept = reply
-                    if seq == base:
-                        future.set_result(self._decode(doc, seq, None, kept))
-                    else:  # events after the snapshot: read with them, in the next write
-                        self._asked.append((task_id, future, True))
+                try:
+                    self._answer(one, reply)
+                except Exception as error:  # a reply of no shape a read has: that read fails
+                    _failed([one], error)
         if self._asked:
             self._send_asked()
+
+    def _answer(self, asked: Asked, reply: Any) -> None:
+        task_id, future, whole = asked
+        if isinstance(reply, hiredis.ReplyError):
+            if "NOSCRIPT" in str(reply):
+                self.close()  # the server forgot it: loaded again on reconnecting
+            # WRONGTYPE, NOSCRIPT, …: the blocking read knows each.
+            _failed([asked], reply)
+        elif future.done():  # the caller went away
+            return
+        elif whole:
+            future.set_result(self._decode(*reply))
+        else:
+            doc, seq, base, kept = reply
+            if seq == base:
+                future.set_result(self._decode(doc, seq, None, kept))
+            else:  # events after the snapshot: read with them, in the next write
+                self._asked.append((task_id, future, True))
 
     def _command(self, task_id: str, whole: bool) -> list[str]:
         task, tail = self._keys(task_id)
@@ -212,7 +218,12 @@ class LoopReads:
                 _Replies, server.host or "localhost", server.port
             )
         greeted: asyncio.Future[list[Any] | Exception] = loop.create_future()
-        connection.send([*server.greeting(), ["SCRIPT", "LOAD", self._script]], greeted.set_result)
+
+        def replied(replies: list[Any] | Exception) -> None:
+            if not greeted.done():  # done: the connecting was given up
+                greeted.set_result(replies)
+
+        connection.send([*server.greeting(), ["SCRIPT", "LOAD", self._script]], replied)
         try:
             replies = await greeted
             if isinstance(replies, Exception):
