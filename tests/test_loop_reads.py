@@ -29,8 +29,10 @@ from shared.stores.redis.store import RedisStore, redis_store
 from shared.task import new_task
 from shared.transitions import transition
 from tests.support.grpc_process import grpc_process, process_env, sent_at_once
+from tests.support.polling import wait_for
 from tests.support.ports import free_port
 from tests.support.redis_server import RedisServer
+from tests.support.sentinel import SentinelGroup
 
 
 def _task(store: RedisStore) -> str:
@@ -219,7 +221,7 @@ def test_a_script_the_server_forgot_is_loaded_again(redis_url: str) -> None:
     asyncio.run(flushed())
 
 
-def test_tls_and_sentinel_stores_read_the_blocking_way() -> None:
+def test_tls_stores_read_the_blocking_way_and_sentinel_ones_find_the_master() -> None:
     tls = redis.ConnectionPool.from_url("rediss://127.0.0.1:6380/0")
     assert Server.of(tls) is None
     assert Server.of(redis.ConnectionPool.from_url("unix:///tmp/redis.sock?db=2")) == Server(
@@ -232,8 +234,73 @@ def test_tls_and_sentinel_stores_read_the_blocking_way() -> None:
         timeout=loop_reads.DEFAULT_TIMEOUT,
     )
     # Nothing is sent until first use: no Sentinel needs to answer here.
-    sentinel = redis_store("redis+sentinel://127.0.0.1:26379/mymaster/0")
-    assert sentinel.loop_reads() is None
+    sentinel = redis_store("redis+sentinel://:pw@127.0.0.1:26379/mymaster/3")
+    reads = sentinel.loop_reads()
+    assert reads is not None
+    server = Server.of(sentinel.client.connection_pool)
+    assert server is not None and server.locate is not None
+    assert (server.password, server.db) == ("pw", 3)
+
+
+@pytest.mark.timeout(120)
+def test_through_a_failover_the_reader_follows_the_master_sentinel_names() -> None:
+    """On a real master, replica and three Sentinels: reads come from the
+    master; after a failover that demotes the master alive (it keeps its
+    connections and answers reads), the reader notices within a second of
+    reading and reads from the promoted node, changes made there included."""
+    group = SentinelGroup(password="master-secret").start()
+    try:
+        store = redis_store(group.url.removesuffix("/0") + "/1")
+        task_id = _task(store)
+        old = group.master.port
+
+        async def follows() -> None:
+            reads = _reader(store)
+            try:
+                assert await reads.read(task_id) == store.read(task_id)
+                group.sentinel_client().execute_command("SENTINEL", "FAILOVER", "toolnexus")
+                new = await asyncio.to_thread(group.wait_for_failover)
+                assert new[1] != old
+                # The change is made on the promoted node itself, once it takes writes.
+                promoted = redis_store(f"redis://:master-secret@127.0.0.1:{new[1]}/1")
+                changed = await asyncio.to_thread(
+                    wait_for,
+                    lambda: _moved(promoted, task_id),
+                    timeout=60,
+                    what="a change saved on the promoted master",
+                )
+                deadline = asyncio.get_running_loop().time() + 30
+                while True:
+                    try:
+                        found = await reads.read(task_id)
+                    except StoreError:  # between masters: the caller reads the blocking way
+                        found = None
+                    master = group.master_address()
+                    named = master is not None and [
+                        c
+                        for c in redis.Redis(port=master[1], password="master-secret").client_list()
+                        if c["name"] == loop_reads.NAME
+                    ]
+                    if found == changed and named:
+                        break
+                    assert asyncio.get_running_loop().time() < deadline, (found, named)
+                    await asyncio.sleep(0.1)
+            finally:
+                reads.close()
+
+        asyncio.run(follows())
+    finally:
+        group.close()
+
+
+def _moved(store: RedisStore, task_id: str) -> Any:
+    """The task moved to working, once the store can write (None until then)."""
+    try:
+        if transition(store, task_id, moved_to("working")).applied:
+            return store.read(task_id)
+    except StoreError:
+        return None
+    return None
 
 
 def _reader_connection(admin: redis.Redis) -> dict[str, Any]:

@@ -95,7 +95,13 @@ class RedisServer:
             # A paused server acts on SIGTERM only once it runs again.
             self.process.send_signal(signal.SIGCONT)
             self.process.terminate()
-            self.process.wait(10)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                # A master waits up to its shutdown-timeout for lagging replicas
+                # (one mid-resync after a failover): past that, it is killed.
+                self.process.kill()
+                self.process.wait(10)
         self.process = None
 
     def kill(self) -> None:

@@ -5,15 +5,18 @@ block the loop on a round trip; redis.asyncio does not, but costs the
 process more CPU a round trip than the blocking read. This reader writes
 the store's reads straight to one connection (named `toolnexus-loop-reads`
 in CLIENT LIST) and parses the replies with hiredis as they arrive, in an
-asyncio protocol: the loop
-serves other calls while a read is out, and every read asked for meanwhile
-goes out together in the next write (one round trip in flight at a time).
-A read is sent after it was asked for, so it is as fresh as a blocking read
-begun then.
+asyncio protocol: the loop serves other calls while a read is out, and
+every read asked for meanwhile goes out together in the next write (one
+round trip in flight at a time). A read is sent after it was asked for, so
+it is as fresh as a blocking read begun then.
 
-Only a store reached over plain TCP or a Unix socket is read this way (its
-user, password and database sent on connecting, as redis-py sends them);
-TLS and Sentinel (where redis-py's own connection follows the master) are
+A store reached over plain TCP or a Unix socket is read this way (its user,
+password and database sent on connecting, as redis-py sends them), and so
+is one on a Sentinel group: the reader connects to the master the Sentinels
+name (asked off the loop), checks that the node says it is the master, and
+asks again at most every `ROLE_EVERY` seconds of reading, since a master
+demoted in a failover keeps its connections and answers reads; a node that
+is no longer the master is left for the one the Sentinels name then. TLS is
 read the blocking way. A read that fails, meets a closed connection or
 outlasts the store's timeout raises `StoreError`, and the caller reads the
 blocking way, which says what is wrong; the connection is dropped (a late
@@ -32,6 +35,7 @@ from typing import Any, Final
 
 import hiredis
 import redis
+from redis.sentinel import SentinelConnectionPool, SentinelManagedConnection
 
 from shared.errors import StoreError
 from shared.store.contract import Record, is_safe_id
@@ -45,6 +49,11 @@ NAME: Final = "toolnexus-loop-reads"
 # Reads in one write at most: a flood of calls is read in turns, none parsed
 # in one piece large enough to hold the loop.
 BATCH: Final = 256
+# Through Sentinel: how often (seconds) a write also asks the node whether it
+# is still the master. A demoted master keeps its connections and answers
+# reads; the reader then connects to the master the Sentinels name.
+ROLE_EVERY: Final = 1.0
+ROLE: Final = ["ROLE"]
 
 # A task's record from its snapshot, event number, tail and generation (`_record`).
 Decode = Callable[[Any, Any, Any, Any], Record | None]
@@ -65,24 +74,28 @@ class Server:
     password: str | None
     db: int
     timeout: float
+    # Where the master is now, asked of the Sentinels on each connect (None:
+    # the server above, always); the node's role is then checked as it reads.
+    locate: Callable[[], tuple[str, int]] | None = None
 
     @classmethod
     def of(cls, pool: redis.ConnectionPool) -> Server | None:
         """The pool's server, None where its connections are not plain ones
-        (TLS, Sentinel's): those are read the blocking way."""
+        (TLS): those are read the blocking way."""
+        kwargs = pool.connection_kwargs
         kind = pool.connection_class
+        if isinstance(pool, SentinelConnectionPool):
+            if kind is not SentinelManagedConnection:
+                return None
+            return cls(None, 0, None, locate=pool.get_master_address, **_login(kwargs))
         if kind not in (redis.Connection, redis.UnixDomainSocketConnection):
             return None
-        kwargs = pool.connection_kwargs
         unix = kind is redis.UnixDomainSocketConnection
         return cls(
             host=None if unix else kwargs.get("host", "localhost"),
             port=int(kwargs.get("port") or 6379),
             path=kwargs.get("path") if unix else None,
-            username=kwargs.get("username"),
-            password=kwargs.get("password"),
-            db=int(kwargs.get("db") or 0),
-            timeout=float(kwargs.get("socket_timeout") or DEFAULT_TIMEOUT),
+            **_login(kwargs),
         )
 
     def greeting(self) -> list[list[str]]:
@@ -94,6 +107,20 @@ class Server:
         if self.db:
             commands.append(["SELECT", str(self.db)])
         return [*commands, ["CLIENT", "SETNAME", NAME]]
+
+
+def _login(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "username": kwargs.get("username"),
+        "password": kwargs.get("password"),
+        "db": int(kwargs.get("db") or 0),
+        "timeout": float(kwargs.get("socket_timeout") or DEFAULT_TIMEOUT),
+    }
+
+
+def _is_master(reply: Any) -> bool:
+    """ROLE's reply names a master."""
+    return isinstance(reply, list) and bool(reply) and reply[0] == b"master"
 
 
 class LoopReads:
@@ -122,6 +149,7 @@ class LoopReads:
         self._asked: list[Asked] = []  # not sent yet
         self._out: list[Asked] | None = None  # sent, its replies awaited
         self._timer: asyncio.TimerHandle | None = None
+        self._role_due = 0.0  # when a write next asks the node's role (Sentinel)
 
     async def read(self, task_id: str) -> Record | None:
         if not is_safe_id(task_id):
@@ -147,17 +175,34 @@ class LoopReads:
         asked, self._asked = self._asked[:BATCH], self._asked[BATCH:]
         self._out = asked
         commands = [self._command(task_id, whole) for task_id, _, whole in asked]
-        connection.send(commands, lambda replies: self._replied(asked, replies))
         loop = asyncio.get_running_loop()
+        checks = self._server.locate is not None and loop.time() >= self._role_due
+        if checks:
+            self._role_due = loop.time() + ROLE_EVERY
+        connection.send(
+            [ROLE, *commands] if checks else commands,
+            lambda replies: self._replied(asked, replies, checks),
+        )
         self._timer = loop.call_later(self._server.timeout, self._timed_out, asked)
 
-    def _replied(self, asked: list[Asked], replies: list[Any] | Exception) -> None:
-        """The replies to a write (or why there are none); then the reads asked meanwhile."""
+    def _replied(
+        self, asked: list[Asked], replies: list[Any] | Exception, checks: bool = False
+    ) -> None:
+        """The replies to a write (or why there are none); then the reads asked
+        meanwhile. `checks`: the first reply is the node's role."""
         if self._out is not asked:
             return  # already failed (timed out)
         self._out = None
         if self._timer is not None:
             self._timer.cancel()
+        if checks and not isinstance(replies, Exception):
+            role, *replies = replies
+            if not _is_master(role):  # demoted: read again from the master the Sentinels name
+                log.info("the task store's node is no longer the master: reconnecting")
+                self.close()
+                self._asked[:0] = asked
+                self._send_asked()
+                return
         if isinstance(replies, Exception):
             self.close()  # a late reply would answer the wrong read
             _failed(asked, replies)
@@ -211,19 +256,22 @@ class LoopReads:
     async def _connect(self) -> _Replies:
         loop = asyncio.get_running_loop()
         server = self._server
+        host, port = server.host or "localhost", server.port
+        if server.locate is not None:  # the Sentinels' answer: off the loop
+            host, port = await loop.run_in_executor(None, server.locate)
         if server.path is not None:
             _, connection = await loop.create_unix_connection(_Replies, server.path)
         else:
-            _, connection = await loop.create_connection(
-                _Replies, server.host or "localhost", server.port
-            )
+            _, connection = await loop.create_connection(_Replies, host, port)
+        self._role_due = loop.time() + ROLE_EVERY  # checked in the greeting
         greeted: asyncio.Future[list[Any] | Exception] = loop.create_future()
 
         def replied(replies: list[Any] | Exception) -> None:
             if not greeted.done():  # done: the connecting was given up
                 greeted.set_result(replies)
 
-        connection.send([*server.greeting(), ["SCRIPT", "LOAD", self._script]], replied)
+        checks = [ROLE] if server.locate is not None else []
+        connection.send([*server.greeting(), ["SCRIPT", "LOAD", self._script], *checks], replied)
         try:
             replies = await greeted
             if isinstance(replies, Exception):
@@ -231,6 +279,8 @@ class LoopReads:
             for reply in replies:
                 if isinstance(reply, hiredis.ReplyError):
                     raise StoreError(f"task store refused the connection: {reply}")
+            if checks and not _is_master(replies[-1]):
+                raise StoreError("the node the Sentinels named is not the master (yet)")
         except BaseException:
             connection.close()
             raise

@@ -175,7 +175,7 @@ class RedisStore:
     def loop_reads(self) -> LoopReads | None:
         """Reads from an event loop (`shared.stores.redis.loop_reads`), as
         `read` reads, pipelined on a connection of their own; None where this
-        store's server is reached over TLS or through Sentinel."""
+        store's server is reached over TLS."""
         server = Server.of(self.client.connection_pool)
         if server is None:
             return None
