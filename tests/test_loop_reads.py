@@ -9,6 +9,7 @@ server does; and the gRPC process's GetTask reads that way.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -147,12 +148,64 @@ def test_a_read_fails_while_the_server_is_down_and_succeeds_once_it_is_back(
             with pytest.raises(StoreError):  # reconnecting is refused too
                 await reads.read(task_id)
             private.start()
-            found = await reads.read(task_id)
+            found = await _read_when_back(reads, task_id)
             assert found is None  # the server came back empty (no persistence)
         finally:
             reads.close()
 
     asyncio.run(outage())
+
+
+async def _read_when_back(reads: LoopReads, task_id: str, within: float = 15.0) -> Any:
+    """The read once the reader connects again (it waits a short delay
+    between attempts, the reads meanwhile failing at once)."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        try:
+            return await reads.read(task_id)
+        except StoreError:
+            assert asyncio.get_running_loop().time() < deadline, "the reader never came back"
+            await asyncio.sleep(0.05)
+
+
+def test_a_connection_refused_is_tried_again_after_a_delay_and_warned_of_once(
+    private: RedisServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = redis_store(f"{private.url}/1", timeout=1.0)
+    task_id = _task(store)
+    attempts: list[float] = []
+    connect = LoopReads._connect
+
+    async def counted(self: LoopReads) -> Any:
+        attempts.append(asyncio.get_running_loop().time())
+        return await connect(self)
+
+    monkeypatch.setattr(LoopReads, "_connect", counted)
+    caplog.set_level(logging.INFO, logger="shared.stores.redis.loop_reads")
+
+    async def refused() -> None:
+        reads = _reader(store)
+        try:
+            private.stop()
+            for _ in range(20):  # one attempt, then failing at once within its delay
+                with pytest.raises(StoreError):
+                    await reads.read(task_id)
+            assert len(attempts) == 1
+            await asyncio.sleep(0.3)  # past the first delays: tried again, refused again
+            for _ in range(3):
+                with pytest.raises(StoreError):
+                    await reads.read(task_id)
+                await asyncio.sleep(0.25)
+            assert 2 <= len(attempts) <= 4
+            private.start()
+            await _read_when_back(reads, task_id)
+        finally:
+            reads.close()
+
+    asyncio.run(refused())
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "does not connect" in warned[0].getMessage()
+    assert any("connects again" in r.getMessage() for r in caplog.records)
 
 
 def test_a_paused_server_fails_the_reads_after_the_timeout_and_serves_after(
@@ -175,7 +228,7 @@ def test_a_paused_server_fails_the_reads_after_the_timeout_and_serves_after(
                 assert loop.time() - began < 5.0
             finally:
                 private.resume()
-            assert await reads.read(task_id) == store.read(task_id)
+            assert await _read_when_back(reads, task_id) == store.read(task_id)
         finally:
             reads.close()
 

@@ -20,7 +20,11 @@ is no longer the master is left for the one the Sentinels name then. TLS is
 read the blocking way. A read that fails, meets a closed connection or
 outlasts the store's timeout raises `StoreError`, and the caller reads the
 blocking way, which says what is wrong; the connection is dropped (a late
-reply would answer the wrong read) and opened again for the next read.
+reply would answer the wrong read) and opened again for the next read. A
+connection that cannot be made (the server down, a user the server refuses
+a command of the greeting) is tried again after a delay that doubles up
+to 5 s, the reads meanwhile failing at once; the first failure of a
+streak is logged as a warning.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import hiredis
 import redis
 from redis.sentinel import SentinelConnectionPool, SentinelManagedConnection
 
+from shared.backoff import Backoff
 from shared.errors import StoreError
 from shared.store.contract import Record, is_safe_id
 
@@ -150,6 +155,11 @@ class LoopReads:
         self._out: list[Asked] | None = None  # sent, its replies awaited
         self._timer: asyncio.TimerHandle | None = None
         self._role_due = 0.0  # when a write next asks the node's role (Sentinel)
+        # After a connection could not be made: no other is tried before
+        # `_retry_at` (the reads meanwhile fail at once, to the blocking way).
+        self._retry_at = 0.0
+        self._backoff = Backoff(initial=0.1, cap=5.0)
+        self._failing = False
 
     async def read(self, task_id: str) -> Record | None:
         if not is_safe_id(task_id):
@@ -169,8 +179,12 @@ class LoopReads:
         """Every read asked for so far, in one write (once connected)."""
         connection = self._connection
         if connection is None or connection.lost:
-            if self._connecting is None:
-                self._connecting = asyncio.get_running_loop().create_task(self._reconnect())
+            loop = asyncio.get_running_loop()
+            if loop.time() < self._retry_at:
+                asked, self._asked = self._asked, []
+                _failed(asked, ConnectionError("not connected: trying again shortly"))
+            elif self._connecting is None:
+                self._connecting = loop.create_task(self._reconnect())
             return
         asked, self._asked = self._asked[:BATCH], self._asked[BATCH:]
         self._out = asked
@@ -243,11 +257,21 @@ class LoopReads:
         self._replied(asked, TimeoutError(f"no reply in {self._server.timeout:g} s"))
 
     async def _reconnect(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
             self._connection = await asyncio.wait_for(self._connect(), self._server.timeout)
         except Exception as error:
+            self._retry_at = loop.time() + self._backoff.next()
+            if not self._failing:  # once a streak: the blocking reads say the rest
+                log.warning("loop reads: the task store does not connect: %r", error)
+                self._failing = True
             asked, self._asked = self._asked, []
             _failed(asked, error)
+        else:
+            self._backoff.reset()
+            if self._failing:
+                log.info("loop reads: the task store connects again")
+                self._failing = False
         finally:
             self._connecting = None
         if self._asked and self._out is None:
