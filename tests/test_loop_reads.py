@@ -12,6 +12,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +44,15 @@ def _task(store: RedisStore) -> str:
     return task["id"]
 
 
-def _reader(store: RedisStore) -> LoopReads:
+@contextmanager
+def _reading(store: RedisStore) -> Iterator[LoopReads]:
+    """The store's loop reader, closed afterwards."""
     reads = store.loop_reads()
     assert reads is not None
-    return reads
+    try:
+        yield reads
+    finally:
+        reads.close()
 
 
 @pytest.fixture
@@ -71,12 +77,9 @@ def test_a_task_read_from_the_loop_is_the_task_read_the_blocking_way(redis_url: 
     )
 
     async def read_all() -> list[Any]:
-        reads = _reader(store)
-        try:
+        with _reading(store) as reads:
             asked = [fresh, streamed, "no-such-task", "../not-an-id"]
             return [await reads.read(task_id) for task_id in asked]
-        finally:
-            reads.close()
 
     found = asyncio.run(read_all())
     assert found == [store.read(fresh), store.read(streamed), None, None]
@@ -98,11 +101,8 @@ def test_reads_asked_while_one_is_out_go_together_and_each_gets_its_own(
     monkeypatch.setattr(loop_reads._Replies, "send", counted)
 
     async def read_all() -> list[Any]:
-        reads = _reader(store)
-        try:
+        with _reading(store) as reads:
             return await asyncio.gather(*(reads.read(ids[i % 20]) for i in range(200)))
-        finally:
-            reads.close()
 
     monkeypatch.setattr(loop_reads, "BATCH", 64)
     found = asyncio.run(read_all())
@@ -118,13 +118,10 @@ def test_a_key_of_the_wrong_type_fails_that_read_alone(redis_url: str) -> None:
     redis.Redis.from_url(redis_url).set("toolnexus:task:wrong-type", "a string")
 
     async def read_both() -> list[Any]:
-        reads = _reader(store)
-        try:
+        with _reading(store) as reads:
             return await asyncio.gather(
                 reads.read("wrong-type"), reads.read(good), return_exceptions=True
             )
-        finally:
-            reads.close()
 
     wrong, right = asyncio.run(read_both())
     assert isinstance(wrong, StoreError)
@@ -139,8 +136,7 @@ def test_a_read_fails_while_the_server_is_down_and_succeeds_once_it_is_back(
     task_id = _task(store)
 
     async def outage() -> None:
-        reads = _reader(store)
-        try:
+        with _reading(store) as reads:
             assert await reads.read(task_id) == store.read(task_id)
             private.kill()
             with pytest.raises(StoreError):
@@ -150,8 +146,6 @@ def test_a_read_fails_while_the_server_is_down_and_succeeds_once_it_is_back(
             private.start()
             found = await _read_when_back(reads, task_id)
             assert found is None  # the server came back empty (no persistence)
-        finally:
-            reads.close()
 
     asyncio.run(outage())
 
@@ -184,8 +178,7 @@ def test_a_connection_refused_is_tried_again_after_a_delay_and_warned_of_once(
     caplog.set_level(logging.INFO, logger="shared.stores.redis.loop_reads")
 
     async def refused() -> None:
-        reads = _reader(store)
-        try:
+        with _reading(store) as reads:
             private.stop()
             for _ in range(20):  # one attempt, then failing at once within its delay
                 with pytest.raises(StoreError):
@@ -199,8 +192,6 @@ def test_a_connection_refused_is_tried_again_after_a_delay_and_warned_of_once(
             assert 2 <= len(attempts) <= 4
             private.start()
             await _read_when_back(reads, task_id)
-        finally:
-            reads.close()
 
     asyncio.run(refused())
     warned = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -215,8 +206,7 @@ def test_a_paused_server_fails_the_reads_after_the_timeout_and_serves_after(
     task_id = _task(store)
 
     async def paused() -> None:
-        reads = _reader(store)
-        try:
+        with _reading(store) as reads:
             assert await reads.read(task_id) is not None
             private.pause()
             try:
@@ -229,8 +219,6 @@ def test_a_paused_server_fails_the_reads_after_the_timeout_and_serves_after(
             finally:
                 private.resume()
             assert await _read_when_back(reads, task_id) == store.read(task_id)
-        finally:
-            reads.close()
 
     asyncio.run(paused())
 
@@ -241,16 +229,14 @@ def test_the_password_and_database_are_sent_on_connecting(tmp_path: Path) -> Non
         store = redis_store(f"{server.url}/3")
         task_id = _task(store)
 
-        async def read(reads: LoopReads) -> Any:
-            try:
+        async def read(on: RedisStore) -> Any:
+            with _reading(on) as reads:
                 return await reads.read(task_id)
-            finally:
-                reads.close()
 
-        assert asyncio.run(read(_reader(store))) == store.read(task_id)
+        assert asyncio.run(read(store)) == store.read(task_id)
         wrong = redis_store(f"redis://:wrong@127.0.0.1:{server.port}/3")
         with pytest.raises(StoreError):
-            asyncio.run(read(_reader(wrong)))
+            asyncio.run(read(wrong))
     finally:
         server.close()
 
@@ -261,15 +247,12 @@ def test_a_script_the_server_forgot_is_loaded_again(redis_url: str) -> None:
     transition(store, task_id, moved_to("working"))  # after the snapshot: read by the script
 
     async def flushed() -> None:
-        reads = _reader(store)
-        try:
+        with _reading(store) as reads:
             assert await reads.read(task_id) is not None
             redis.Redis.from_url(redis_url).script_flush()
             with pytest.raises(StoreError):
                 await reads.read(task_id)  # NOSCRIPT: this one reads the blocking way
             assert await reads.read(task_id) == store.read(task_id)
-        finally:
-            reads.close()
 
     asyncio.run(flushed())
 
@@ -308,8 +291,7 @@ def test_through_a_failover_the_reader_follows_the_master_sentinel_names() -> No
         old = group.master.port
 
         async def follows() -> None:
-            reads = _reader(store)
-            try:
+            with _reading(store) as reads:
                 assert await reads.read(task_id) == store.read(task_id)
                 group.sentinel_client().execute_command("SENTINEL", "FAILOVER", "toolnexus")
                 new = await asyncio.to_thread(group.wait_for_failover)
@@ -338,8 +320,6 @@ def test_through_a_failover_the_reader_follows_the_master_sentinel_names() -> No
                         break
                     assert asyncio.get_running_loop().time() < deadline, (found, named)
                     await asyncio.sleep(0.1)
-            finally:
-                reads.close()
 
         asyncio.run(follows())
     finally:
@@ -433,14 +413,11 @@ def test_a_reply_no_read_has_fails_that_read_and_the_reader_goes_on() -> None:
         server = await asyncio.start_server(serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         store = redis_store(f"redis://127.0.0.1:{port}/0", timeout=2.0)
-        reads = _reader(store)
-        try:
+        with _reading(store) as reads:
             for _ in range(2):
                 with pytest.raises(StoreError):
                     await asyncio.wait_for(reads.read("some-task"), 5)
             assert answered.count(b"HMGET") == 2
-        finally:
-            reads.close()
             server.close()
 
     asyncio.run(scenario())

@@ -30,7 +30,6 @@ streak is logged as a warning.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -135,18 +134,20 @@ class LoopReads:
         self,
         server: Server,
         script: str,
+        sha: str,
         keys: Callable[[str], tuple[str, str]],
         decode: Decode,
     ) -> None:
         """`keys(id)`: a task's hash and tail. A read asks for the hash's
         snapshot alone (`HMGET doc seq base g`: all of a task for a new one or
         one at rest); only where events came after the snapshot (`seq` ≠
-        `base`) does it ask again, for `script` (loaded on connecting: the
-        snapshot, `seq`, the tail and `g` in one reply), as the blocking read
-        does. `decode(doc, seq, tail, g)` is the record."""
+        `base`) does it ask again, for `script` (named by `sha`, as the store
+        registered it; loaded on connecting: the snapshot, `seq`, the tail
+        and `g` in one reply), as the blocking read does. `decode(doc, seq,
+        tail, g)` is the record."""
         self._server = server
         self._script = script
-        self._sha = hashlib.sha1(script.encode("utf-8")).hexdigest()
+        self._sha = sha
         self._keys = keys
         self._decode = decode
         self._connection: _Replies | None = None

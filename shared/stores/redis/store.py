@@ -183,7 +183,7 @@ class RedisStore:
         def keys(task_id: str) -> tuple[str, str]:
             return self._key("task", task_id), self._key("tail", task_id)
 
-        return LoopReads(server, READ, keys, _record)
+        return LoopReads(server, READ, self._read.sha, keys, _record)
 
     @property
     def redis_server(self) -> tuple[object, ...] | None:
