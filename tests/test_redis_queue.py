@@ -96,3 +96,34 @@ def test_the_message_and_its_event_are_what_kombu_writes(
         for varying in ("timestamp", "clock", "queue", "routing_key"):
             event["body"].pop(varying)
     assert events[0] == events[1]
+
+
+def test_the_broker_check_asks_on_a_pooled_connection(
+    dispatcher: CeleryDispatcher, broker_url: str
+) -> None:
+    """A held send's check that the broker answers (`Turns`, up to four a
+    second per process) makes no connection of its own each time."""
+    server = redis.Redis.from_url(broker_url)
+    dispatcher.check()  # the pool's first connection
+    before = server.info("stats")["total_connections_received"]
+    for _ in range(20):
+        dispatcher.check()
+    assert server.info("stats")["total_connections_received"] == before
+    server.close()
+
+
+def test_the_broker_check_refuses_promptly_when_the_broker_is_down() -> None:
+    from shared.errors import BrokerError
+    from tests.support.redis_server import RedisServer
+
+    server = RedisServer().start()
+    dispatcher = CeleryDispatcher(Settings(broker_url=f"{server.url}/3", queue=QUEUE))
+    try:
+        dispatcher.check()
+        server.close()
+        started = time.monotonic()
+        with pytest.raises(BrokerError, match="broker unavailable"):
+            dispatcher.check()
+        assert time.monotonic() - started < 10  # one retry, never a hang
+    finally:
+        dispatcher.close()

@@ -17,13 +17,18 @@ import pytest
 import redis
 
 from shared import Settings
+from shared.broker.along import KEEP_FOR
 from shared.broker.dispatch import CeleryDispatcher
 from shared.broker.dispatcher import FULFIL_TASK
 from shared.broker.redis_queue import EVENT_EXCHANGE, SENT_ROUTING_KEY
+from shared.events import to_state
 from shared.owners.book import OwnerCount
+from shared.owners.limits import LimitTable
+from shared.owners.turns import Turns
 from shared.stores.redis.store import RedisStore
 from shared.stores.redis.turns import RedisTurnBook
-from shared.task import SUBMITTED, state_of
+from shared.task import COMPLETED, SUBMITTED, WORKING, state_of
+from shared.transitions import claim, transition
 from tests.support.redis_server import on_database
 from web.core.params import send_params
 from web.core.tasks import Tasks
@@ -239,34 +244,99 @@ def test_a_taken_send_and_its_message_are_one_round_trip(
     assert saved is not None and state_of(saved) == SUBMITTED
 
 
-def test_a_held_send_queues_nothing_until_its_turn(
+def _kept(store: RedisStore, task_id: str) -> bool:
+    """Whether the book keeps a message for the task."""
+    return bool(store.client.exists(f"rt:turns:msg:{task_id}"))
+
+
+def test_a_held_send_is_queued_by_the_step_that_takes_it(
     along: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     tasks, store, dispatcher, broker = along
     # No worker registered: a window of one. The first is taken (its message
-    # along), the second held, and queued by the dispatcher once room frees.
+    # along); the second is held, its message kept with the book, and queued
+    # by the step that makes room: nobody publishes it.
     first = tasks.send(_params("m-1"), "alice", blocking=False).task
     sends = Sends(monkeypatch, dispatcher)
     made = Made(monkeypatch, tasks)
     second = tasks.send(_params("m-2"), "alice", blocking=False).task
+    assert made.ids == [second["id"]] and _kept(store, second["id"])
+    assert 0 < cast(int, store.client.ttl(f"rt:turns:msg:{second['id']}")) <= KEEP_FOR
     assert [message["headers"]["id"] for message in _queued(broker)] == [first["id"]]
     assert sends.direct == 0 and dispatcher._sent_along == set()
     assert tasks.turns is not None
     tasks.turns.ended(first["id"])
+    queued = _queued(broker)
+    assert [message["headers"]["id"] for message in queued] == [first["id"], second["id"]]
+    assert queued[1]["body"][0] == [second["id"]] and queued[1]["headers"]["task"] == FULFIL_TASK
+    assert sends.direct == 0 and not _kept(store, second["id"])
+    assert store.turn_book().in_flight() == [second["id"]]
+
+
+def test_a_held_task_released_before_its_turn_leaves_no_message(
+    along: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
+) -> None:
+    tasks, store, _, broker = along
+    first = tasks.send(_params("m-1"), "alice", blocking=False).task
+    second = tasks.send(_params("m-2"), "alice", blocking=False).task
+    assert _kept(store, second["id"]) and tasks.turns is not None
+    tasks.turns.released([second["id"]])  # canceled while held, say
+    assert not _kept(store, second["id"])
+    assert store.turn_book().held_among([second["id"]]) == (set(), set())
+    tasks.turns.ended(first["id"])
+    assert [message["headers"]["id"] for message in _queued(broker)] == [first["id"]]
+
+
+def test_past_the_keeping_bound_a_held_task_is_published_by_whoever_takes_it(
+    along: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tasks, store, dispatcher, broker = along
+    monkeypatch.setattr("shared.broker.along.KEEP_MOST", 1)
+    first = tasks.send(_params("m-1"), "alice", blocking=False).task
+    second = tasks.send(_params("m-2"), "alice", blocking=False).task  # the book held none
+    third = tasks.send(_params("m-3"), "alice", blocking=False).task  # the book held one
+    assert _kept(store, second["id"]) and not _kept(store, third["id"])
+    sends = Sends(monkeypatch, dispatcher)
+    assert tasks.turns is not None
+    tasks.turns.ended(first["id"])
+    assert sends.direct == 0
+    tasks.turns.ended(second["id"])
     assert sends.direct == 1
-    assert [message["headers"]["id"] for message in _queued(broker)] == [first["id"], second["id"]]
-    # While sends are held, none makes a message to go along; the first
-    # taken at once again goes the long way, and the next goes along.
-    third = tasks.send(_params("m-3"), "alice", blocking=False).task  # held behind the second
-    assert made.ids == [second["id"]] and sends.direct == 1
-    store.turn_book().register("a-worker", 10, 60.0)
-    tasks.turns.ended(second["id"])  # the third's turn: published by the dispatcher
-    fourth = tasks.send(_params("m-4"), "alice", blocking=False).task
-    fifth = tasks.send(_params("m-5"), "alice", blocking=False).task
-    assert made.ids == [second["id"], fifth["id"]] and sends.direct == 3
     queued = [message["headers"]["id"] for message in _queued(broker)]
-    assert queued == [first["id"], second["id"], third["id"], fourth["id"], fifth["id"]]
+    assert queued == [first["id"], second["id"], third["id"]]
+
+
+def test_a_workers_last_write_queues_the_kept_message_of_what_it_took(
+    along: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
+) -> None:
+    tasks, store, _, broker = along
+    subscriber = broker.pubsub()
+    subscriber.subscribe(f"/5.{EVENT_EXCHANGE}/{SENT_ROUTING_KEY}")
+    assert subscriber.get_message(timeout=2) is not None  # the subscription itself
+    first = tasks.send(_params("m-1"), "alice", blocking=False).task
+    second = tasks.send(_params("m-2"), "alice", blocking=False).task
+    # A worker's process: its own store, whose releasing writes publish to it.
+    worker_store = RedisStore(store.client, prefix="rt:")
+    published = Broker()
+    worker = Turns(worker_store.turn_book(), LimitTable(Settings()), published.enqueue)
+    worker.release_with_writes()
+    assert claim(worker_store, first["id"], to=WORKING, from_state=SUBMITTED).applied
+    assert transition(worker_store, first["id"], to_state(COMPLETED), from_states={WORKING}).applied
+    assert published.published == [] and not _kept(store, second["id"])
+    assert [message["headers"]["id"] for message in _queued(broker)] == [first["id"], second["id"]]
+    announced = []
+    deadline = time.monotonic() + 10
+    while second["id"] not in announced:  # the database may be shared: others pass by
+        assert time.monotonic() < deadline, "no task-sent event for the kept message"
+        event = subscriber.get_message(timeout=1)
+        if event is not None:
+            announced.append(
+                json.loads(base64.b64decode(json.loads(event["data"])["body"]))["uuid"]
+            )
+    subscriber.close()
+    assert announced == [first["id"], second["id"]]
 
 
 def test_the_message_along_announces_itself_as_the_direct_sender_does(

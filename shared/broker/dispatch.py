@@ -204,6 +204,11 @@ class CeleryDispatcher:
 
     def check(self) -> None:
         try:
+            if self._redis_queue is not None:
+                # A pooled connection's round trip: Celery's connection for
+                # write is a new connection (and handshake) every time.
+                self._redis_queue.ping()
+                return
             with self.app.connection_for_write() as connection:
                 _connected(connection)
         except Exception as error:

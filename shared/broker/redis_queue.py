@@ -141,6 +141,10 @@ class RedisTaskQueue:
             self._origin_name, self._origin_pid = anon_nodename(), pid
         return self._origin_name
 
+    def ping(self) -> None:
+        """Whether the broker answers now: raises redis errors as they come."""
+        self._client.ping()
+
     def close(self) -> None:
         # The client was given its pool, so closing the client would leave it open.
         self._client.connection_pool.disconnect()

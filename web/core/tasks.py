@@ -74,8 +74,8 @@ from web.core.send_limits import SendLimits
 log = logging.getLogger(__name__)
 
 # `create_held(task, message_key, entry, fair, along)`: a store's create that
-# also holds the task in its turn book, and queues `along` if it took the task
-# (shared.stores.redis.store).
+# also holds the task in its turn book, and queues `along` if it took the task,
+# else keeps it for the step that does (shared.stores.redis.store).
 CreateHeld = Callable[[Task, "str | None", Entry, bool, "QueuedAlong | None"], Created]
 
 
@@ -138,13 +138,9 @@ class Tasks:
         held = getattr(type(store), "create_held", None) if self.turns is not None else None
         self._create_held: CreateHeld | None = partial(held, store) if held else None
         # A broker that is a database of that store's own Redis server: the
-        # send's message goes with that step (`shared.broker.along`).
+        # send's message goes with that step, and is queued by whichever step
+        # takes the task (`shared.broker.along`).
         self._along = along_with(store, dispatcher) if held else None
-        # Whether the book took the last send's task at once. A message goes
-        # along only then: while the fleet is full, sends are held, and a
-        # message made for one would be thrown away (its worker publishes it
-        # when its turn comes). One send after room returns goes the long way.
-        self._taken_at_once = True
 
     def send(self, params: SendParams, owner: str, *, blocking: bool) -> Sent:
         # The bound counts from the request, not from the end of saving and
@@ -380,7 +376,7 @@ class Tasks:
         after the task and before the task is queued."""
         if held and self._create_held is not None and self.turns is not None:
             entry = self.turns.entry(task)
-            along = self._along(task["id"]) if self._along and self._taken_at_once else None
+            along = self._along(task["id"]) if self._along else None
             return self._create_held(task, key, entry, self.turns.fair, along)
         return self.store.create(task, key)
 
@@ -451,7 +447,7 @@ class Tasks:
         if self.turns is None:
             return False
         try:
-            self._taken_at_once = self.turns.enqueue(task)
+            self.turns.enqueue(task)
         except StoreError as error:
             log.warning(
                 "task %s: queued out of turn, the turn book is out of reach: %s", task["id"], error

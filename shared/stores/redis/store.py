@@ -149,8 +149,10 @@ class RedisStore:
         store's turn book, in one round trip: a send's two writes as one
         script. What the book took into flight is left with the book, for the
         `Turns.enqueue` of this task that follows (`RedisTurnBook.hold_and_take`).
-        `along`: the task's message, queued by the same script when the book
-        took the task (its broker a database of this server, `redis_server`)."""
+        `along`: the task's message (its broker a database of this server,
+        `redis_server`), queued by the same script when the book took the
+        task, else kept for the step of the book that takes it
+        (`shared.broker.along`)."""
         keys, args = self._create_call(task, message_key, None)
         book = self._turns.step_args([entry], [], fair)
         message = along.script_args() if along is not None else []

@@ -6,7 +6,9 @@ when), `owners` (an entry per owner with held tasks -> its pass; the entry
 is the arrival number of the owner's next task, then the owner), `entry`
 (owner -> that entry), `terms` (owner -> "weight cap"), `flight` (task in
 flight -> owner), `flight_at`, `running` (owner -> tasks in flight),
-`workers` (worker -> expiry) and `slots`, `vtime`, `seq`. Each step is one
+`workers` (worker -> expiry), `slots`, `vtime`, `seq`, and `msg:<task>` (a
+held task's message, kept where the broker shares the store's server,
+`shared.broker.along`: the step that takes the task queues it). Each step is one
 script (`lua/turns.lua`), on the server's clock, so front ends and workers
 with skewed clocks agree.
 """
@@ -81,7 +83,8 @@ class RedisTurnBook:
     def release_on_commit(self, fair: bool, publish: Publish) -> None:
         """From now on a write of this store that takes a task out of flight
         (`lua/commit_released.lua`) also releases it from the book, in the
-        same script, and hands what that step took to `publish`; the task's
+        same script, and hands what that step took (and did not queue itself,
+        a kept message) to `publish`; the task's
         `release_and_take`, which follows, then asks nothing more. Should it
         never come (the write was the reaper's, say), nothing is missed: the
         task was released and what the step took was published; a later

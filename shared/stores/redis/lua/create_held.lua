@@ -1,15 +1,19 @@
 -- A send's create and its hold in the turn book, in one round trip: CREATE
 -- (lua/create.lua) and, only when it created the task, one step of the turn
--- book (lua/turns.lua) holding it and taking what has its turn; when that
--- step took the task itself and its message came along (the broker being a
--- database of this server, shared.broker.along), the message queued and
--- announced there too.
+-- book (lua/turns.lua) holding it and taking what has its turn. When the
+-- task's message came along (the broker being a database of this server,
+-- shared.broker.along), it is kept with the book first (`msg:<task>`, for at
+-- most `keep_for` seconds, while the book holds fewer than `keep_most`
+-- tasks), so whichever step takes the task queues and announces it: this
+-- one, if the task has room at once, or a later one, such as the release
+-- in a worker's last write (lua/commit_released.lua).
 -- KEYS: CREATE's.
--- ARGV: n, CREATE's n arguments, m (0 or 6), the message's m arguments
--- (task id, broker db, queue, message, event channel, event), then the turn
--- book's.
--- Returns CREATE's two values, the ids the book took ({} when not created),
--- and 1 when the message was queued here, else 0.
+-- ARGV: n, CREATE's n arguments, m (0 or 8), the message's m arguments
+-- (task id, broker db, queue, message, event channel, event, keep_most,
+-- keep_for), then the turn book's.
+-- Returns CREATE's two values, the ids the book took but did not queue
+-- ({} when not created), and 1 when the task's own message was queued here,
+-- else 0.
 local function create(KEYS, ARGV)
 --#include create
 end
@@ -22,17 +26,18 @@ if outcome[1] ~= 'created' then
   return {outcome[1], outcome[2], {}, 0}
 end
 local m = tonumber(ARGV[n + 2])
-local taken = turns({unpack(ARGV, n + 3 + m)})
-if m > 0 then
-  local own = ARGV[n + 3]
-  for _, id in ipairs(taken) do
-    if id == own then
-      -- Last: the script's own database changes here, for nothing after it.
-      redis.call('SELECT', ARGV[n + 4])
-      redis.call('LPUSH', ARGV[n + 5], ARGV[n + 6])
-      redis.call('PUBLISH', ARGV[n + 7], ARGV[n + 8])
-      return {outcome[1], outcome[2], taken, 1}
-    end
+local book = {unpack(ARGV, n + 3 + m)}
+local own = ARGV[n + 3]
+if m > 0 and redis.call('HLEN', book[1] .. 'where') < tonumber(ARGV[n + 9]) then
+  local kept = book[1] .. 'msg:' .. own
+  redis.call('HSET', kept, 'd', ARGV[n + 4], 'q', ARGV[n + 5], 'm', ARGV[n + 6],
+    'c', ARGV[n + 7], 'a', ARGV[n + 8])
+  redis.call('EXPIRE', kept, ARGV[n + 10])
+end
+local taken, queued = turns(book)
+for _, id in ipairs(queued) do
+  if m > 0 and id == own then
+    return {outcome[1], outcome[2], taken, 1}
   end
 end
 return {outcome[1], outcome[2], taken, 0}

@@ -5,7 +5,11 @@
 -- Sentinel-managed master, never a cluster).
 -- ARGV: prefix, fair (1/0), floor, n, then n x (task, owner, priority,
 --   weight, cap or ''), then m, then m task ids to release.
--- Returns the ids taken, in turn order.
+-- Returns the ids taken, in turn order, but for those whose message was kept
+-- (`msg:<task>`, a hash: broker database d, queue q, message m, event channel
+-- c, event a; put there by lua/create_held.lua): those are queued and
+-- announced here, last (the script's own database changes for them), and an
+-- including script gets their ids as a second value.
 --
 -- `owners` holds one entry per owner with held tasks, scored by its pass;
 -- the entry is the arrival number of the owner's next task (16 digits)
@@ -79,6 +83,7 @@ for _ = 1, released do
   owner = redis.call('HGET', where, task)
   if owner then
     local pass = pass_of(owner)
+    redis.call('DEL', p .. 'msg:' .. task)
     redis.call('HDEL', where, task)
     redis.call('ZREM', held_at, task)
     redis.call('ZREM', p .. 'held:' .. owner, task)
@@ -98,7 +103,7 @@ if #live > 0 then
 end
 local room = window - redis.call('HLEN', flight)
 if room <= 0 or redis.call('ZCARD', owners) == 0 then
-  return {}
+  return {}, {}
 end
 
 local function terms_of(owner)
@@ -112,7 +117,7 @@ local function open(owner)
   return cap == nil or tonumber(redis.call('HGET', running, owner) or '0') < cap
 end
 
-local taken = {}
+local taken, kept, queued = {}, {}, {}
 while room > 0 do
   -- Fair: the first open owner in the set's order (the lowest pass, then
   -- the earliest next task); else the open owner whose next task came first.
@@ -151,7 +156,19 @@ while room > 0 do
   redis.call('SET', vtime, string.format('%.17g', pass))
   local weight = terms_of(pick)
   place(pick, pass + 1 / weight)
-  taken[#taken + 1] = task
+  local message = redis.call('HMGET', p .. 'msg:' .. task, 'd', 'q', 'm', 'c', 'a')
+  if message[3] then
+    redis.call('DEL', p .. 'msg:' .. task)
+    kept[#kept + 1] = message
+    queued[#queued + 1] = task
+  else
+    taken[#taken + 1] = task
+  end
   room = room - 1
 end
-return taken
+for _, message in ipairs(kept) do
+  redis.call('SELECT', message[1])
+  redis.call('LPUSH', message[2], message[3])
+  redis.call('PUBLISH', message[4], message[5])
+end
+return taken, queued
