@@ -31,7 +31,7 @@ from shared.task import COMPLETED, SUBMITTED, WORKING, state_of
 from shared.transitions import claim, transition
 from tests.support.redis_server import on_database
 from web.core.params import send_params
-from web.core.tasks import Tasks
+from web.core.tasks import ALONG_PAUSE, Tasks
 
 QUEUE = "toolnexus-along-test"
 
@@ -306,6 +306,23 @@ def test_past_the_keeping_bound_a_held_task_is_published_by_whoever_takes_it(
     assert sends.direct == 1
     queued = [message["headers"]["id"] for message in _queued(broker)]
     assert queued == [first["id"], second["id"], third["id"]]
+
+
+def test_past_the_keeping_bound_the_front_end_pauses_making_messages(
+    along: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tasks, store, _, _ = along
+    monkeypatch.setattr("shared.broker.along.KEEP_MOST", 1)
+    made = Made(monkeypatch, tasks)
+    sent = [tasks.send(_params(f"m-{n}"), "alice", blocking=False).task for n in range(5)]
+    # The first taken, the second kept, the third neither: none made for a while.
+    assert made.ids == [sent[0]["id"], sent[1]["id"], sent[2]["id"]]
+    tasks._along_resumes -= ALONG_PAUSE  # the pause over
+    assert tasks.turns is not None
+    tasks.turns.released([task["id"] for task in sent[1:]])  # room to keep again
+    after = tasks.send(_params("m-5"), "alice", blocking=False).task
+    assert made.ids[-1] == after["id"] and _kept(store, after["id"])
 
 
 def test_a_workers_last_write_queues_the_kept_message_of_what_it_took(

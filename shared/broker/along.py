@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Final, Protocol, cast
 
 # Messages are kept while the book holds fewer tasks than this.
@@ -36,7 +37,8 @@ class QueuedAlong:
     and `announcement` (Celery's task-sent event) for `channel`. The store
     calls `sent()` once its script has pushed both; the dispatcher then
     counts the message as queued, and does not send it again. Kept for a
-    later step where the book held the task (`KEEP_MOST`, `KEEP_FOR`)."""
+    later step where the book held the task (`KEEP_MOST`, `KEEP_FOR`); the
+    store calls `unkept()` when it neither queued nor kept it."""
 
     task_id: str
     db: int
@@ -45,6 +47,7 @@ class QueuedAlong:
     channel: str
     announcement: bytes
     sent: Callable[[], None]
+    unkept: Callable[[], None]
 
     def script_args(self) -> list[str | int | bytes]:
         """The script's arguments for it (`lua/create_held.lua`)."""
@@ -61,14 +64,18 @@ class QueuedAlong:
 
 
 class _SendsAlong(Protocol):
-    def along(self, task_id: str) -> QueuedAlong: ...
+    def along(self, task_id: str, unkept: Callable[[], None]) -> QueuedAlong: ...
 
 
-def along_with(store: object, dispatcher: object) -> Callable[[str], QueuedAlong] | None:
+def along_with(
+    store: object, dispatcher: object, unkept: Callable[[], None]
+) -> Callable[[str], QueuedAlong] | None:
     """How the dispatcher makes a task's message to go with the store's write
     (`dispatcher.along`), where both name the same Redis server
-    (`redis_server`); else None. Read on their classes, as `create_held`
-    is: a wrapper passing unknown names on to what it wraps does not qualify."""
+    (`redis_server`); else None. `unkept()` is called for a message the store
+    neither queued nor kept (the book past `KEEP_MOST`). Read on their
+    classes, as `create_held` is: a wrapper passing unknown names on to what
+    it wraps does not qualify."""
     if getattr(type(store), "redis_server", None) is None:
         return None
     server = getattr(store, "redis_server", None)
@@ -76,4 +83,4 @@ def along_with(store: object, dispatcher: object) -> Callable[[str], QueuedAlong
         return None
     if server != getattr(dispatcher, "redis_server", None):
         return None
-    return cast(_SendsAlong, dispatcher).along
+    return partial(cast(_SendsAlong, dispatcher).along, unkept=unkept)

@@ -114,7 +114,7 @@ class CeleryDispatcher:
         on another broker, or on Sentinel."""
         return self._redis_queue.server if self._redis_queue is not None else None
 
-    def along(self, task_id: str) -> QueuedAlong:
+    def along(self, task_id: str, unkept: Callable[[], None] = _nothing) -> QueuedAlong:
         """The task's message, for a store's script on the broker's own server
         to queue with its write (`shared.broker.along`). Only where
         `redis_server` names a server."""
@@ -133,6 +133,7 @@ class CeleryDispatcher:
             queue.event_channel,
             announcement,
             partial(self._went_along, task_id),
+            unkept,
         )
 
     def _went_along(self, task_id: str) -> None:

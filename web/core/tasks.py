@@ -73,6 +73,11 @@ from web.core.send_limits import SendLimits
 
 log = logging.getLogger(__name__)
 
+# Seconds a front-end process makes no message to go along after the store
+# neither queued nor kept one (its turn book holding too many tasks): a
+# flood of held sends then makes one message a second that is thrown away.
+ALONG_PAUSE = 1.0
+
 # `create_held(task, message_key, entry, fair, along)`: a store's create that
 # also holds the task in its turn book, and queues `along` if it took the task,
 # else keeps it for the step that does (shared.stores.redis.store).
@@ -140,7 +145,8 @@ class Tasks:
         # A broker that is a database of that store's own Redis server: the
         # send's message goes with that step, and is queued by whichever step
         # takes the task (`shared.broker.along`).
-        self._along = along_with(store, dispatcher) if held else None
+        self._along = along_with(store, dispatcher, self._pause_along) if held else None
+        self._along_resumes = 0.0  # monotonic: while the store keeps no message
 
     def send(self, params: SendParams, owner: str, *, blocking: bool) -> Sent:
         # The bound counts from the request, not from the end of saving and
@@ -376,9 +382,14 @@ class Tasks:
         after the task and before the task is queued."""
         if held and self._create_held is not None and self.turns is not None:
             entry = self.turns.entry(task)
-            along = self._along(task["id"]) if self._along else None
+            along = None
+            if self._along is not None and time.monotonic() >= self._along_resumes:
+                along = self._along(task["id"])
             return self._create_held(task, key, entry, self.turns.fair, along)
         return self.store.create(task, key)
+
+    def _pause_along(self) -> None:
+        self._along_resumes = time.monotonic() + ALONG_PAUSE
 
     def _resume(self, params: SendParams, owner: str) -> tuple[Sent, bool]:
         assert params.task_id is not None

@@ -157,7 +157,7 @@ class RedisStore:
         book = self._turns.step_args([entry], [], fair)
         message = along.script_args() if along is not None else []
         with self._reachable():
-            outcome, found, taken, queued = cast(
+            outcome, found, taken, queued, kept = cast(
                 list[Any],
                 self._replicas.script(
                     self._create_held,
@@ -165,6 +165,8 @@ class RedisStore:
                     [len(args), *args, len(message), *message, *book],
                 ),
             )
+        if along is not None and not kept:
+            along.unkept()
         if queued and along is not None:
             along.sent()
             # First in line: its message is on the queue before the others'.

@@ -12,8 +12,8 @@
 -- (task id, broker db, queue, message, event channel, event, keep_most,
 -- keep_for), then the turn book's.
 -- Returns CREATE's two values, the ids the book took but did not queue
--- ({} when not created), and 1 when the task's own message was queued here,
--- else 0.
+-- ({} when not created), 1 when the task's own message was queued here (else
+-- 0), and 1 when it was queued or kept (else 0).
 local function create(KEYS, ARGV)
 --#include create
 end
@@ -23,21 +23,23 @@ end
 local n = tonumber(ARGV[1])
 local outcome = create(KEYS, {unpack(ARGV, 2, n + 1)})
 if outcome[1] ~= 'created' then
-  return {outcome[1], outcome[2], {}, 0}
+  return {outcome[1], outcome[2], {}, 0, 1}
 end
 local m = tonumber(ARGV[n + 2])
 local book = {unpack(ARGV, n + 3 + m)}
 local own = ARGV[n + 3]
+local kept = 0
 if m > 0 and redis.call('HLEN', book[1] .. 'where') < tonumber(ARGV[n + 9]) then
-  local kept = book[1] .. 'msg:' .. own
-  redis.call('HSET', kept, 'd', ARGV[n + 4], 'q', ARGV[n + 5], 'm', ARGV[n + 6],
+  kept = 1
+  local key = book[1] .. 'msg:' .. own
+  redis.call('HSET', key, 'd', ARGV[n + 4], 'q', ARGV[n + 5], 'm', ARGV[n + 6],
     'c', ARGV[n + 7], 'a', ARGV[n + 8])
-  redis.call('EXPIRE', kept, ARGV[n + 10])
+  redis.call('EXPIRE', key, ARGV[n + 10])
 end
 local taken, queued = turns(book)
 for _, id in ipairs(queued) do
   if m > 0 and id == own then
-    return {outcome[1], outcome[2], taken, 1}
+    return {outcome[1], outcome[2], taken, 1, 1}
   end
 end
-return {outcome[1], outcome[2], taken, 0}
+return {outcome[1], outcome[2], taken, 0, kept}
