@@ -185,6 +185,32 @@ def _queued(broker: redis.Redis) -> list[dict[str, Any]]:
     return messages
 
 
+class Announcements:
+    """Celery's task-sent events on the broker's database, as they come."""
+
+    def __init__(self, broker: redis.Redis) -> None:
+        self._subscriber = broker.pubsub()
+        self._subscriber.subscribe(f"/5.{EVENT_EXCHANGE}/{SENT_ROUTING_KEY}")
+        assert self._subscriber.get_message(timeout=2) is not None  # the subscription itself
+
+    def until(self, task_id: str) -> list[dict[str, Any]]:
+        """The events heard up to the one announcing `task_id`, bodies decoded
+        (the database may be shared: other tests' pass by too)."""
+        heard: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 10
+        while not heard or heard[-1]["body"]["uuid"] != task_id:
+            assert time.monotonic() < deadline, f"no task-sent event for {task_id}"
+            message = self._subscriber.get_message(timeout=1)
+            if message is not None:
+                event = json.loads(message["data"])
+                event["body"] = json.loads(base64.b64decode(event["body"]))
+                heard.append(event)
+        return heard
+
+    def close(self) -> None:
+        self._subscriber.close()
+
+
 class Sends:
     """Counts the commands redis-py sends (each a round trip here) and the
     dispatcher's own sends."""
@@ -288,12 +314,18 @@ def test_a_held_task_released_before_its_turn_leaves_no_message(
     assert [message["headers"]["id"] for message in _queued(broker)] == [first["id"]]
 
 
+@pytest.fixture
+def keeping_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The book keeps a message only while it holds no other task."""
+    monkeypatch.setattr("shared.broker.along.KEEP_MOST", 1)
+
+
+@pytest.mark.usefixtures("keeping_one")
 def test_past_the_keeping_bound_a_held_task_is_published_by_whoever_takes_it(
     along: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     tasks, store, dispatcher, broker = along
-    monkeypatch.setattr("shared.broker.along.KEEP_MOST", 1)
     first = tasks.send(_params("m-1"), "alice", blocking=False).task
     second = tasks.send(_params("m-2"), "alice", blocking=False).task  # the book held none
     third = tasks.send(_params("m-3"), "alice", blocking=False).task  # the book held one
@@ -308,12 +340,12 @@ def test_past_the_keeping_bound_a_held_task_is_published_by_whoever_takes_it(
     assert queued == [first["id"], second["id"], third["id"]]
 
 
+@pytest.mark.usefixtures("keeping_one")
 def test_past_the_keeping_bound_the_front_end_pauses_making_messages(
     along: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     tasks, store, _, _ = along
-    monkeypatch.setattr("shared.broker.along.KEEP_MOST", 1)
     made = Made(monkeypatch, tasks)
     sent = [tasks.send(_params(f"m-{n}"), "alice", blocking=False).task for n in range(5)]
     # The first taken, the second kept, the third neither: none made for a while.
@@ -329,9 +361,7 @@ def test_a_workers_last_write_queues_the_kept_message_of_what_it_took(
     along: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
 ) -> None:
     tasks, store, _, broker = along
-    subscriber = broker.pubsub()
-    subscriber.subscribe(f"/5.{EVENT_EXCHANGE}/{SENT_ROUTING_KEY}")
-    assert subscriber.get_message(timeout=2) is not None  # the subscription itself
+    announcements = Announcements(broker)
     first = tasks.send(_params("m-1"), "alice", blocking=False).task
     second = tasks.send(_params("m-2"), "alice", blocking=False).task
     # A worker's process: its own store, whose releasing writes publish to it.
@@ -343,38 +373,21 @@ def test_a_workers_last_write_queues_the_kept_message_of_what_it_took(
     assert transition(worker_store, first["id"], to_state(COMPLETED), from_states={WORKING}).applied
     assert published.published == [] and not _kept(store, second["id"])
     assert [message["headers"]["id"] for message in _queued(broker)] == [first["id"], second["id"]]
-    announced = []
-    deadline = time.monotonic() + 10
-    while second["id"] not in announced:  # the database may be shared: others pass by
-        assert time.monotonic() < deadline, "no task-sent event for the kept message"
-        event = subscriber.get_message(timeout=1)
-        if event is not None:
-            announced.append(
-                json.loads(base64.b64decode(json.loads(event["data"])["body"]))["uuid"]
-            )
-    subscriber.close()
-    assert announced == [first["id"], second["id"]]
+    ours = {first["id"], second["id"]}
+    heard = [event["body"]["uuid"] for event in announcements.until(second["id"])]
+    announcements.close()
+    assert [uuid for uuid in heard if uuid in ours] == [first["id"], second["id"]]
 
 
 def test_the_message_along_announces_itself_as_the_direct_sender_does(
     along: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
 ) -> None:
     tasks, _, _, broker = along
-    subscriber = broker.pubsub()
-    subscriber.subscribe(f"/5.{EVENT_EXCHANGE}/{SENT_ROUTING_KEY}")
-    assert subscriber.get_message(timeout=2) is not None  # the subscription itself
+    announcements = Announcements(broker)
     sent = tasks.send(_params("m-1"), "alice", blocking=False).task
-    deadline = time.monotonic() + 10
-    while True:  # the database may be shared: another test's events pass by
-        announced = subscriber.get_message(timeout=1)
-        assert time.monotonic() < deadline, "no task-sent event for the send"
-        if announced is None:
-            continue
-        event = json.loads(announced["data"])
-        body = json.loads(base64.b64decode(event["body"]))
-        if body["uuid"] == sent["id"]:
-            break
-    subscriber.close()
+    event = announcements.until(sent["id"])[-1]
+    announcements.close()
+    body = event["body"]
     assert body["type"] == "task-sent" and body["name"] == FULFIL_TASK
     assert event["properties"]["delivery_info"]["routing_key"] == SENT_ROUTING_KEY
 
