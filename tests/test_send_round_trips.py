@@ -3,7 +3,10 @@ turn book in one script (`RedisStore.create_held`), one round trip where
 the create and the book's step took two, with the same outcome: the task
 held or taken, what has its turn published, a repeated message neither
 saved nor held again, and a send with a webhook (saved between the create
-and the hold) still held, by the book's own step."""
+and the hold) still held, by the book's own step. Where the broker is a
+database of the same server, the send's message goes with it: queued at
+once when the task is taken, else kept with the book and queued by the
+step that takes it (`shared.broker.along`)."""
 
 from __future__ import annotations
 
