@@ -167,11 +167,11 @@ class RedisStore:
             )
         if along is not None and not kept:
             along.unkept()
-        if queued and along is not None:
+        elif along is not None and queued:
             along.sent()
-            # First in line: its message is on the queue before the others'.
-            own = along.task_id.encode()
-            taken = [own, *(task_id for task_id in taken if task_id != own)]
+            # First in line (the script leaves out what it queued itself): its
+            # message is on the queue before those published after it.
+            taken = [along.task_id.encode(), *taken]
         if outcome == b"created":
             self._turns.took(task["id"], taken)
         return self._created(task, message_key, None, outcome, found)

@@ -37,9 +37,11 @@ if m > 0 and redis.call('HLEN', book[1] .. 'where') < tonumber(ARGV[n + 9]) then
   redis.call('EXPIRE', key, ARGV[n + 10])
 end
 local taken, queued = turns(book)
-for _, id in ipairs(queued) do
-  if m > 0 and id == own then
-    return {outcome[1], outcome[2], taken, 1, 1}
+if kept == 1 then
+  for _, id in ipairs(queued) do
+    if id == own then
+      return {outcome[1], outcome[2], taken, 1, 1}
+    end
   end
 end
 return {outcome[1], outcome[2], taken, 0, kept}
