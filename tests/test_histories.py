@@ -35,6 +35,15 @@ KILLED = {
     "file": ["broker SIGKILL"],
     "amqp": ["store SIGKILL", "broker SIGKILL"],
 }
+# The store's outage: its link refused (Redis, PostgreSQL), every lock of its
+# directory held (the file store); the amqp deployment's store is not on the
+# faulted link.
+OUTAGE = {
+    "redis": ["store outage"],
+    "postgresql": ["store outage"],
+    "file": ["store outage"],
+    "amqp": [],
+}
 SECONDS = 0.0  # every fault once (the nemesis runs each once first): about 30 s of faults
 
 
@@ -47,7 +56,8 @@ def test_a_history_under_faults_has_no_anomaly(backend: str, tmp_path: Path) -> 
     assert {op.value["fault"] for op in outcome.history.of("fault")} >= {
         "latency", "cut", "black hole", "one way", "worker SIGKILL", "pool child SIGKILL",
         "worker SIGSTOP past stale", "front end SIGKILL", "beat SIGKILL", "gRPC SIGKILL",
-        "front end SIGSTOP", "gRPC SIGSTOP", "beat SIGSTOP", *KILLED[backend],
+        "front end SIGSTOP", "gRPC SIGSTOP", "beat SIGSTOP", "partition", *KILLED[backend],
+        *OUTAGE[backend],
     }  # fmt: skip
     assert outcome.history.of("list") and outcome.history.of("stream")
     assert hooked(outcome.history), "no send asked for a webhook"

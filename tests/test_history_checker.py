@@ -126,7 +126,7 @@ BREAKS: dict[str, Callable[[Case], None]] = {
     "doubled": _doubled,
     "reply-elsewhere": _reply_elsewhere,
     "lost": lambda case: case.final.update(t1=None),
-    "unfinished": lambda case: case.final.update(t1=task("working")),
+    "stuck": lambda case: case.final.update(t1=task("working")),
     "ran-twice": _ran_twice,
     "completed-without-a-run": _without_a_run,
     "wrong-result": lambda case: case.final.update(t1=task("completed", "ran: another")),
@@ -143,8 +143,8 @@ BREAKS: dict[str, Callable[[Case], None]] = {
 }
 
 # A break may show as a second kind too (a task read as working after it
-# completed is also unfinished), never as a kind unrelated to it.
-ALSO = {"unfinished": {"stream-end", "terminal-changed"}}
+# completed is also stuck), never as a kind unrelated to it.
+ALSO = {"stuck": {"stream-end", "terminal-changed"}}
 
 
 @pytest.mark.parametrize("kind", sorted(BREAKS))

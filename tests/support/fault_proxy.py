@@ -9,6 +9,17 @@ connection to the server. Faults, each lasting until `heal()`:
   forwarded either way (held, as TCP holds bytes on a link that drops
   packets: delivered once the link heals, unless a side gave up first);
 - `one_way()`: the server hears the programs, the programs hear nothing;
+- `partition()`: every connection open now, and every one made while it
+  lasts, is lost for good: nothing is forwarded on it again, either way,
+  even after `heal()`, and a side that closes it is not heard by the other
+  (as when a middlebox drops a connection's state, or a host goes away in
+  a partition: its FIN never arrives). Each side keeps its end until it
+  closes it itself: a server keeps a session whose client is gone, with
+  whatever that session holds, until its own timeouts end it, and a program
+  waits for an answer that never comes until its own deadline. (The proxy's
+  kernel acknowledges keepalive probes, so TCP keepalive cannot tell either
+  side here; only timeouts of their own can.) New connections after the
+  heal go through;
 - `refuse()`: the server is gone: every open connection is reset and new
   ones are refused, until `start()` listens again on the same port (for a
   server others share, which a test must not stop).
@@ -28,12 +39,23 @@ import socket
 import struct
 import threading
 import time
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from tests.support.ports import free_port
 
 _CHUNK = 65536
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s
+
+
+@dataclass(eq=False)
+class _Link:
+    """One connection through the proxy: the program's socket and the
+    server's (None for one made while partitioned: never connected on)."""
+
+    client: socket.socket
+    server: socket.socket | None
+    lost: bool = False
 
 
 class FaultProxy:
@@ -44,7 +66,8 @@ class FaultProxy:
         self._changed = threading.Condition()
         self._latency = self._jitter = 0.0
         self._held_up = self._held_down = False  # to the server / to the programs
-        self._sockets: set[socket.socket] = set()
+        self._partitioned = False
+        self._links: set[_Link] = set()
         self._listener: socket.socket | None = None
         self._closed = False
 
@@ -58,6 +81,8 @@ class FaultProxy:
     def fault(self) -> str:
         """What the link suffers now ("" when healthy)."""
         with self._changed:
+            if self._partitioned:
+                return "partition"
             if self._held_up and self._held_down:
                 return "black hole"
             if self._held_down:
@@ -85,16 +110,25 @@ class FaultProxy:
         with self._changed:
             self._held_down = True
 
+    def partition(self) -> None:
+        with self._changed:
+            self._partitioned = True
+            for link in self._links:
+                link.lost = True
+            self._changed.notify_all()  # held chunks of the lost links are dropped
+
     def heal(self) -> None:
+        """Ends the fault; connections a partition lost stay lost."""
         with self._changed:
             self._latency = self._jitter = 0.0
-            self._held_up = self._held_down = False
+            self._held_up = self._held_down = self._partitioned = False
             self._changed.notify_all()
 
     def cut(self) -> None:
         """Reset every open connection; the proxy keeps listening."""
         with self._changed:
-            sockets, self._sockets = self._sockets, set()
+            links, self._links = self._links, set()
+        sockets = [sock for link in links for sock in (link.client, link.server) if sock]
         for sock in sockets:
             with contextlib.suppress(OSError):
                 # SO_LINGER 0: the close is a reset, as when the server's host
@@ -126,47 +160,71 @@ class FaultProxy:
                 client, _ = listener.accept()
             except OSError:
                 return  # closed, or refusing
-            try:
-                server = socket.create_connection(self.target, timeout=5)
-                server.settimeout(None)
-            except OSError:
-                client.close()  # the server is down: so is the link
-                continue
+            with self._changed:
+                partitioned = self._partitioned
+            server: socket.socket | None = None
+            if not partitioned:  # (a partition's new connections reach nothing)
+                try:
+                    server = socket.create_connection(self.target, timeout=5)
+                    server.settimeout(None)
+                except OSError:
+                    client.close()  # the server is down: so is the link
+                    continue
+            link = _Link(client, server, lost=partitioned)
             for sock in (client, server):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if sock is not None:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._changed:
                 if self._listener is not listener:  # refused meanwhile
                     client.close()
-                    server.close()
+                    if server is not None:
+                        server.close()
                     return
-                self._sockets.update((client, server))
-            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+                self._links.add(link)
+            threading.Thread(target=self._pump, args=(link, True), daemon=True).start()
+            if server is not None:
+                threading.Thread(target=self._pump, args=(link, False), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket, upstream: bool) -> None:
+    def _pump(self, link: _Link, upstream: bool) -> None:
+        source, sink = (link.client, link.server) if upstream else (link.server, link.client)
+        assert source is not None
         try:
             while data := source.recv(_CHUNK):
-                delay = self._hold(upstream)
+                delay = self._hold(link, upstream)
+                if delay is None:
+                    continue  # lost: dropped
                 if delay:
                     time.sleep(delay)
+                assert sink is not None
                 sink.sendall(data)
         except OSError:
             pass
         finally:
-            for sock in (source, sink):
+            # A lost link's other side never hears of this end.
+            ends = (source,) if link.lost else (source, sink)
+            for sock in ends:
+                if sock is None:
+                    continue
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
                 with contextlib.suppress(OSError):
                     sock.close()
             with self._changed:
-                self._sockets.discard(source)
-                self._sockets.discard(sink)
+                if all(sock is None or sock.fileno() == -1 for sock in (link.client, link.server)):
+                    self._links.discard(link)
 
-    def _hold(self, upstream: bool) -> float:
-        """Wait while this direction is held; the delay to add to a chunk."""
+    def _hold(self, link: _Link, upstream: bool) -> float | None:
+        """Wait while this direction is held; the delay to add to a chunk
+        (None: the link is lost, the chunk dropped)."""
         with self._changed:
-            while (self._held_up if upstream else self._held_down) and not self._closed:
+            while (
+                (self._held_up if upstream else self._held_down)
+                and not self._closed
+                and not link.lost
+            ):
                 self._changed.wait(0.5)
+            if link.lost:
+                return None
             if not self._latency:
                 return 0.0
             return max(0.0, self._latency + self._rng.uniform(-self._jitter, self._jitter))

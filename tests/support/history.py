@@ -9,7 +9,8 @@ history against what the service promises (`docs/promises.md`):
 - one task per messageId: every acknowledgement of a message names the
   same task (`doubled`);
 - every acknowledged task is found afterwards (`lost`) and ended or waiting
-  on input (`unfinished`), each submission (its message, the reply to its
+  on input (`stuck`: the fleet is judged once every task ended, or once no
+  task ended for a while), each submission (its message, the reply to its
   question) run at most once (`ran-twice`); a completed task's last
   submission ran, and its result is its own (`completed-without-a-run`,
   `wrong-result`); a reply is acknowledged as the task it answers
@@ -142,7 +143,7 @@ def check(
             continue
         state = state_of(task)
         if state not in TERMINAL and state != "input-required":
-            found["unfinished"].append(f"task {task_id} ({text}): {state}")
+            found["stuck"].append(f"task {task_id} ({text}): {state}")
         submissions = [text, *([replies[task_id]] if task_id in replies else [])]
         for submitted in submissions:
             if runs[submitted] > 1:

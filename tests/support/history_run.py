@@ -12,7 +12,11 @@ deployments, every server of it the run's own:
 | amqp | a Redis | a RabbitMQ | RabbitMQ |
 
 The faulted link runs through a `FaultProxy`: latency with jitter, every
-connection cut, a black hole, one way only. Process faults: a worker
+connection cut, a black hole, one way only, a partition that loses every
+open connection for good (held past PostgreSQL's statement timeout), and a
+store outage past the workers' slot registrations (the store's link
+refused; on the file store, every lock of the directory held by another
+process). Process faults: a worker
 SIGKILLed (and started again), a prefork pool child SIGKILLed (Celery
 starts another), a worker SIGSTOPped past the stale threshold (then
 SIGCONT), the front end, the gRPC process and beat SIGKILLed (and started
@@ -48,6 +52,7 @@ from tests.support.a2a import wait_ready
 from tests.support.agents import scripted_fleet
 from tests.support.compose import Backends, LocalStack, compose_redis, dotenv_for, start_grpc
 from tests.support.fault_proxy import FaultProxy, proxied, proxy_for
+from tests.support.file_locks import hold_locks
 from tests.support.history import (
     TERMINAL,
     Deliveries,
@@ -68,7 +73,15 @@ from tests.support.webhook_receiver import Receiver
 
 BACKENDS = ("redis", "postgresql", "file", "amqp")
 STALE_AFTER = 3.0
-SETTLE = 60.0  # seconds the fleet has, once healed, to end every acknowledged task
+# Once healed, the fleet is stuck when no acknowledged task has ended for
+# this long while some have not.
+STUCK = 45.0
+SETTLE = 60.0  # seconds the webhooks have, once the tasks settled, to hear every end
+# A partition outlasts PostgreSQL's statement timeout (TOOLNEXUS_PG_TIMEOUT,
+# 5 s by default) and every store's own timeout; an outage outlasts a
+# worker's slot registration (TOOLNEXUS_STALE_AFTER), so registrations lapse.
+PARTITION = (6.0, 8.0)
+OUTAGE = (STALE_AFTER + 1.5, STALE_AFTER + 3.0)
 
 
 @dataclass
@@ -93,6 +106,8 @@ class _Fleet:
     servers: dict[str, _Server]  # fault name -> the server it SIGKILLs
     runs: Path
     grpc_port: int
+    backend: str
+    folder: Path
 
     @property
     def grpc_target(self) -> str:
@@ -165,7 +180,9 @@ def _fleet(folder: Path, backend: str, seed: int) -> Iterator[_Fleet]:
         if backend == "postgresql":
             postgres = PrivatePostgres()
             cleanup.callback(postgres.close)
-            store_url = postgres.initdb().start().migrated()
+            # A partition leaves the sessions of the connections it lost on the
+            # server (the proxy answers their keepalives): room for them.
+            store_url = postgres.initdb("max_connections = 1000\n").start().migrated()
             proxy = proxy_for(store_url, 5432, seed=seed)
             backends = Backends(store_kind="postgresql", store_url=proxied(store_url, proxy.port))
             servers["store SIGKILL"] = postgres
@@ -186,7 +203,7 @@ def _fleet(folder: Path, backend: str, seed: int) -> Iterator[_Fleet]:
         if backend == "file":
             for environment in stack.environments.values():
                 environment["TOOLNEXUS_STORE"] = f"file:{folder / 'tasks'}"
-        fleet = _Fleet(stack, proxy, servers, runs, free_port())
+        fleet = _Fleet(stack, proxy, servers, runs, free_port(), backend, folder)
         for name in PROCESSES:
             _start(fleet, name)
         wait_ready(stack.web_url)
@@ -258,11 +275,21 @@ def _faults(fleet: _Fleet) -> list[Fault]:
             os.kill(children[0], signal.SIGKILL)  # Celery starts another
         return lambda: None
 
+    def refused() -> Heal:
+        proxy.refuse()
+
+        def heal() -> None:
+            proxy.heal()
+            proxy.start()
+
+        return heal
+
     faults = [
         Fault("latency", on_link(lambda: proxy.slow(0.05, 0.04)), (1.0, 2.5)),
         Fault("cut", on_link(proxy.cut), (0.0, 0.2)),
         Fault("black hole", on_link(proxy.black_hole), (1.0, 2.5)),
         Fault("one way", on_link(proxy.one_way), (1.0, 2.5)),
+        Fault("partition", on_link(proxy.partition), PARTITION),
         Fault("worker SIGKILL", killed("worker-a"), (0.5, 1.5)),
         Fault(
             "worker SIGSTOP past stale", paused("worker-b"), (STALE_AFTER + 1.0, STALE_AFTER + 2.0)
@@ -275,9 +302,29 @@ def _faults(fleet: _Fleet) -> list[Fault]:
         Fault("gRPC SIGKILL", killed("grpc"), (0.2, 1.0)),
         Fault("pool child SIGKILL", pool_child_killed, (0.0, 0.5)),
     ]
+    if fleet.backend in ("redis", "postgresql"):
+        faults.append(Fault("store outage", refused, OUTAGE))
+    elif fleet.backend == "file":
+        faults.append(Fault("store outage", _locks_held(fleet.folder / "tasks"), OUTAGE))
     for name, server in fleet.servers.items():
         faults.append(Fault(name, _killed_on_its_data(server), (0.5, 2.0)))
     return faults
+
+
+def _locks_held(directory: Path) -> Callable[[], Heal]:
+    """The file store's outage: another process holds every lock of the
+    directory (as one paused mid-step would), until it is killed."""
+
+    def inject() -> Heal:
+        holder = hold_locks(directory)
+
+        def heal() -> None:
+            holder.kill()
+            holder.wait()
+
+        return heal
+
+    return inject
 
 
 def _killed_on_its_data(server: _Server) -> Callable[[], Heal]:
@@ -326,9 +373,11 @@ def _answers(url: str) -> bool:
 
 
 def _settled(url: str, task_ids: list[str]) -> dict[str, dict[str, Any] | None]:
-    """Each task as the front end answers it once it ended (or SETTLE passed)."""
+    """Each task as the front end answers it once it ended, or once the fleet
+    is stuck: no task ended for STUCK seconds while some had not (a slow
+    machine that still ends tasks is given the time it needs)."""
     final: dict[str, dict[str, Any] | None] = {}
-    deadline = time.monotonic() + SETTLE
+    progress = time.monotonic()
     pending = list(task_ids)
     while pending:
         waiting = []
@@ -337,9 +386,11 @@ def _settled(url: str, task_ids: list[str]) -> dict[str, dict[str, Any] | None]:
             final[task_id] = task
             if task is not None and state_of(task) not in {*TERMINAL, "input-required"}:
                 waiting.append(task_id)
+        if len(waiting) < len(pending):
+            progress = time.monotonic()
         pending = waiting
         if pending:
-            if time.monotonic() > deadline:
+            if time.monotonic() - progress > STUCK:
                 break
             time.sleep(0.5)
     return final
