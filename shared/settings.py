@@ -390,6 +390,11 @@ class Settings:
     # NOTIFY the front ends (false: they poll the watched tasks instead)
     pg_pool: int = _env("PG_POOL", _count, 10)
     pg_notify: bool = _env("PG_NOTIFY", _flag, True)
+    # the PostgreSQL store's timeout: a statement runs at most this long on the
+    # server, the client waits at most a second more for any answer, and the
+    # server ends a session left in a transaction, or a client gone silent,
+    # within about as long (docs/postgresql.md#when-a-client-vanishes)
+    pg_timeout: float = _env("PG_TIMEOUT", _seconds, 5.0)
     # --- push notifications ---
     # false: the push-notification methods answer -32003 and the card says so
     push: bool = _env("PUSH", _flag, True)

@@ -159,9 +159,9 @@ def test_under_gevent_a_statement_waiting_on_the_server_lets_other_requests_run(
     )
     assert done.returncode == 0, done.stderr
     # "hub": psycopg still drives its statements through Connection.wait,
-    # the method HubConnection overrides (not a documented API: should
+    # the method DeadlineConnection overrides (not a documented API: should
     # psycopg rename or bypass it, this fails here, by name).
-    assert done.stdout.split() == ["HubConnection", "hub", "read", "locked"]
+    assert done.stdout.split() == ["DeadlineConnection", "hub", "read", "locked"]
 
 
 _GEVENT_CHILD = """
@@ -181,16 +181,16 @@ from shared.task import new_task, text_message
 url = sys.argv[1]
 store = postgres_store(url)
 task = store.save(new_task(text_message("user", "hi")))
-import shared.stores.postgres.green as green
 
 waited_on_hub = []
-real_on_hub = green._on_hub
+import shared.stores.postgres.session as session
+real_on_hub = session.on_hub
 
-def counted_on_hub(gen, fileno):
+def counted_on_hub(gen, fileno, timeout):
     waited_on_hub.append(fileno)
-    return real_on_hub(gen, fileno)
+    return real_on_hub(gen, fileno, timeout)
 
-green._on_hub = counted_on_hub
+session.on_hub = counted_on_hub
 with store._pool.connection() as pooled:
     print(type(pooled).__name__)
     pooled.execute("SELECT 1")

@@ -15,6 +15,7 @@ from shared.store.spec import (
     ALWAYS,
     POOL_SIZE,
     POSTGRES_SCHEMES,
+    POSTGRES_TIMEOUT,
     REDIS_SCHEMES,
     check_store_spec,
 )
@@ -31,27 +32,29 @@ def resolve_store(
     connections: int | None = None,
     postgres_pool: int | None = None,
     postgres_notify: bool = True,
+    postgres_timeout: float = POSTGRES_TIMEOUT,
     sentinel_password: str | None = None,
     redis_min_replicas: int = 0,
     redis_replica_timeout: float = 1.0,
 ) -> Any:
     """`None`/"memory" -> memory store; "file:<dir>" -> file store; a Redis URL
-    -> Redis store; a postgresql:// URL -> PostgreSQL store (`shared.stores.postgres`);
-    "package.module:attr" -> that object (called when it is a
-    factory, i.e. a class or function rather than a store), refused unless it
-    has `get` and `save`; any other non-string object -> that object, as it is.
-    Any other string raises ValueError. Nothing here adapts a store that
-    lacks part of the contract: `shared.store.wiring.open_store` does.
+        -> Redis store; a postgresql:// URL -> PostgreSQL store (`shared.stores.postgres`);
+        "package.module:attr" -> that object (called when it is a
+        factory, i.e. a class or function rather than a store), refused unless it
+        has `get` and `save`; any other non-string object -> that object, as it is.
+        Any other string raises ValueError. Nothing here adapts a store that
+        lacks part of the contract: `shared.store.wiring.open_store` does.
 
-    `terminal_ttl` (seconds) lets the store expire finished tasks;
-    `file_fsync` is the file store's fsync policy (`shared.stores.file.log`).
-    `connections` sizes a Redis store's connection pool (None: its default);
-    a PostgreSQL store's is `postgres_pool` (TOOLNEXUS_PG_POOL) when given,
-    since a server's connections are far fewer than a Redis' and a held call
-    needs one only for its statement; `postgres_notify` (TOOLNEXUS_PG_NOTIFY)
-    False makes it poll instead of LISTEN/NOTIFY. A Redis store takes
-    Sentinel's own password (for a redis+sentinel:// URL) and the replicas
-    each write waits for, and how long.
+        `terminal_ttl` (seconds) lets the store expire finished tasks;
+        `file_fsync` is the file store's fsync policy (`shared.stores.file.log`).
+        `connections` sizes a Redis store's connection pool (None: its default);
+        a PostgreSQL store's is `postgres_pool` (TOOLNEXUS_PG_POOL) when given,
+        since a server's connections are far fewer than a Redis' and a held call
+        needs one only for its statement; `postgres_notify` (TOOLNEXUS_PG_NOTIFY)
+        False makes it poll instead of LISTEN/NOTIFY, and `postgres_timeout`
+    (TOOLNEXUS_PG_TIMEOUT) bounds its every statement. A Redis store takes
+        Sentinel's own password (for a redis+sentinel:// URL) and the replicas
+        each write waits for, and how long.
     """
     if spec is None or spec == "memory":
         return memory_store(terminal_ttl=terminal_ttl)
@@ -66,7 +69,9 @@ def resolve_store(
             reason = _unusable_folder(folder, error)
             raise ConfigError(f"TOOLNEXUS_STORE={spec!r}: {reason}") from None
     if spec.startswith(POSTGRES_SCHEMES):
-        return _postgres_store(spec, terminal_ttl, postgres_pool or connections, postgres_notify)
+        return _postgres_store(
+            spec, terminal_ttl, postgres_pool or connections, postgres_notify, postgres_timeout
+        )
     if spec.startswith(REDIS_SCHEMES):
         return redis_store(
             spec,
@@ -92,7 +97,7 @@ def resolve_store(
 
 
 def _postgres_store(
-    spec: str, terminal_ttl: float | None, connections: int | None, notify: bool
+    spec: str, terminal_ttl: float | None, connections: int | None, notify: bool, timeout: float
 ) -> Any:
     """Imported only when chosen, so a missing psycopg matters only then."""
     try:
@@ -107,7 +112,9 @@ def _postgres_store(
             f"TOOLNEXUS_STORE: the PostgreSQL store cannot be loaded ({error});"
             " install toolnexus-serve[postgres]"
         ) from None
-    return postgres_store(spec, terminal_ttl=terminal_ttl, connections=connections, notify=notify)
+    return postgres_store(
+        spec, terminal_ttl=terminal_ttl, connections=connections, notify=notify, timeout=timeout
+    )
 
 
 def _unusable_folder(folder: str, error: OSError) -> str:

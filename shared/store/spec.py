@@ -27,6 +27,8 @@ FSYNC_POLICIES: Final = (ALWAYS, EVERYSEC, NO)
 # enough for the commands in flight at once (a waiting request holds none),
 # not one per open request. A worker holding many calls asks for more.
 POOL_SIZE: Final = 64
+# Seconds a PostgreSQL statement may take (TOOLNEXUS_PG_TIMEOUT's default).
+POSTGRES_TIMEOUT: Final = 5.0
 
 ACCEPTED_FORMS: Final = (
     "'memory' (or unset), 'file:<dir>', a redis://, rediss:// or unix:// URL,"

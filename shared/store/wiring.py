@@ -36,6 +36,7 @@ def open_store(
         connections=connections,
         postgres_pool=settings.pg_pool,
         postgres_notify=settings.pg_notify,
+        postgres_timeout=settings.pg_timeout,
         sentinel_password=settings.sentinel_password,
         redis_min_replicas=settings.redis_min_replicas,
         redis_replica_timeout=settings.redis_replica_timeout,

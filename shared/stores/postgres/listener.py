@@ -18,6 +18,12 @@ counter can pass a value whose transaction commits later, and miss it.
 
 After a fork the child starts its own thread and connection on its next
 watch; after `IDLE_EXIT` seconds with nothing watched the thread stops.
+
+A connection can be lost without a word (a partition, a host gone): no
+notice comes, and none would. So after every `timeout` seconds without a
+notice the thread asks the server something on that connection, with the
+store's deadline (`shared.stores.postgres.session`): no answer, and the
+connection is abandoned, the poller stands in, and a new one is made.
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ import psycopg
 
 from shared.backoff import Backoff
 from shared.errors import StoreError
+from shared.ops.patching import gevent_patched
 from shared.store.notices import Listener, Newest
+from shared.stores.postgres.session import connection_class
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +53,15 @@ class PostgresListener(Listener):
     cannot = "cannot listen for task events"
     unreadable = (StoreError,)
 
-    def __init__(self, conninfo: str, channel: str, newest: Newest, *, notify: bool) -> None:
+    def __init__(
+        self, conninfo: str, channel: str, newest: Newest, *, notify: bool, timeout: float
+    ) -> None:
         super().__init__(newest)
         self._conninfo = conninfo
         self._channel = channel
         self._notify = notify
+        self._timeout = timeout
+        self._connection = connection_class(timeout, green=gevent_patched())
 
     def _listen(self, ready: threading.Event) -> None:
         backoff = Backoff(initial=0.05, cap=2.0)
@@ -60,14 +72,21 @@ class PostgresListener(Listener):
                 threading.Event().wait(POLL)
                 continue
             try:
-                with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=2) as conn:
+                with self._connection.connect(
+                    self._conninfo, autocommit=True, connect_timeout=2
+                ) as conn:
                     conn.execute(f'LISTEN "{self._channel}"')
                     ready.set()
                     backoff.reset()
                     self._caught_up()  # events committed while we were away
+                    heard = time.monotonic()
                     while not self._idle():
                         for notice in conn.notifies(timeout=_LISTEN_SLICE):
                             self._heard(notice.payload)
+                            heard = time.monotonic()
+                        if time.monotonic() - heard > self._timeout:
+                            conn.execute("SELECT 1")  # still there? (within the deadline)
+                            heard = time.monotonic()
                     return
             except psycopg.Error as error:
                 if self._unwatched():

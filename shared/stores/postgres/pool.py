@@ -23,7 +23,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from shared.ops.patching import gevent_patched
-from shared.stores.postgres.green import HubConnection
+from shared.stores.postgres.session import connection_class
 
 # Pools inherited across a fork: never used again, never closed (see above).
 _INHERITED: list[object] = []
@@ -31,11 +31,21 @@ _INHERITED: list[object] = []
 
 class ForkSafePool:
     def __init__(
-        self, conninfo: str, *, size: int, timeout: float, configure: Callable[[Any], None]
+        self,
+        conninfo: str,
+        *,
+        size: int,
+        timeout: float,
+        answer_within: float,
+        configure: Callable[[Any], None],
     ) -> None:
+        """`timeout`: how long a caller waits for a pooled connection (and a
+        new one to connect); `answer_within`: the store's timeout, which
+        bounds every wait for the server (`shared.stores.postgres.session`)."""
         self._conninfo = conninfo
         self._size = size
         self._timeout = timeout
+        self._answer_within = answer_within
         self._configure = configure
         self._lock = threading.Lock()
         self._pool: ConnectionPool[Any] | None = None
@@ -73,7 +83,7 @@ class ForkSafePool:
                     self._conninfo,
                     # Decided when the pool opens: gunicorn's gevent worker
                     # has patched the process by its first request.
-                    connection_class=HubConnection if gevent_patched() else psycopg.Connection,
+                    connection_class=connection_class(self._answer_within, green=gevent_patched()),
                     min_size=1,
                     max_size=self._size,
                     timeout=self._timeout,

@@ -53,6 +53,11 @@ class Statements:
         with self.connection() as conn:
             conn.execute(query, args, prepare=True)
 
+    def count(self, query: Any, args: Any) -> int:
+        """The rows the statement changed."""
+        with self.connection() as conn:
+            return conn.execute(query, args, prepare=True).rowcount
+
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection; any failure of PostgreSQL itself is one

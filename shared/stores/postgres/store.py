@@ -12,7 +12,8 @@ Tables (schema `toolnexus`, created by `toolnexus-serve db upgrade`, see
   history   (task_id, seq) -> (ts, state): status changes, for listings
   contexts  c -> o: a context's owner
   beat      the reaper's last run
-  turn_book the turn book, one JSONB row (`shared.stores.postgres.turns`)
+  turn_book the turn book, one JSONB row and its version
+            (`shared.stores.postgres.turns`)
 
 Each write is one statement calling a function (`create_task`,
 `write_task`, `claim_task`), so the compare, the append, the index columns,
@@ -51,6 +52,7 @@ from shared.store.contract import (
     require_safe_id,
 )
 from shared.store.listing import WINDOW, Listing, Query
+from shared.store.spec import POSTGRES_TIMEOUT
 from shared.store.wakeups import Waiter
 from shared.stores.postgres.admission import PostgresLedger
 from shared.stores.postgres.listener import PostgresListener
@@ -59,6 +61,7 @@ from shared.stores.postgres.pool import ForkSafePool
 from shared.stores.postgres.push import PostgresPush
 from shared.stores.postgres.records import TAIL, record_of
 from shared.stores.postgres.schema import DEFAULT_SCHEMA, behind, checked_schema
+from shared.stores.postgres.session import session_settings, with_keepalives
 from shared.stores.postgres.statements import KeyTaken, Statements
 from shared.stores.postgres.turns import PostgresTurnBook
 from shared.task import Task, epoch, is_terminal, state_of
@@ -70,6 +73,11 @@ Clock = Callable[[], float]
 # waiting stream holds none), and PostgreSQL's default max_connections is
 # 100 for every process of the fleet together.
 POOL_SIZE = 10
+# Seconds any statement may take, on the server and as the client waits for
+# it (TOOLNEXUS_PG_TIMEOUT; `shared.stores.postgres.session`).
+STORE_TIMEOUT = POSTGRES_TIMEOUT
+# Seconds a caller waits for a pooled connection, and a new one to connect.
+POOL_WAIT = 2.0
 
 _READ = f"SELECT t.doc, t.seq, {TAIL} FROM tasks t WHERE t.id = %s AND alive(t.expires, %s::float8)"
 _CREATE = (
@@ -116,26 +124,34 @@ class PostgresStore:
         clock: Clock = time.time,
         log_limit: int = LOG_LIMIT,
         connections: int = POOL_SIZE,
-        timeout: float = 2.0,
+        timeout: float = STORE_TIMEOUT,
         notify: bool = True,
         schema: str = DEFAULT_SCHEMA,
     ) -> None:
-        self.conninfo = _conninfo(url)
+        """`timeout`: the store's timeout, which bounds every statement and
+        every wait for the server (`shared.stores.postgres.session`)."""
+        self.conninfo = with_keepalives(_conninfo(url), timeout)
         self.schema = checked_schema(schema)
         self._where = _where(self.conninfo)
         self._ttl = float(terminal_ttl) if terminal_ttl else 0.0
         self._clock = clock
         self._log_limit = log_limit
-        self._timeout = timeout
+        self._session = session_settings(self.schema, timeout)
         channel = f"{self.schema}_events"
         self._channel = channel if notify else ""
         self._pool = ForkSafePool(
-            self.conninfo, size=connections, timeout=timeout, configure=self._configure
+            self.conninfo,
+            size=connections,
+            timeout=POOL_WAIT,
+            answer_within=timeout,
+            configure=self._configure,
         )
         self.statements = Statements(self._pool, self.schema, self._where)
-        self._listener = PostgresListener(self.conninfo, channel, self._newest, notify=notify)
+        self._listener = PostgresListener(
+            self.conninfo, channel, self._newest, notify=notify, timeout=timeout
+        )
         self._push = Once()
-        self._turns = PostgresTurnBook(self.statements)
+        self._turns = PostgresTurnBook(self.statements, timeout)
         self._primary: str | None = None  # the server new connections last landed on
         self._primary_lock = threading.Lock()
 
@@ -332,11 +348,12 @@ class PostgresStore:
     # --- internals -----------------------------------------------------------
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        """Every pooled connection: this store's schema, and statements bounded;
-        a connection that lands on another server than the last (of several
-        hosts, a promoted standby) counts a failover."""
-        conn.execute(f"SET search_path TO {self.schema}")
-        conn.execute("SET statement_timeout = '10s'")
+        """Every pooled connection: this store's schema, and the server told
+        when to give up on a statement, a lock and a vanished client
+        (`shared.stores.postgres.session`), in one round trip; a connection
+        that lands on another server than the last (of several hosts, a
+        promoted standby) counts a failover."""
+        conn.execute(*self._session)
         node = _node(conn)
         with self._primary_lock:
             before, self._primary = self._primary, node
@@ -429,7 +446,7 @@ def postgres_store(
     connections: int | None = None,
     clock: Clock = time.time,
     log_limit: int = LOG_LIMIT,
-    timeout: float = 2.0,
+    timeout: float = STORE_TIMEOUT,
     notify: bool = True,
     schema: str | None = None,
 ) -> PostgresStore:

@@ -12,12 +12,19 @@ that missed something re-read.
 A process with nothing to wait for lets the listener go after a while (and
 its connection with it); the next watch starts it again (the thread's life
 and the catching up: `shared.store.notices`).
+
+A subscribed connection waits for messages without a timeout, so one lost
+without a word (a partition, a host gone) would never be noticed: after
+`PROBE_AFTER` seconds without a message the listener sends a PING on it,
+and a PING unanswered within the store's timeout counts as the connection
+lost.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import redis
@@ -29,6 +36,8 @@ from shared.store.notices import Listener, Newest
 log = logging.getLogger(__name__)
 
 _POLL = 1.0
+# Seconds without a message after which the connection is asked whether it is still there.
+PROBE_AFTER = 5.0
 
 
 class RedisListener(Listener):
@@ -43,6 +52,9 @@ class RedisListener(Listener):
         self._pool = subscriber_pool(client.connection_pool)
         self._channel = channel
         self._client = client
+        # How long a PING may go unanswered: the store's own timeout.
+        timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+        self._answer_within = float(timeout or _POLL * 2)
 
     def _forked(self) -> None:
         self._pool.reset()  # the parent's connections are not this process's to use
@@ -61,12 +73,22 @@ class RedisListener(Listener):
             pubsub = client.pubsub()
             try:
                 pubsub.subscribe(self._channel)
+                heard, probed = time.monotonic(), 0.0
                 while True:
                     message = pubsub.get_message(timeout=_POLL)
+                    now = time.monotonic()
                     if message is None:
                         if self._idle():
                             return
+                        if probed and now - probed > self._answer_within:
+                            raise redis.TimeoutError(
+                                f"no answer to a PING within {self._answer_within:g} s"
+                            )
+                        if not probed and now - heard > PROBE_AFTER:
+                            pubsub.ping()
+                            probed = now
                         continue
+                    heard, probed = now, 0.0
                     if message["type"] == "subscribe":
                         ready.set()
                         backoff.reset()
