@@ -46,6 +46,8 @@ STATES: Final = frozenset(state.value for state in TaskState)
 TERMINAL_STATES: Final = frozenset({COMPLETED, FAILED, CANCELED, REJECTED})
 # The task stopped for the peer: a follow-up message continues it.
 INTERRUPTED_STATES: Final = frozenset({INPUT_REQUIRED, AUTH_REQUIRED})
+# The states of a task in the turn book's flight: published, or running.
+IN_FLIGHT: Final = frozenset({SUBMITTED, WORKING})
 
 
 class FileContent(TypedDict, total=False):

@@ -70,6 +70,10 @@ class TurnBook(Protocol):
 
     def unregister(self, worker: str) -> None: ...
 
+    def lapsed(self) -> list[str]:
+        """Drop the slots of workers whose registration lapsed (not registered
+        again within its `ttl`); those workers."""
+
     def view(self) -> BookView: ...
 
 
@@ -139,6 +143,10 @@ class TurnState:
             self._release(task_id)
         return self._take(fair, now)
 
+    def leave(self, task_id: str) -> None:
+        """The task out of the book (it ended): room is made, nothing taken."""
+        self._release(task_id)
+
     def held_among(self, task_ids: list[str]) -> tuple[set[str], set[str]]:
         held = {task_id for task_id in task_ids if task_id in self.where}
         flying = {task_id for task_id in task_ids if task_id in self.flight}
@@ -152,6 +160,12 @@ class TurnState:
 
     def unregister(self, worker: str) -> None:
         self.workers.pop(worker, None)
+
+    def lapsed(self, now: float) -> list[str]:
+        gone = [worker for worker, (_, expiry) in self.workers.items() if expiry <= now]
+        for worker in gone:
+            del self.workers[worker]
+        return gone
 
     def view(self, now: float) -> BookView:
         owners = {
@@ -196,17 +210,13 @@ class TurnState:
                 self.passes.pop(owner, None)
 
     def _capacity(self, now: float) -> tuple[int, int]:
-        """The live workers' slots, and how many live workers."""
+        """The live workers' slots, and how many live workers. (A lapsed
+        registration is dropped, and counted, by beat's sweep: `lapsed`.)"""
         slots = live = 0
-        expired: list[str] = []
-        for worker, (room, expiry) in self.workers.items():
-            if expiry <= now:
-                expired.append(worker)
-            else:
+        for room, expiry in self.workers.values():
+            if expiry > now:
                 slots += room
                 live += 1
-        for worker in expired:
-            del self.workers[worker]
         return slots, live
 
     def _window(self, now: float) -> int:
@@ -273,6 +283,14 @@ class SteppedBook(ABC):
 
     def unregister(self, worker: str) -> None:
         self._step(lambda state, now: state.unregister(worker))
+
+    def lapsed(self) -> list[str]:
+        return self._step(lambda state, now: state.lapsed(now))
+
+    def leave(self, task_id: str) -> None:
+        """For the store's own write that ended the task: out of the book at
+        once (held or in flight), whoever wrote the end."""
+        self._step(lambda state, now: state.leave(task_id))
 
     def held_among(self, task_ids: list[str]) -> tuple[set[str], set[str]]:
         if not task_ids:

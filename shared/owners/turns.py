@@ -45,10 +45,11 @@ from typing import Any, Final
 
 from shared.errors import BrokerError
 from shared.mappings import is_mapping
+from shared.ops.turn_metrics import count_repairs
 from shared.owners.book import Entry, TurnBook
 from shared.owners.limits import LimitTable
 from shared.settings import Settings
-from shared.task import SUBMITTED, WORKING, state_of
+from shared.task import IN_FLIGHT, SUBMITTED, WORKING, state_of
 
 log = logging.getLogger(__name__)
 
@@ -183,10 +184,12 @@ class Turns:
             self.ended(task_id)
 
     def release_with_writes(self) -> None:
-        """Where the store's book can (Redis), a write that takes a task out of
-        flight releases it in the same round trip, and what that step takes
-        is published here; the delivery's `delivered` then asks the book
-        nothing more. For a process whose deliveries end here (a worker)."""
+        """Where the store's book can (Redis), a write of this process that
+        takes a task out of flight releases it in the same round trip, and
+        what that step takes is published here; the `delivered` or
+        `released` that follows then asks the book nothing more. (The
+        PostgreSQL store's writes release in the same statement, and
+        publish nothing: the step that follows takes what has room.)"""
         release_on_commit = getattr(self.book, "release_on_commit", None)
         if release_on_commit is not None:
             release_on_commit(self.fair, self._publish_all)
@@ -232,15 +235,29 @@ class Turns:
         if task is not None:
             self.enqueue(task)
 
-    def settle(self, read: Callable[[str], Mapping[str, Any] | None]) -> list[str]:
-        """Release what is in flight but neither waiting nor running any more
-        (finished, waiting for the peer, or gone), then publish what has
-        room; the ids released."""
+    def repair(self, read: Callable[[str], Mapping[str, Any] | None]) -> list[str]:
+        """Beat's sweep: the book put right against the tasks and the workers.
+        What is in flight but neither waiting nor running any more (ended,
+        waiting for the peer, or gone) is released, the slots of workers whose
+        registration lapsed are dropped, each repair counted; then what has
+        room is published. The ids released."""
         gone = []
         for task_id in self.book.in_flight():
             task = read(task_id)
-            if task is None or state_of(task) not in (SUBMITTED, WORKING):
+            if task is None or state_of(task) not in IN_FLIGHT:
                 gone.append(task_id)
+        lapsed = self.book.lapsed()
+        count_repairs("flight", len(gone))
+        count_repairs("slots", len(lapsed))
+        if gone or lapsed:
+            log.info(
+                "turns: released %d task(s) no longer in flight %s; dropped the slots of %d"
+                " worker(s) not seen for their registration's time %s",
+                len(gone),
+                gone[:10],
+                len(lapsed),
+                lapsed[:10],
+            )
         self._publish_all(self.book.release_and_take(gone, self.fair))
         return gone
 
@@ -251,26 +268,31 @@ def _replied(task: Mapping[str, Any]) -> bool:
     return len(task.get("history") or []) > 1
 
 
+def takes_turns(settings: Settings) -> bool:
+    """Whether settings ask for turns: fair share, or a running cap."""
+    return settings.fair_share or LimitTable(settings).caps_running
+
+
 def turns_for(
     settings: Settings,
     book: TurnBook | None,
     publish: Callable[[str], None],
     check: Callable[[], None] | None = None,
-    *,
-    deliveries_end_here: bool = False,
 ) -> Turns | None:
-    """Turn taking as settings ask for it (fair share, or a running cap), on
-    the store's book; None when neither is asked for or the store keeps no
-    book (a user's store: tasks then go to the broker in arrival order).
-    `deliveries_end_here`: for a worker's process, whose writes then release
-    their tasks where the book can (`Turns.release_with_writes`)."""
-    limits = LimitTable(settings)
-    if book is None or not (settings.fair_share or limits.caps_running):
+    """Turn taking as settings ask for it, on the store's book; None when
+    they ask for none or the store keeps no book (a user's store: tasks then
+    go to the broker in arrival order). The process's writes release their
+    tasks where the book can (`Turns.release_with_writes`): a task that ends
+    any way leaves flight in the write that ends it."""
+    if book is None or not takes_turns(settings):
         return None
-    turns = Turns(book, limits, publish, fair=settings.fair_share, check=check)
-    if deliveries_end_here:
-        turns.release_with_writes()
+    turns = Turns(book, LimitTable(settings), publish, fair=settings.fair_share, check=check)
+    turns.release_with_writes()
     return turns
+
+
+# Seconds between a worker's tries to register its slots while the store fails.
+RETRY: Final = 0.5
 
 
 class SlotKeeper:
@@ -306,15 +328,19 @@ class SlotKeeper:
         while not self._stop.is_set():
             try:
                 self._turns.book.register(self._worker, self._slots, self._ttl)
-                if not fed:
-                    self._turns.feed()
-                    fed = True
                 if failing:
                     log.info("turns: %s's slots registered again", self._worker)
                     failing = False
-            except Exception as error:  # the store or broker down: the next round retries
+                if not fed:
+                    # Once the slots count (at start, and after an outage in
+                    # which they may have lapsed): publish what has room.
+                    self._turns.feed()
+                    fed = True
+            except Exception as error:  # the store or broker down: tried again soon
                 # Said once an outage, not at every round of it.
                 level = logging.DEBUG if failing else logging.WARNING
                 log.log(level, "turns: could not register %s's slots: %s", self._worker, error)
                 failing = True
-            self._stop.wait(self._every)
+                fed = False
+            # While failing, tried again within a second of the store's return.
+            self._stop.wait(min(self._every, RETRY) if failing or not fed else self._every)

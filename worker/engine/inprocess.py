@@ -75,9 +75,7 @@ class InProcessDispatcher:
         worker_metrics().capacity.set(len(self._threads))
         # The threads take their turns from the store's turn book, as a Celery
         # worker does: their slots registered, room made as each delivery ends.
-        self.turns = turns_for(
-            settings, turn_book_of(store), self.enqueue, deliveries_end_here=True
-        )
+        self.turns = turns_for(settings, turn_book_of(store), self.enqueue)
         self._slots = (
             SlotKeeper(
                 self.turns,

@@ -127,8 +127,8 @@ def sweep(
 ) -> list[str]:
     """One run of the reaper: reap, resend, end what waited too long for
     input (`input_timeout`, None: never), purge, and record that it ran.
-    With `turns`, a resend goes through the turn book, and what is in flight
-    but finished is released from it (a worker killed, a revoked message)."""
+    With `turns`, a resend goes through the turn book, and the book is put
+    right against the tasks and the workers (`Turns.repair`)."""
     reaped = reap_stale(store, now, stale_after, on_terminal)
     if input_timeout:
         end_unanswered(store, now, input_timeout, on_terminal)
@@ -137,7 +137,7 @@ def sweep(
     try:
         resend_waiting(store, send, now, stale_after)
         if turns is not None:
-            turns.settle(store.get)
+            turns.repair(store.get)
     except StoreError:
         raise
     except Exception as error:  # the broker: /readyz says so; the reaper itself ran

@@ -187,7 +187,6 @@ class ProcessRuntime:
                     self._settings,
                     turn_book_of(store),
                     CeleryDispatcher(self._settings).enqueue,
-                    deliveries_end_here=True,
                 )
                 self._turns_pid = os.getpid()
             return self._turns

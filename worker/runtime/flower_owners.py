@@ -32,7 +32,7 @@ from tornado.ioloop import IOLoop
 
 from shared.errors import StoreError
 from shared.owners.book import BookView, TurnBook
-from shared.owners.turns import turns_for
+from shared.owners.turns import takes_turns
 from shared.settings import Settings
 from shared.store.wiring import open_store, turn_book_of
 
@@ -57,14 +57,9 @@ class BookReader:
             if not self._opened:
                 settings = self._settings()
                 book = turn_book_of(open_store(settings))
-                # Turns as every process takes them; the page never publishes.
-                self._book = book if turns_for(settings, book, _never) is not None else None
+                self._book = book if takes_turns(settings) else None
                 self._opened = True
         return None if self._book is None else self._book.view()
-
-
-def _never(task_id: str) -> None:
-    raise RuntimeError("the owners page publishes nothing")
 
 
 _READER = BookReader()

@@ -93,7 +93,15 @@ from shared.stores.file.moment import ListingMoment
 from shared.stores.file.positions import PositionLog, gone, placed
 from shared.stores.file.push import FilePush
 from shared.stores.file.turns import FileTurnBook
-from shared.task import INTERRUPTED_STATES, SUBMITTED, WORKING, Task, is_terminal, state_of
+from shared.task import (
+    IN_FLIGHT,
+    INTERRUPTED_STATES,
+    SUBMITTED,
+    WORKING,
+    Task,
+    is_terminal,
+    state_of,
+)
 from shared.transitions import claim_by_commit
 
 log = logging.getLogger(__name__)
@@ -547,6 +555,8 @@ class FileStore:
                 marker.unlink(missing_ok=True)
         if self._ttl and is_terminal(state):
             _touch_whole(self._expires / task_id, now + self._ttl)
+        if state not in IN_FLIGHT:
+            self._turns.leave(task_id)
         self._notifier.notify(task_id)
 
     def _place(self, task_id: str, task: Task) -> None:

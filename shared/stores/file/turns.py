@@ -55,6 +55,18 @@ class FileTurnBook(SteppedBook):
         self._fsync = fsync
         self._clock = clock
 
+    def leave(self, task_id: str) -> None:
+        """The ended task out of the book, right after the write that ended it
+        (under that task's lock, so not in the same step: one that fails, its
+        lock held by a stalled process, leaves it to beat's sweep). Nothing
+        at all where no book was ever kept."""
+        if not self._path.exists():
+            return
+        try:
+            super().leave(task_id)
+        except StoreError as error:
+            log.info("turn book: task %s stays in flight for beat's sweep: %s", task_id, error)
+
     # --- internals -----------------------------------------------------------
 
     def _step(self, step: Callable[[TurnState, float], T]) -> T:

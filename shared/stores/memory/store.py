@@ -43,6 +43,7 @@ from shared.store.wakeups import Notifier, Waiter
 from shared.stores.memory.admission import MemoryLedger
 from shared.stores.memory.push import MemoryPush
 from shared.task import (
+    IN_FLIGHT,
     INTERRUPTED_STATES,
     SUBMITTED,
     WORKING,
@@ -307,6 +308,8 @@ class MemoryStore:
             heapq.heappush(self._expiries, (entry.expires, task_id))
         task = entry.task
         self._order.place(task_id, task.get("owner", ""), task.get("contextId"), state, status_time)
+        if state not in IN_FLIGHT:
+            self._turns.leave(task_id)  # ended: its slot in the turn book with the write
 
     def _expired(self, entry: _Entry) -> bool:
         return entry.expires is not None and entry.expires <= self._clock()

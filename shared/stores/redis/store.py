@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Final, cast
+from typing import Any, cast
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -70,11 +70,9 @@ from shared.stores.redis.scripts import (
     READ,
 )
 from shared.stores.redis.turns import RedisTurnBook
-from shared.task import SUBMITTED, WORKING, Task, epoch, is_terminal, state_of
+from shared.task import IN_FLIGHT, Task, epoch, is_terminal, state_of
 
 Clock = Callable[[], float]
-# The states of a task in the turn book's flight: published, or running.
-IN_FLIGHT: Final = frozenset({SUBMITTED, WORKING})
 
 
 class RedisStore:

@@ -44,6 +44,7 @@ class RedisTurnBook:
         self._prefix = f"{prefix}turns:"
         self._step = client.register_script(load("turns"))
         self._register = client.register_script(load("turns_register"))
+        self._lapsed = client.register_script(load("turns_lapsed"))
         # Task id -> what the step that held it took, where the store's
         # `create_held` held it: its `hold_and_take` then asks nothing more.
         self._taken: dict[str, list[str]] = {}
@@ -149,6 +150,10 @@ class RedisTurnBook:
             pipe.zrem(f"{self._prefix}workers", worker)
             pipe.hdel(f"{self._prefix}slots", worker)
             pipe.execute()
+
+    def lapsed(self) -> list[str]:
+        with reachable(self._client):
+            return _ids(self._lapsed(keys=[], args=[self._prefix]))
 
     def view(self) -> BookView:
         p = self._prefix

@@ -92,8 +92,9 @@ for _ = 1, released do
 end
 
 -- The window: the live workers' slots and one message each, or the floor.
-redis.call('ZREMRANGEBYSCORE', workers, '-inf', now)
-local live = redis.call('ZRANGE', workers, 0, -1)
+-- (A lapsed registration is dropped, and counted, by beat's sweep:
+-- lua/turns_lapsed.lua.)
+local live = redis.call('ZRANGEBYSCORE', workers, '(' .. now, '+inf')
 local window = floor
 if #live > 0 then
   window = #live
