@@ -4,6 +4,7 @@ historyLength, continue, cancel, and the on_task hook."""
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from shared import ConfigError, Settings, memory_store
-from shared.task import FAILED, new_id, state_of
+from shared.task import SUBMITTED, new_id, state_of
 from tests.support.polling import wait_for
 from tests.test_web_support import (
     ASK,
@@ -23,6 +24,7 @@ from tests.test_web_support import (
     user_message,
 )
 from web import create_app
+from worker.engine.reaper import resend_waiting
 
 HOOK_CALLS: list[tuple[str, str]] = []
 
@@ -430,32 +432,32 @@ class TestContinue:
 
 
 class TestEnqueueFailure:
-    def test_task_is_saved_failed_with_the_reason_and_the_peer_hears_broker_unavailable(
+    def test_the_task_stays_submitted_for_the_resend_and_the_peer_hears_broker_unavailable(
         self, store: Any
     ) -> None:
         HOOK_CALLS.clear()
         dispatcher = PlayingDispatcher(store, auto=False)
         dispatcher.broken = True
         client = make_client(store, dispatcher, on_task=f"{__name__}:record_hook")
+        named = []
         for version in (None, "1.0"):
             reply = rpc(client, "SendMessage", {"message": user_message()}, version=version)
             error = reply["error"]
             assert error["code"] == -32603
             assert error["message"] == "broker unavailable"
-            task_id = (
+            named.append(
                 error["data"]["taskId"]
                 if version is None
                 else (error["data"][0]["metadata"]["taskId"])
             )
-            task = store.get(task_id)
-            assert task["status"]["state"] == FAILED
-            reason = task["status"]["message"]
-            assert reason["role"] == "agent"
-            assert "broker unavailable" in reason["parts"][0]["text"]
-            assert (task_id, FAILED) in HOOK_CALLS
-        assert all(task["status"]["state"] == FAILED for task in store.all().values())
+        assert {task["status"]["state"] for task in store.all().values()} == {SUBMITTED}
+        assert HOOK_CALLS == []  # nothing ended
+        # The broker back, beat's resend finds each in the waiting index and queues it.
+        dispatcher.broken = False
+        resent = resend_waiting(store, dispatcher.enqueue, time.time() + 1, older_than=0)
+        assert sorted(resent) == sorted(named) == sorted(dispatcher.enqueued)
 
-    def test_continuation_that_cannot_be_queued_fails_too(self, store: Any) -> None:
+    def test_a_continuation_that_cannot_be_queued_stays_submitted_too(self, store: Any) -> None:
         dispatcher = PlayingDispatcher(store, auto=False)
         client = make_client(store, dispatcher)
         task = result_of(rpc(client, "SendMessage", {"message": user_message(ASK)}))
@@ -463,7 +465,8 @@ class TestEnqueueFailure:
         dispatcher.broken = True
         error = rpc(client, "SendMessage", {"message": user_message(taskId=task["id"])})["error"]
         assert error["message"] == "broker unavailable"
-        assert store.get(task["id"])["status"]["state"] == FAILED
+        assert store.get(task["id"])["status"]["state"] == SUBMITTED
+        assert task["id"] in store.waiting(time.time() + 1)
 
 
 class TestOnTaskHook:

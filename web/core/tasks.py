@@ -45,19 +45,16 @@ from shared.store.follow import follow
 from shared.store.wiring import turn_book_of
 from shared.task import (
     CANCELED,
-    FAILED,
     INTERRUPTED_STATES,
     SUBMITTED,
     Message,
     Task,
-    agent_message,
     is_terminal,
     new_task,
     state_of,
 )
 from shared.transitions import OnTerminal, transition
 from web.core.errors import (
-    BROKER_UNAVAILABLE,
     ContentTypeNotSupported,
     InvalidParams,
     PushNotSupported,
@@ -434,21 +431,19 @@ class Tasks:
         return Sent(record.task, 1, repeated=True)
 
     def _enqueue(self, task: Task) -> None:
-        """Queue fulfilment; if that fails the task is failed with the reason,
-        so no task is ever left `submitted` with nothing queued for it. So is
-        a publish cut short by the request's own end (a greenlet killed at a
-        server's shutdown, an interrupt): the message may or may not be out,
-        and a failed task that a worker then skips says why; one left
-        `submitted` would wait for beat's resend, where beat runs at all."""
+        """Queue fulfilment. If that fails (the broker down or restarting, a
+        publish cut short by the request's own end) the task stays
+        `submitted`, saved with its place in the waiting index (or held in
+        the turn book), and is queued once the broker takes messages again:
+        by beat's resend, or by the turn it waits for. The peer hears that
+        the broker is unavailable, with the task's id: the task is its
+        message's, and runs; a retry of the same message answers it."""
         try:
             if not self._in_turn(task):
                 self.dispatcher.enqueue(task["id"])
         except Exception as error:
-            self._not_queued(task, error)
+            log.warning("task %s: not queued now, left for beat's resend: %s", task["id"], error)
             raise TaskError(error, task["id"]) from error
-        except BaseException as interrupted:
-            self._not_queued(task, f"interrupted by {type(interrupted).__name__}")
-            raise
 
     def _in_turn(self, task: Task) -> bool:
         """Whether the task went through the turn book (held, or published in
@@ -465,21 +460,6 @@ class Tasks:
             )
             return False
         return True
-
-    def _not_queued(self, task: Task, why: object) -> None:
-        reason = f"{BROKER_UNAVAILABLE}: the task could not be queued ({why})"
-        try:
-            transition(
-                self.store,
-                task["id"],
-                to_state(FAILED, agent_message(reason)),
-                on_terminal=self._hook,
-            )
-            self._out_of_turn(task["id"])
-        except StoreError:
-            # Both down: the task stays `submitted`, and beat resends it from
-            # the store's waiting index once the broker is back.
-            log.warning("task %s: could not be queued nor failed", task["id"])
 
     def _settle(self, sent: Sent, deadline: float) -> Sent:
         """Wait until the task is terminal or waits for the peer, or until
