@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Final
 from urllib.parse import quote
 
 from kombu.transport import redis as kombu_redis
@@ -76,6 +76,19 @@ class Transport(kombu_redis.Transport):
 
 class SentinelTransport(kombu_redis.SentinelTransport):
     Channel = SentinelChannel
+
+
+# A broker connection lost without a word (a partition, a NAT or firewall
+# dropping its state) must be given up, not waited on for ever: a command's
+# reply is waited for at most `socket_timeout`, and kombu drops a consumer's
+# BRPOP whose reply is overdue by `health_check_interval` (so a worker
+# consumes again within about 1 + 2 x 5 s).
+LOST_CONNECTIONS: Final[dict[str, Any]] = {
+    "socket_connect_timeout": 2.0,
+    "socket_timeout": 4.0,
+    "socket_keepalive": True,
+    "health_check_interval": 5,
+}
 
 
 def broker_transport(broker_url: str) -> str | None:

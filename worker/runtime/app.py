@@ -43,7 +43,7 @@ from shared.broker.dispatcher import (
     is_resend,
     resend_id,
 )
-from shared.broker.redis import broker_transport, celery_broker
+from shared.broker.redis import LOST_CONNECTIONS, broker_transport, celery_broker
 from shared.errors import StoreError
 from shared.ops.tracing import continuing, enable
 from shared.owners.turns import SlotKeeper, Turns, turns_for
@@ -72,6 +72,8 @@ log = logging.getLogger(__name__)
 
 # Beyond the hard time limit, so the broker never redelivers a running task.
 VISIBILITY_MARGIN = 60.0
+# Seconds between AMQP heartbeats: a connection that misses two is given up.
+AMQP_HEARTBEAT = 10
 # Store outages are retried with backoff capped well below visibility_timeout
 # (a delayed retry message waits unacknowledged in the worker meanwhile).
 STORE_RETRIES = 5
@@ -95,7 +97,11 @@ def visibility_timeout(settings: Settings) -> float:
 
 def celery_config(settings: Settings) -> dict[str, Any]:
     url, sentinel = celery_broker(settings.broker_url, settings.sentinel_password)
-    transport_options = {"visibility_timeout": visibility_timeout(settings), **sentinel}
+    transport_options = {
+        "visibility_timeout": visibility_timeout(settings),
+        **LOST_CONNECTIONS,
+        **sentinel,
+    }
     config: dict[str, Any] = {
         "broker_url": url,
         "broker_transport": broker_transport(settings.broker_url),
@@ -144,6 +150,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     if is_amqp(settings.broker_url):
         queues = (settings.queue, settings.push_queue)
         config.update(amqp_config(queues, settings.amqp_queue_type, {}))
+        # A connection lost without a word is found by its missed heartbeats.
+        config["broker_heartbeat"] = AMQP_HEARTBEAT
     config["worker_pool"] = celery_pool(settings)
     if (calls := concurrency(settings)) is not None:
         config["worker_concurrency"] = calls
