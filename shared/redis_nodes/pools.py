@@ -114,14 +114,15 @@ def sentinel_options(
     return options
 
 
-def node_of(pool: redis.ConnectionPool) -> str:
+def node_of(pool: redis.ConnectionPool, answered: str | None = None) -> str:
     """Where the pool's connections go, as an operator reads it (no password):
-    host:port or a socket path; on Sentinel, the master's address as last
-    heard and its name."""
+    host:port or a socket path; on Sentinel, the master's name and its
+    address: the one that `answered` a call (the server's own host:port, as
+    CLIENT INFO's laddr gives it) where known, else the one last heard of."""
     if isinstance(pool, SentinelConnectionPool):
         address = pool.master_address
         where = f"{address[0]}:{address[1]}" if address else "(no master heard of yet)"
-        return f"{where} (master {pool.service_name!r} via Sentinel)"
+        return f"{answered or where} (master {pool.service_name!r} via Sentinel)"
     kwargs = pool.connection_kwargs
     return str(kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}")
 

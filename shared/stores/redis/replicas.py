@@ -66,15 +66,20 @@ class Replicas:
             return self._client.execute_command(*command)  # type: ignore[no-untyped-call]
         return self.pipeline(lambda pipe: pipe.execute_command(*command))[0]
 
-    def pipeline(self, fill: Callable[[Any], object]) -> list[Any]:
+    def pipeline(self, fill: Callable[[Any], object], *, tolerate: int = 0) -> list[Any]:
         """The results of the commands `fill` puts in one pipeline, in one
-        round trip, confirmed by the replicas when asked for."""
+        round trip, confirmed by the replicas when asked for. The first error
+        is raised, but for those of the last `tolerate` commands, which are
+        returned as results."""
         pipe: Any = self._client.pipeline(transaction=False)
         fill(pipe)
         if not self.count:
-            return pipe.execute()  # type: ignore[no-any-return]
-        results = self._confirmed(pipe)
-        for result in results:
+            if not tolerate:
+                return pipe.execute()  # type: ignore[no-any-return]
+            results: list[Any] = pipe.execute(raise_on_error=False)
+        else:
+            results = self._confirmed(pipe)
+        for result in results[: len(results) - tolerate]:
             if isinstance(result, Exception):
                 raise result
         return results

@@ -378,8 +378,14 @@ class RedisStore:
         has lost its replicas says so here before a send hears it."""
         ready = f"{self._prefix}ready"
         with self._reachable():
-            self._replicas.pipeline(lambda pipe: pipe.ping().set(ready, repr(self._clock()), ex=60))
-        return node_of(self.client.connection_pool)
+            *_, client = self._replicas.pipeline(
+                lambda pipe: pipe.ping().set(ready, repr(self._clock()), ex=60).client_info(),
+                tolerate=1,  # CLIENT INFO: Redis 6.2 and later
+            )
+        # The node that took this very write: where the pool's master was last
+        # heard of can lag behind it around a failover.
+        answered = client.get("laddr") if isinstance(client, dict) else None
+        return node_of(self.client.connection_pool, answered)
 
     def close(self) -> None:
         pass  # the pool's connections close with the process; a listener thread is a daemon
