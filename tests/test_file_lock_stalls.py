@@ -66,10 +66,10 @@ def test_a_lock_held_by_a_paused_process_is_given_up_within_the_deadline(tmp_pat
     holder = _paused_holder(path)
     fd = os.open(path, os.O_RDWR)
     try:
-        began = time.monotonic()
-        with pytest.raises(StoreError, match="stayed locked"):
+        # Given up, naming the deadline it applied: a hang fails the test by
+        # its timeout, and a slow machine cannot fail this.
+        with pytest.raises(StoreError, match=r"stayed locked for 0\.3 s"):
             flock_within(fd, path, within=0.3)
-        assert time.monotonic() - began < 5  # not for ever (the deadline, with room)
     finally:
         _end(holder)
     flock_within(fd, path, within=0.3)  # the holder gone, the lock is free
@@ -126,10 +126,8 @@ def test_a_write_whose_stripe_is_locked_by_a_stalled_process_fails_instead_of_ha
     task = new_task(text_message("user", "hello"))
     holder = _paused_holder(*_stripe_locks(store))  # every stripe: whichever this task's is
     try:
-        began = time.monotonic()
-        with pytest.raises(StoreError):
+        with pytest.raises(StoreError, match="stayed locked for 2 s"):  # the deadline, not for ever
             store.create(task, None)
-        assert time.monotonic() - began < 10  # the deadline, not for ever
     finally:
         _end(holder)
     assert store.create(task, None).created

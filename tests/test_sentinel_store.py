@@ -12,7 +12,6 @@ name, as the store's own connections do).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -59,11 +58,10 @@ def test_the_store_follows_the_promoted_master(group: SentinelGroup) -> None:
         assert waiter.wait(10, after=seq - 1)  # heard on the first master
 
         group.kill_master()
-        # Until Sentinel names a new master every call fails fast, naming the cause.
-        began = time.monotonic()
+        # Until Sentinel names a new master every call fails, naming the cause
+        # (it does not wait for one: a hang fails the test by its timeout).
         with pytest.raises(StoreError, match="unavailable"):
             store.read(task_id)
-        assert time.monotonic() - began < 10
         promoted = group.wait_for_failover()
         group.rejoin_old_master(promoted)  # a replica confirms writes again
 
