@@ -87,6 +87,20 @@ def test_the_store_follows_the_promoted_master(group: SentinelGroup) -> None:
     assert record is not None and record.task["status"]["state"] == COMPLETED
 
 
+def test_ping_names_the_node_that_took_its_write_not_the_master_last_heard_of(
+    group: SentinelGroup,
+) -> None:
+    """Around a failover the pool's master as last heard can lag behind the
+    node its connections use (a discovery answered late sets the old one
+    back). Readiness names the node that took the ping's write."""
+    store = redis_store(group.url, sentinel_password=SENTINEL_PASSWORD)
+    assert store.ping().startswith(f"127.0.0.1:{group.master.port} ")
+    pool = store.client.connection_pool
+    assert isinstance(pool, SentinelConnectionPool)
+    pool.proxy.master_address = ("127.0.0.1", group.replica.port)  # heard of, not used
+    assert store.ping().startswith(f"127.0.0.1:{group.master.port} ")
+
+
 def test_the_listener_pool_follows_the_master_sentinel_names(group: SentinelGroup) -> None:
     """The subscriber pool keeps redis-py's Sentinel-managed connections (and
     the pool's proxy that tells them where the master is): the listener's
