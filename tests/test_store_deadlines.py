@@ -103,16 +103,19 @@ def test_a_turn_book_step_cut_off_midway_leaves_nothing_locked(
     direct = postgres_store(postgres_url, timeout=TIMEOUT)
     lost_book, book = through.turn_book(), direct.turn_book()
     lost_book.register("warm", 1, 60)  # its connection made before the partition
+    meanwhile: list[BaseException | None] = []
 
     def cut_off(state: TurnState, now: float) -> None:
         proxy.partition()  # after the read, before the write
+        # Another process steps the book while this step's client is gone
+        # (before the server could end its session): were the row locked
+        # by this step, that would wait out the lock timeout and fail.
+        meanwhile.append(returned(lambda: book.register("other", 2, 60)))
         state.register("lost", 1, 60, now)
 
     failed = returned(lambda: lost_book._step(cut_off))
     assert isinstance(failed, StoreError), failed
-    # Were the book's row locked by the vanished session, this would wait
-    # out the lock timeout and fail.
-    book.register("other", 2, 60)
+    assert meanwhile == [None]
     assert book.view().capacity == 3  # "warm" and "other": the lost step wrote nothing
     direct.close()
 

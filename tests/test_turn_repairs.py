@@ -114,6 +114,7 @@ def test_beats_sweep_repairs_the_book_and_counts_each_repair(store: Any) -> None
     assert book.hold_and_take([Entry("waiting", "o")], True) == []  # the floor's one: taken
     book.register("gone-worker", 1, 0.05)
     wait_for(lambda: book.view().capacity == 0, timeout=30, what="the registration to lapse")
+    book.hold_and_take([Entry("later", "o")], True)  # sends step the book between sweeps
     flight, slots = repairs("flight"), repairs("slots")
 
     assert turns.repair(store.get) == ["ghost"]
