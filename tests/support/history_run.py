@@ -100,7 +100,7 @@ class _Server(Protocol):
 
 
 @dataclass
-class _Fleet:
+class Fleet:
     stack: LocalStack
     proxy: FaultProxy
     servers: dict[str, _Server]  # fault name -> the server it SIGKILLs
@@ -118,7 +118,7 @@ def run_history(folder: Path, backend: str, seconds: float, seed: int) -> Outcom
     """Run one history of about `seconds` of faults on `backend` (one of BACKENDS)."""
     history = History()
     receiver = Receiver().start()
-    with _fleet(folder, backend, seed) as fleet:
+    with history_fleet(folder, backend, seed) as fleet:
         clients = Clients(
             fleet.stack.web_url,
             history,
@@ -167,7 +167,7 @@ def run_history(folder: Path, backend: str, seconds: float, seed: int) -> Outcom
 
 
 @contextmanager
-def _fleet(folder: Path, backend: str, seed: int) -> Iterator[_Fleet]:
+def history_fleet(folder: Path, backend: str, seed: int) -> Iterator[Fleet]:
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r}: one of {BACKENDS}")
     runs = folder / "runs.log"
@@ -203,7 +203,7 @@ def _fleet(folder: Path, backend: str, seed: int) -> Iterator[_Fleet]:
         if backend == "file":
             for environment in stack.environments.values():
                 environment["TOOLNEXUS_STORE"] = f"file:{folder / 'tasks'}"
-        fleet = _Fleet(stack, proxy, servers, runs, free_port(), backend, folder)
+        fleet = Fleet(stack, proxy, servers, runs, free_port(), backend, folder)
         for name in PROCESSES:
             _start(fleet, name)
         wait_ready(stack.web_url)
@@ -226,7 +226,7 @@ def _private_rabbitmq() -> PrivateServer:
 PROCESSES = ("web", "grpc", "beat", "worker-a", "worker-b")
 
 
-def _start(fleet: _Fleet, name: str) -> None:
+def _start(fleet: Fleet, name: str) -> None:
     stack = fleet.stack
     if name == "web":
         stack.start("web", WEB_CONCURRENCY="1")
@@ -243,7 +243,7 @@ def _wait_grpc(target: str) -> None:
         grpc.channel_ready_future(channel).result(timeout=60)
 
 
-def _faults(fleet: _Fleet) -> list[Fault]:
+def _faults(fleet: Fleet) -> list[Fault]:
     proxy, stack = fleet.proxy, fleet.stack
 
     def on_link(apply: Callable[[], None]) -> Callable[[], Heal]:
@@ -351,7 +351,7 @@ def _group(group: int) -> list[int]:
     return sorted(found)
 
 
-def _revive(fleet: _Fleet) -> None:
+def _revive(fleet: Fleet) -> None:
     """Every fault healed and every process running (a restarted one may have
     died of a fault that followed)."""
     fleet.proxy.heal()
