@@ -100,12 +100,12 @@ def state(url: str, task_id: str) -> str:
         return ""
 
 
-def until(probe: Any, limit: float = 300.0) -> float | None:
-    """Seconds until `probe()` is true (polled), None past `limit`."""
-    began = time.monotonic()
-    while time.monotonic() - began < limit:
+def until(probe: Any, since: float, limit: float = 300.0) -> float | None:
+    """Seconds from `since` (monotonic) until `probe()` is true (polled),
+    None past `limit`."""
+    while time.monotonic() - since < limit:
         if probe():
-            return time.monotonic() - began
+            return time.monotonic() - since
         time.sleep(0.05)
     return None
 
@@ -121,13 +121,13 @@ def round_of(fleet: Any, sender: Sender, hold: float) -> dict[str, float | None]
     def first_send() -> bool:
         return any(s.acked is not None and s.acked > healed for s in sender.snapshot())
 
-    first = until(first_send)
+    first = until(first_send, healed)
 
     def first_run() -> bool:
         later = [s.task_id for s in sender.snapshot() if s.started > healed and s.task_id]
         return any(state(url, task_id) == "completed" for task_id in later[:20])
 
-    ran = until(first_run)
+    ran = until(first_run, healed)
     done: set[str] = set()
 
     def all_ended() -> bool:
@@ -142,7 +142,7 @@ def round_of(fleet: Any, sender: Sender, hold: float) -> dict[str, float | None]
                 done.add(s.task_id)
         return True
 
-    ended = until(all_ended)
+    ended = until(all_ended, healed)
     return {"first send": first, "first run": ran, "all ended": ended}
 
 

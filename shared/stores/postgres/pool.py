@@ -23,7 +23,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from shared.ops.patching import gevent_patched
-from shared.stores.postgres.session import connection_class
+from shared.stores.postgres.session import Abandoned, connection_class
 
 # Pools inherited across a fork: never used again, never closed (see above).
 _INHERITED: list[object] = []
@@ -99,8 +99,16 @@ class ForkSafePool:
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        with self._opened().connection() as conn:
-            yield conn
+        pool = self._opened()
+        with pool.connection() as conn:
+            try:
+                yield conn
+            except Abandoned:
+                # One connection went silent: those made with it were likely
+                # lost the same way (a partition, a middlebox dropping them).
+                # They are replaced now, not found one deadline at a time.
+                pool.drain()
+                raise
 
     def close(self) -> None:
         with self._lock:

@@ -80,10 +80,14 @@ def with_keepalives(conninfo: str, timeout: float) -> str:
     return make_conninfo(conninfo, **{k: v for k, v in wanted.items() if k not in params})
 
 
+class Abandoned(psycopg.OperationalError):
+    """No answer came within the deadline: the connection was closed."""
+
+
 class DeadlineConnection(psycopg.Connection[Any]):
     """A connection whose every wait for the server ends within `answer_within`
     seconds; past that the connection is closed and the call raises
-    `psycopg.OperationalError`. psycopg drives every statement, fetch and
+    `Abandoned`. psycopg drives every statement, fetch and
     pipeline through `Connection.wait` (not a documented API: the store's
     tests fail by name should it stop doing so)."""
 
@@ -102,7 +106,7 @@ class DeadlineConnection(psycopg.Connection[Any]):
             if not self._still_waiting():
                 raise  # the connection failed of itself
         self.pgconn.finish()  # abandoned: the pool drops it and opens another
-        raise psycopg.OperationalError(
+        raise Abandoned(
             f"no answer from the server within {self.answer_within:g} s: connection abandoned"
         )
 
