@@ -118,6 +118,15 @@ def _webhook_after_delete(case: Case) -> None:
     case.add("unhook", 1.2, 1.4, hook="/hook/1", task_id="t1")
 
 
+def _failed_by_broker(case: Case) -> None:
+    failed = task("failed")
+    failed["status"]["message"] = {
+        "role": "agent",
+        "parts": [{"kind": "text", "text": "broker unavailable: the task could not be queued"}],
+    }
+    case.final.update(t1=failed)
+
+
 def _event_number_reused(case: Case) -> None:
     case.deliveries["/hook/1"][1] = (2, "input-required", 2.0)
 
@@ -127,6 +136,7 @@ BREAKS: dict[str, Callable[[Case], None]] = {
     "reply-elsewhere": _reply_elsewhere,
     "lost": lambda case: case.final.update(t1=None),
     "stuck": lambda case: case.final.update(t1=task("working")),
+    "failed-by-broker": _failed_by_broker,
     "ran-twice": _ran_twice,
     "completed-without-a-run": _without_a_run,
     "wrong-result": lambda case: case.final.update(t1=task("completed", "ran: another")),
@@ -144,7 +154,11 @@ BREAKS: dict[str, Callable[[Case], None]] = {
 
 # A break may show as a second kind too (a task read as working after it
 # completed is also stuck), never as a kind unrelated to it.
-ALSO = {"stuck": {"stream-end", "terminal-changed"}}
+ALSO = {
+    "stuck": {"stream-end", "terminal-changed"},
+    # a task seen completed, then failed: its stream, reads and webhook disagree too
+    "failed-by-broker": {"stream-end", "terminal-changed", "webhook-unheard", "webhook-wrong-end"},
+}
 
 
 @pytest.mark.parametrize("kind", sorted(BREAKS))

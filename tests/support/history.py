@@ -10,7 +10,9 @@ history against what the service promises (`docs/promises.md`):
   same task (`doubled`);
 - every acknowledged task is found afterwards (`lost`) and ended or waiting
   on input (`stuck`: the fleet is judged once every task ended, or once no
-  task ended for a while), each submission (its message, the reply to its
+  task ended for a while), none failed because the broker could not take
+  it (`failed-by-broker`: the task is saved, and beat's resend queues it),
+  each submission (its message, the reply to its
   question) run at most once (`ran-twice`); a completed task's last
   submission ran, and its result is its own (`completed-without-a-run`,
   `wrong-result`); a reply is acknowledged as the task it answers
@@ -94,6 +96,13 @@ class History:
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def status_text(task: Mapping[str, Any]) -> str:
+    """The text parts of a task's status message (A2A 0.3 or 1.0 shapes)."""
+    message = task.get("status", {}).get("message") or {}
+    parts = message.get("parts") or [] if isinstance(message, dict) else []
+    return " ".join(str(part.get("text", "")) for part in parts if isinstance(part, dict))
+
+
 def result_text(task: Mapping[str, Any]) -> str:
     """The text parts of a task's artifacts, joined (A2A 0.3 or 1.0 shapes)."""
     texts = [
@@ -144,6 +153,8 @@ def check(
         state = state_of(task)
         if state not in TERMINAL and state != "input-required":
             found["stuck"].append(f"task {task_id} ({text}): {state}")
+        if state == "failed" and "broker unavailable" in status_text(task):
+            found["failed-by-broker"].append(f"task {task_id} ({text}): {status_text(task)[:80]}")
         submissions = [text, *([replies[task_id]] if task_id in replies else [])]
         for submitted in submissions:
             if runs[submitted] > 1:
