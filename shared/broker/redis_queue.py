@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Final
 
 import redis
@@ -30,7 +31,7 @@ from shared.broker.backlog import Backlog, redis_backlog
 from shared.broker.dispatcher import FULFIL_TASK
 from shared.codec import encode_bytes
 from shared.pooling import POOL_WAIT
-from shared.redis_nodes.pools import blocking_pool, db_of, server_of
+from shared.redis_nodes.pools import blocking_pool, db_of, forget_idle, server_of
 from shared.task import new_id
 
 # What Celery's task-sent events travel on (its event exchange and routing key).
@@ -86,7 +87,8 @@ class RedisTaskQueue:
         pipe = self._client.pipeline(transaction=False)
         pipe.lpush(self.queue, message)
         pipe.publish(self.event_channel, announcement)
-        pipe.execute()
+        with self._silent_dropped():
+            pipe.execute()
 
     def envelopes(self, task_id: str, headers: dict[str, Any]) -> tuple[bytes, bytes]:
         """The task's message for the queue and its task-sent event, as sent."""
@@ -143,7 +145,16 @@ class RedisTaskQueue:
 
     def ping(self) -> None:
         """Whether the broker answers now: raises redis errors as they come."""
-        self._client.ping()
+        with self._silent_dropped():
+            self._client.ping()
+
+    @contextmanager
+    def _silent_dropped(self) -> Iterator[None]:
+        try:
+            yield
+        except redis.TimeoutError:
+            forget_idle(self._client.connection_pool)
+            raise
 
     def close(self) -> None:
         # The client was given its pool, so closing the client would leave it open.

@@ -114,6 +114,14 @@ def sentinel_options(
     return options
 
 
+def forget_idle(pool: redis.ConnectionPool) -> None:
+    """After a call found its connection silent (a timeout): the pool's idle
+    connections, made alongside it, were likely lost the same way (a
+    partition, a middlebox dropping them). They connect again on their next
+    use instead of each being found out by a timeout of its own."""
+    pool.disconnect(inuse_connections=False)
+
+
 def node_of(pool: redis.ConnectionPool, answered: str | None = None) -> str:
     """Where the pool's connections go, as an operator reads it (no password):
     host:port or a socket path; on Sentinel, the master's name and its

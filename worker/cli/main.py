@@ -224,7 +224,11 @@ def _exit_status(program: Callable[[], object]) -> int:
 def _worker(rest: list[str]) -> int:
     if (refused := _celery_settings(f"{PROGRAM} worker")) is not None:
         return refused
-    return _celery(["worker", "--loglevel=INFO", *rest])
+    # Without mingle: a worker that starts, or reconnects after the broker was
+    # lost, asks the others for the tasks they revoked and waits for their
+    # answers (seconds, each time); a cancel is already final in the store,
+    # which every delivery checks before it runs.
+    return _celery(["worker", "--loglevel=INFO", "--without-mingle", *rest])
 
 
 def _beat(rest: list[str]) -> int:

@@ -11,7 +11,7 @@ from redis.sentinel import MasterNotFoundError
 
 from shared.errors import StoreError
 from shared.quoting import truncated
-from shared.redis_nodes.pools import node_of
+from shared.redis_nodes.pools import forget_idle, node_of
 
 
 @contextmanager
@@ -21,6 +21,8 @@ def reachable(client: redis.Redis) -> Iterator[None]:
     try:
         yield
     except redis.RedisError as error:
+        if isinstance(error, redis.TimeoutError):
+            forget_idle(client.connection_pool)
         detail = truncated(str(error) or type(error).__name__, 200)
         raise StoreError(
             f"task store unavailable: Redis at {node_of(client.connection_pool)}: {detail}",
