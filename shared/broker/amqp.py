@@ -15,6 +15,12 @@ queue with the same arguments, or RabbitMQ refuses the second declaration
   the delayed message unacknowledged in its one prefetch slot.
 - Publisher confirms: the front end hands a peer its task id only after
   RabbitMQ has taken the message, within CONFIRM_TIMEOUT.
+- Every blocking read and write of a connection gives up after
+  SOCKET_TIMEOUT: with confirms on, Celery's own publishes (a worker's task
+  events, a retry) wait for RabbitMQ's answer with no time limit of their
+  own, and on a connection lost without a word (a partition, a middlebox
+  dropping it) a worker's main loop waited there for good, consuming
+  nothing, its heartbeats unsent.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from shared.settings import AMQP_QUEUE_TYPES
 AMQP_SCHEMES: Final = frozenset({"amqp", "amqps", "pyamqp"})
 # Seconds a publish waits for RabbitMQ's confirm before it counts as failed.
 CONFIRM_TIMEOUT: Final = 2.0
+# Seconds a blocking read or write of a connection waits before giving up.
+SOCKET_TIMEOUT: Final = 4.0
 
 
 def is_amqp(broker_url: str) -> bool:
@@ -59,7 +67,12 @@ def amqp_config(
     the front end and the worker alike."""
     return {
         "task_queues": amqp_queues(names, queue_type),
-        "broker_transport_options": {**transport_options, "confirm_publish": True},
+        "broker_transport_options": {
+            **transport_options,
+            "confirm_publish": True,
+            "read_timeout": SOCKET_TIMEOUT,
+            "write_timeout": SOCKET_TIMEOUT,
+        },
         # Quorum queues have no global QoS: Celery then sets the prefetch per
         # consumer (worker_prefetch_multiplier x concurrency), as it should.
         "worker_detect_quorum_queues": True,
