@@ -394,7 +394,7 @@ class Settings:
     # server, the client waits at most a second more for any answer, and the
     # server ends a session left in a transaction, or a client gone silent,
     # within about as long (docs/postgresql.md#when-a-client-vanishes)
-    pg_timeout: float = _env("PG_TIMEOUT", _seconds, 5.0)
+    pg_timeout: float = _env("PG_TIMEOUT", _seconds, 10.0)
     # --- push notifications ---
     # false: the push-notification methods answer -32003 and the card says so
     push: bool = _env("PUSH", _flag, True)

@@ -136,11 +136,12 @@ def test_releases_never_asked_for_are_forgotten_and_the_book_asked(client: redis
     assert served.book.in_flight() == []
 
 
-def test_the_workers_ask_for_releases_with_their_writes_and_the_front_end_does_not(
+def test_every_process_asks_for_releases_with_its_writes(
     client: redis.Redis, redis_url: str
 ) -> None:
-    """Where deliveries end (a Celery worker's process, the in-process
-    workers) writes release; a front end's turns keep their own step."""
+    """A task that ends leaves flight in the write that ends it, whoever
+    writes it: a Celery worker's process (and beat's), the in-process
+    workers, and a front end (a cancel)."""
     from web.core.tasks import Tasks
     from worker.engine.agent import load_agent
     from worker.engine.inprocess import InProcessDispatcher
@@ -160,4 +161,4 @@ def test_the_workers_ask_for_releases_with_their_writes_and_the_front_end_does_n
 
     front_store = RedisStore(client, prefix="front:")
     assert Tasks(settings, front_store, Broker()).turns is not None
-    assert front_store.turn_book()._on_commit is None
+    assert front_store.turn_book()._on_commit is not None

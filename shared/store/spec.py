@@ -28,7 +28,7 @@ FSYNC_POLICIES: Final = (ALWAYS, EVERYSEC, NO)
 # not one per open request. A worker holding many calls asks for more.
 POOL_SIZE: Final = 64
 # Seconds a PostgreSQL statement may take (TOOLNEXUS_PG_TIMEOUT's default).
-POSTGRES_TIMEOUT: Final = 5.0
+POSTGRES_TIMEOUT: Final = 10.0
 
 ACCEPTED_FORMS: Final = (
     "'memory' (or unset), 'file:<dir>', a redis://, rediss:// or unix:// URL,"

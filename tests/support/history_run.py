@@ -78,8 +78,10 @@ STALE_AFTER = 3.0
 STUCK = 45.0
 SETTLE = 60.0  # seconds the webhooks have, once the tasks settled, to hear every end
 # A partition outlasts PostgreSQL's statement timeout (TOOLNEXUS_PG_TIMEOUT,
-# 5 s by default) and every store's own timeout; an outage outlasts a
-# worker's slot registration (TOOLNEXUS_STALE_AFTER), so registrations lapse.
+# 5 s in these fleets, as quick as their other settings) and every store's
+# own timeout; an outage outlasts a worker's slot registration
+# (TOOLNEXUS_STALE_AFTER), so registrations lapse.
+PG_TIMEOUT = 5.0
 PARTITION = (6.0, 8.0)
 OUTAGE = (STALE_AFTER + 1.5, STALE_AFTER + 3.0)
 
@@ -171,7 +173,11 @@ def history_fleet(folder: Path, backend: str, seed: int) -> Iterator[Fleet]:
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r}: one of {BACKENDS}")
     runs = folder / "runs.log"
-    dotenv = dotenv_for(scripted_fleet(runs, stale_after=STALE_AFTER), secrets.token_hex(16))
+    settings = {
+        **scripted_fleet(runs, stale_after=STALE_AFTER),
+        "TOOLNEXUS_PG_TIMEOUT": f"{PG_TIMEOUT:g}",
+    }
+    dotenv = dotenv_for(settings, secrets.token_hex(16))
     with ExitStack() as cleanup:
         redis = compose_redis(dotenv, appendonly=True).start()  # fsync at every write
         cleanup.callback(redis.close)

@@ -7,8 +7,8 @@ silent peer. So each side is told to give up within the store's timeout
 (`TOOLNEXUS_PG_TIMEOUT`, `timeout` here):
 
 - the server ends a statement that runs longer than `timeout`
-  (`statement_timeout`), gives up a lock wait after half of it
-  (`lock_timeout`: its holder is stuck), ends a session left idle inside a
+  (`statement_timeout`), gives up a lock wait as long (`lock_timeout`: its
+  holder is stuck), ends a session left idle inside a
   transaction after `timeout` (`idle_in_transaction_session_timeout`: the
   store never holds a transaction open across a round trip, so only a
   vanished client leaves one), and probes a quiet client after `timeout`,
@@ -49,7 +49,7 @@ def server_settings(timeout: float) -> dict[str, str]:
     seconds = max(1, round(timeout))
     return {
         "statement_timeout": f"{round(timeout * 1000)}ms",
-        "lock_timeout": f"{round(timeout * 500)}ms",
+        "lock_timeout": f"{round(timeout * 1000)}ms",
         "idle_in_transaction_session_timeout": f"{round(timeout * 1000)}ms",
         "tcp_keepalives_idle": str(seconds),
         "tcp_keepalives_interval": "1",
