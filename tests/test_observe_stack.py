@@ -39,6 +39,7 @@ from shared.task import (
 from tests.support.a2a import call, result, wait_ready, wait_state
 from tests.support.agents import runs_of
 from tests.support.compose import ROOT, LocalStack, local_stack
+from tests.support.flower import flower_workers_alive
 from tests.support.polling import wait_for
 from tests.support.redis_server import free_port
 from tests.support.shortcuts import with_status
@@ -153,6 +154,12 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
         for name in ("web", "worker", "beat", "flower"):
             running.start(name)
         wait_ready(stack.web_url)
+        # Events sent before Flower listens are gone: its tests start once it hears a worker.
+        wait_for(
+            lambda: any(flower_workers_alive(stack, FLOWER_LOGIN).values()),
+            timeout=60,
+            what="Flower to hear a worker's events",
+        )
         yield running
 
 

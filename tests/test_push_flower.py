@@ -21,6 +21,7 @@ from shared.broker.dispatcher import PUSH_TASK
 from shared.stores.redis.store import redis_store
 from tests.support.a2a import wait_ready
 from tests.support.compose import LocalStack, local_stack
+from tests.support.flower import flower_workers_alive
 from tests.support.polling import wait_for
 from tests.support.webhook_receiver import Receiver
 
@@ -47,7 +48,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
             stack.start(name, **({"WEB_CONCURRENCY": "1"} if name == "web" else {}))
         wait_ready(stack.web_url)
         wait_for(
-            lambda: any(flower_workers_alive(stack).values()),
+            lambda: any(flower_workers_alive(stack, LOGIN).values()),
             timeout=60,
             what="Flower to hear a worker's events",
         )
@@ -76,24 +77,6 @@ def a_task_with_a_webhook(stack: LocalStack, url: str, hook_id: str) -> str:
     body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}
     reply = requests.post(stack.web_url, json=body, headers={"A2A-Version": "1.0"}, timeout=30)
     return str(reply.json()["result"]["task"]["id"])
-
-
-def flower_workers_alive(stack: LocalStack) -> dict[str, bool]:
-    """Flower's event state of the workers (name -> alive), empty while Flower
-    is not up or has heard no event yet. Flower binds its event queue before it
-    hears anything, so a worker heard means every event sent from now on
-    (beat's task-sent included, which alone carries the routing key) reaches
-    Flower; one sent before that is gone, which made a delivery sent while
-    Flower was starting never show its routing key."""
-    try:
-        reply = requests.get(
-            f"{stack.flower_url}/api/workers", params={"status": "1"}, auth=LOGIN, timeout=10
-        )
-    except requests.ConnectionError:
-        return {}
-    assert reply.status_code == 200, reply.text[:300]
-    alive: dict[str, bool] = reply.json()
-    return alive
 
 
 def flower_tasks(stack: LocalStack, **query: str) -> dict[str, dict[str, Any]]:
