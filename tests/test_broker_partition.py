@@ -102,6 +102,8 @@ def test_a_worker_runs_tasks_again_once_a_partition_of_its_broker_heals(
         proxy.heal()
         second = ran("after")
         wait_for(lambda: completed(second), timeout=120, what="a task after the partition")
+        # The same worker and beat, not ones a supervisor would have started again.
+        assert [process.poll() for process in fleet] == [None, None]
     except BaseException:
         log.flush()
         print((tmp_path / "fleet.log").read_text(errors="replace")[-6000:])

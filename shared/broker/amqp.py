@@ -21,6 +21,12 @@ queue with the same arguments, or RabbitMQ refuses the second declaration
   own, and on a connection lost without a word (a partition, a middlebox
   dropping it) a worker's main loop waited there for good, consuming
   nothing, its heartbeats unsent.
+- Each worker's remote-control queue (Celery's pidbox) is not exclusive:
+  RabbitMQ keeps a connection lost without a word until it misses its
+  heartbeats, and an exclusive queue stays locked to it meanwhile, so a
+  worker that reconnected at once failed to declare its own queue again
+  (RESOURCE_LOCKED) and exited. The queue still goes once unused (auto
+  delete, and 10 s of expiry).
 """
 
 from __future__ import annotations
@@ -76,5 +82,6 @@ def amqp_config(
         # Quorum queues have no global QoS: Celery then sets the prefetch per
         # consumer (worker_prefetch_multiplier x concurrency), as it should.
         "worker_detect_quorum_queues": True,
+        "control_queue_exclusive": False,
         "broker_native_delayed_delivery_queue_type": queue_type,
     }
