@@ -8,7 +8,11 @@ its socket timeouts, so the worker publishes (its heartbeat events) and
 waits for messages on connections that will never answer. Once healed, a
 task sent then must run: on RabbitMQ a publish waiting for a confirm used
 to hold the worker's main loop for good, on Redis a publish with no socket
-timeout did, and a consumer's BRPOP had no deadline of its own.
+timeout did, and a consumer's BRPOP had no deadline of its own. In the `reset`
+case the fleet's ends of the lost connections are reset once it heals, so
+the worker connects again while the broker still holds its old session: on
+RabbitMQ the worker's exclusive remote-control queue was still locked to
+that session, and the worker exited.
 
 On Redis the server still counts the lost connection's BRPOP as waiting,
 and may hand it the next message, which is then lost with the connection:
@@ -40,9 +44,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PARTITION = 8.0  # the fault's length: past the worker's event heartbeat and socket timeouts
 
 
-@pytest.fixture(params=["redis", "amqp"])
-def broker(request: pytest.FixtureRequest) -> Iterator[tuple[str, FaultProxy]]:
-    if request.param == "redis":
+@pytest.fixture
+def broker(request: pytest.FixtureRequest, kind: str) -> Iterator[tuple[str, FaultProxy]]:
+    if kind == "redis":
         url = str(request.getfixturevalue("redis_url")).rsplit("/", 1)[0] + "/2"
         port = 6379
     else:
@@ -52,8 +56,14 @@ def broker(request: pytest.FixtureRequest) -> Iterator[tuple[str, FaultProxy]]:
         yield url, proxy
 
 
+# How the fleet's ends of the lost connections end: silent (each process
+# finds it out by its own deadlines), or reset once the partition heals.
+CASES = [("redis", "silent"), ("amqp", "silent"), ("amqp", "reset")]
+
+
+@pytest.mark.parametrize(("kind", "ends"), CASES, ids=["-".join(case) for case in CASES])
 def test_a_worker_runs_tasks_again_once_a_partition_of_its_broker_heals(
-    broker: tuple[str, FaultProxy], redis_url: str, tmp_path: Path
+    broker: tuple[str, FaultProxy], ends: str, redis_url: str, tmp_path: Path
 ) -> None:
     url, proxy = broker
     queue = f"partition-{uuid.uuid4().hex[:8]}"
@@ -100,6 +110,11 @@ def test_a_worker_runs_tasks_again_once_a_partition_of_its_broker_heals(
         proxy.partition()
         time.sleep(PARTITION)
         proxy.heal()
+        if ends == "reset":
+            # The fleet's own ends given up at once (as their TCP would, in
+            # time): they connect again while the broker still holds their
+            # old sessions.
+            proxy.reset_programs()
         second = ran("after")
         wait_for(lambda: completed(second), timeout=120, what="a task after the partition")
         # The same worker and beat, not ones a supervisor would have started again.

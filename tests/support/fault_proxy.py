@@ -19,7 +19,10 @@ connection to the server. Faults, each lasting until `heal()`:
   waits for an answer that never comes until its own deadline. (The proxy's
   kernel acknowledges keepalive probes, so TCP keepalive cannot tell either
   side here; only timeouts of their own can.) New connections after the
-  heal go through;
+  heal go through; `reset_programs()` then resets the programs' ends of the
+  lost connections, leaving the servers' (as a client whose TCP gave up
+  first: it connects again at once, while the server still holds its old
+  session);
 - `refuse()`: the server is gone: every open connection is reset and new
   ones are refused, until `start()` listens again on the same port (for a
   server others share, which a test must not stop).
@@ -116,6 +119,17 @@ class FaultProxy:
             for link in self._links:
                 link.lost = True
             self._changed.notify_all()  # held chunks of the lost links are dropped
+
+    def reset_programs(self) -> None:
+        """Reset the programs' ends of the connections a partition lost."""
+        with self._changed:
+            lost = [link for link in self._links if link.lost]
+        for link in lost:
+            with contextlib.suppress(OSError):
+                link.client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+                link.client.shutdown(socket.SHUT_RD)
+            with contextlib.suppress(OSError):
+                link.client.close()
 
     def heal(self) -> None:
         """Ends the fault; connections a partition lost stay lost."""
