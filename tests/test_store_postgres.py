@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg_pool
 import pytest
 from psycopg import sql
 
@@ -118,6 +119,41 @@ def _use_after_fork(store: Any, task_id: str, answer: Any) -> None:
         answer.put(store.get(task_id)["status"]["state"])
     except Exception as error:
         answer.put(repr(error))
+
+
+def test_threads_that_use_a_new_store_at_once_all_get_a_connection(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first calls of a process's threads race to open the pool: none
+    may find it made but not yet open (opening is slowed down here, as a
+    loaded machine does, so that the others come while it opens)."""
+    task_id = postgres_store(postgres_url).save(a_task())["id"]
+    opens = psycopg_pool.ConnectionPool.open
+
+    def slow_open(pool: Any, *args: Any, **kwargs: Any) -> None:
+        time.sleep(0.05)
+        opens(pool, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg_pool.ConnectionPool, "open", slow_open)
+    failures: list[BaseException] = []
+    for _ in range(5):
+        store = postgres_store(postgres_url, connections=2)
+        start = threading.Barrier(8)
+
+        def read(store: Any = store, start: threading.Barrier = start) -> None:
+            start.wait()
+            try:
+                store.get(task_id)
+            except StoreError as error:
+                failures.append(error)
+
+        threads = [threading.Thread(target=read) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        store.close()
+    assert failures == []
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")

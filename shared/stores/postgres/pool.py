@@ -79,7 +79,8 @@ class ForkSafePool:
             if self._pid != os.getpid():
                 self._forked()
             if self._pool is None:
-                self._pool = ConnectionPool(
+                # Published once open: a thread that finds it unlocked uses it at once.
+                pool = ConnectionPool(
                     self._conninfo,
                     # Decided when the pool opens: gunicorn's gevent worker
                     # has patched the process by its first request.
@@ -94,7 +95,8 @@ class ForkSafePool:
                 )
                 # wait=False: the first connection is made in the background;
                 # a request that needs one waits at most `timeout` for it.
-                self._pool.open(wait=False)
+                pool.open(wait=False)
+                self._pool = pool
             return self._pool
 
     @contextmanager
