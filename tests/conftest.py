@@ -5,19 +5,21 @@ Redis: a private `redis-server` started once per session on a free port
 on the machine's server. Where either cannot be had its tests are skipped
 with the reason printed; under `CI=true` they fail instead. The deployment
 matrix (brokers x stores, tests/support/matrix.py) parametrizes the tests
-marked `matrix`.
+marked `matrix`; `store_kind` runs a test once per store kind
+(tests/support/store_kinds.py) and `stores` opens them.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Generator, Iterator
+from pathlib import Path
 
 import pytest
 import redis
 from hypothesis import HealthCheck, settings
 
-from tests.support import matrix
+from tests.support import matrix, store_kinds
 from tests.support.compose import Backends, LocalStack
 from tests.support.rabbitmq import NoRabbitMQ, Vhost
 from tests.support.redis_server import RedisServer, ci, on_database
@@ -138,6 +140,23 @@ def amqp_broker_url() -> Iterator[str]:
         yield vhost.url
     finally:
         vhost.delete()
+
+
+@pytest.fixture(params=store_kinds.ALL)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Each store kind in turn (tests/support/store_kinds.py); narrowed with
+    `@pytest.mark.parametrize("store_kind", store_kinds.SHARED)`."""
+    return str(request.param)
+
+
+@pytest.fixture
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[store_kinds.Stores]:
+    """Stores of any kind for this test, closed when it ends."""
+    opened = store_kinds.Stores(request, tmp_path)
+    try:
+        yield opened
+    finally:
+        opened.close()
 
 
 SLOW_OPT_IN = (

@@ -13,17 +13,14 @@ from shared import Settings
 from shared.errors import ConfigError
 from shared.events import to_state
 from shared.store.wiring import open_store
-from shared.stores.file.store import file_store
-from shared.stores.memory.store import memory_store
-from shared.stores.postgres import postgres_store
 from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, FAILED, INPUT_REQUIRED, WORKING, new_task, state_of, text_message
 from shared.transitions import transition
 from tests.support.polling import wait_for
-from tests.test_stores_events import Clock, kind
+from tests.support.store_kinds import Stores
+from tests.test_stores_events import Clock
 from worker.engine.reaper import sweep
 
-__all__ = ["kind"]
 DAY = 24 * 3600.0
 
 
@@ -37,16 +34,8 @@ def test_finished_tasks_are_kept_seven_days_and_input_waits_one_by_default() -> 
         Settings.from_env({"TOOLNEXUS_INPUT_TIMEOUT": "-5"})
 
 
-def store_of(kind: str, clock: Clock, tmp_path: Path, request: pytest.FixtureRequest) -> Any:
-    ttl = Settings().task_ttl
-    if kind == "memory":
-        return memory_store(clock, terminal_ttl=ttl)
-    if kind == "file":
-        return file_store(tmp_path / "tasks", clock, terminal_ttl=ttl)
-    if kind == "postgres":
-        url = str(request.getfixturevalue("postgres_url"))
-        return postgres_store(url, terminal_ttl=ttl, clock=clock)
-    return redis_store(str(request.getfixturevalue("redis_url")), terminal_ttl=ttl, clock=clock)
+def store_of(store_kind: str, clock: Clock, stores: Stores) -> Any:
+    return stores.open(store_kind, clock=clock, terminal_ttl=Settings().task_ttl)
 
 
 def a_task(store: Any, *states: str) -> str:
@@ -56,17 +45,15 @@ def a_task(store: Any, *states: str) -> str:
     return task_id
 
 
-def test_the_default_ttl_forgets_finished_tasks_only(
-    kind: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
+def test_the_default_ttl_forgets_finished_tasks_only(store_kind: str, stores: Stores) -> None:
     clock = Clock()
-    store = store_of(kind, clock, tmp_path, request)
+    store = store_of(store_kind, clock, stores)
     old = a_task(store, WORKING, COMPLETED)
     running = a_task(store, WORKING)
     waiting = a_task(store, WORKING, INPUT_REQUIRED)
     clock.now += 6 * DAY
     recent = a_task(store, WORKING, COMPLETED)
-    if kind == "redis":
+    if store_kind == "redis":
         # Redis expires keys by its own clock, not the injected one: the TTL it
         # was given is the default (that it expires by it: the test below).
         ttl = store.client.ttl(f"toolnexus:task:{old}")
@@ -107,10 +94,10 @@ def test_redis_forgets_a_finished_task_by_its_own_clock_and_keeps_unfinished_one
 
 
 def test_a_task_left_waiting_for_input_is_failed_after_the_timeout_and_nothing_else(
-    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+    store_kind: str, stores: Stores
 ) -> None:
     clock = Clock()
-    store = store_of(kind, clock, tmp_path, request)
+    store = store_of(store_kind, clock, stores)
     timeout = Settings().input_timeout
     assert timeout is not None
     forgotten = a_task(store, WORKING, INPUT_REQUIRED)

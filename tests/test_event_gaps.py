@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,21 +16,18 @@ from shared.events import artifact_update, to_state
 from shared.store import follow as follow_module
 from shared.store.contract import Record
 from shared.store.follow import follow
-from shared.stores.file.store import file_store
 from shared.stores.memory.store import MemoryStore, memory_store
-from shared.stores.postgres import postgres_store
-from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, WORKING, new_task, text_message
 from shared.transitions import transition
 from tests.support.sse import Stream, results
-from tests.test_stores_events import kind
+from tests.support.store_kinds import Stores
 from tests.test_web_streaming import Serve, kinds, serve, user
 from tests.test_web_support import live_server
 from web import create_app
 from worker.engine.agent import load_agent
 from worker.engine.inprocess import InProcessDispatcher
 
-__all__ = ["kind", "serve"]  # fixtures of other suites, used here
+__all__ = ["serve"]  # a fixture of another suite, used here
 
 LIMIT = 50  # a short log, so a test can write past it quickly
 WRITTEN = 400  # events written while the follower is away: well past the limit
@@ -39,14 +35,8 @@ SHORT_LOG = 7  # a served task's kept log: of countdown's 11 events, 5 to 11
 
 
 @pytest.fixture
-def store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Any:
-    if kind == "memory":
-        return memory_store(log_limit=LIMIT)
-    if kind == "file":
-        return file_store(tmp_path / "tasks")
-    if kind == "postgres":
-        return postgres_store(str(request.getfixturevalue("postgres_url")), log_limit=LIMIT)
-    return redis_store(str(request.getfixturevalue("redis_url")), log_limit=LIMIT)
+def store(store_kind: str, stores: Stores) -> Any:
+    return stores.open(store_kind, log_limit=LIMIT)
 
 
 def gaps(reader: str) -> float:
@@ -60,18 +50,13 @@ def chunks(store: Any, task_id: str, count: int) -> None:
         assert transition(store, task_id, change).applied
 
 
-def trimmed(store: Any, kind: str, task_id: str) -> int:
-    """Where the task's log starts now, trimming it first on the file store
-    (which keeps its whole log today: cut as a trim would)."""
-    if kind == "file":
-        path = store.directory / ".log" / f"{task_id}.jsonl"
-        lines = path.read_bytes().splitlines(keepends=True)
-        path.write_bytes(b"".join(lines[-LIMIT:]))
+def trimmed(store: Any, task_id: str) -> int:
+    """Where the task's log starts now."""
     first = store.events(task_id, 0, 1)
     return int(first[0][0])
 
 
-def test_a_follower_behind_the_trim_gets_the_task_then_what_follows(store: Any, kind: str) -> None:
+def test_a_follower_behind_the_trim_gets_the_task_then_what_follows(store: Any) -> None:
     task = store.create(new_task(text_message("user", "hi"))).task
     task_id = task["id"]
     assert transition(store, task_id, to_state(WORKING)).applied
@@ -80,7 +65,7 @@ def test_a_follower_behind_the_trim_gets_the_task_then_what_follows(store: Any, 
     assert next(follower)[0] == 2  # type: ignore[index]
     # The follower stops reading while the agent writes far past the kept log.
     chunks(store, task_id, WRITTEN)
-    assert trimmed(store, kind, task_id) > 5
+    assert trimmed(store, task_id) > 5
     before = gaps("test")
     # What it had already read comes first, then the task as it stands, not event 5.
     assert [next(follower)[0], next(follower)[0]] == [3, 4]  # type: ignore[index]

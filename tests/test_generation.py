@@ -26,6 +26,7 @@ from shared.task import INPUT_REQUIRED, WORKING, agent_message, new_task, text_m
 from shared.transitions import transition
 from tests.support.agents import gate
 from tests.support.sse import Stream, results
+from tests.support.store_kinds import Stores
 from tests.test_web_support import live_server
 from web import create_app
 from worker.engine.agent import load_agent
@@ -34,13 +35,9 @@ from worker.engine.inprocess import InProcessDispatcher
 V11 = {"A2A-Version": "1.1"}
 
 
-@pytest.fixture(params=["memory", "file", "redis", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    if request.param == "memory":
-        return resolve_store("memory")
-    if request.param == "file":
-        return resolve_store(f"file:{tmp_path / 'tasks'}")
-    return resolve_store(str(request.getfixturevalue(f"{request.param}_url")))
+@pytest.fixture
+def store(store_kind: str, stores: Stores) -> Store:
+    return resolve_store(stores.url(store_kind))
 
 
 def serve(store: Store, run: str, **settings: Any) -> Any:

@@ -20,16 +20,17 @@ from shared.events import to_state
 from shared.store.resolve import resolve_store
 from shared.task import INPUT_REQUIRED, WORKING, agent_message, new_task, text_message
 from shared.transitions import transition
+from tests.support.store_kinds import SHARED, Stores
 from tests.test_web_support import NoBroker, live_server
 from web import create_app
 
 
 @pytest.mark.parametrize("trials", [200, pytest.param(1_000, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("backend", ["redis", "postgres"])
+@pytest.mark.parametrize("store_kind", SHARED)  # two front ends on one store
 def test_one_of_two_racing_follow_ups_wins_each_time(
-    backend: str, trials: int, request: pytest.FixtureRequest
+    store_kind: str, trials: int, stores: Stores
 ) -> None:
-    url = str(request.getfixturevalue(f"{backend}_url"))
+    url = stores.url(store_kind)
     with ExitStack() as stack:
         fronts = []
         for _ in range(2):

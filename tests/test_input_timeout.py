@@ -12,7 +12,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +20,6 @@ from prometheus_client import REGISTRY
 from shared import Settings
 from shared.errors import InvalidTransition
 from shared.stores.memory.store import memory_store
-from shared.stores.redis.store import redis_store
 from shared.task import (
     AUTH_REQUIRED,
     COMPLETED,
@@ -33,17 +31,16 @@ from shared.task import (
     state_of,
     text_message,
 )
+from tests.support.store_kinds import Stores
 from tests.test_bounded import DAY, a_task, store_of
 from tests.test_reliability_races import round_trip
-from tests.test_stores_events import Clock, kind
+from tests.test_stores_events import Clock
 from web.core.params import SendParams
 from web.core.tasks import Tasks
 from worker.engine.agent import Agent
 from worker.engine.fulfil import fulfil
 from worker.engine.metrics import worker_metrics
 from worker.engine.reaper import end_unanswered, sweep
-
-__all__ = ["kind"]  # a fixture of another suite, used here
 
 
 def gave_up(timeout: float) -> str:
@@ -60,10 +57,10 @@ def nothing_to_send(task_id: str) -> None: ...
 
 
 def test_a_task_waiting_for_authorization_is_failed_after_the_timeout_saying_why(
-    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+    store_kind: str, stores: Stores
 ) -> None:
     clock = Clock()
-    store = store_of(kind, clock, tmp_path, request)
+    store = store_of(store_kind, clock, stores)
     timeout = 30.0
     forgotten = a_task(store, WORKING, AUTH_REQUIRED)
     clock.now += timeout - 1
@@ -147,14 +144,9 @@ class Queued:
     def check(self) -> None: ...
 
 
-@pytest.fixture(params=["memory", "redis"])
-def waiting_store(request: pytest.FixtureRequest) -> Iterator[Any]:
-    if request.param == "memory":
-        yield memory_store(lambda: 0.0)
-        return
-    store = redis_store(str(request.getfixturevalue("redis_url")), clock=lambda: 0.0)
-    yield store
-    store.client.close()
+@pytest.fixture
+def waiting_store(store_kind: str, stores: Stores) -> Any:
+    return stores.open(store_kind, clock=lambda: 0.0)
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,26 +17,18 @@ from shared import Settings
 from shared.events import to_state
 from shared.store.contract import message_key
 from shared.store.listing import stamp_after
-from shared.stores.file.store import file_store
-from shared.stores.memory.store import memory_store
-from shared.stores.postgres import postgres_store
 from shared.stores.redis.store import redis_store
 from shared.task import epoch, new_task, text_message
 from shared.transitions import transition
 from tests.support.polling import wait_for
+from tests.support.store_kinds import Stores
 from tests.test_web_support import PlayingDispatcher, rpc
 from web import create_app
 
 
-@pytest.fixture(params=["memory", "file", "redis", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    if request.param == "memory":
-        return memory_store()
-    if request.param == "file":
-        return file_store(tmp_path / "tasks")
-    if request.param == "postgres":
-        return postgres_store(str(request.getfixturevalue("postgres_url")))
-    return redis_store(str(request.getfixturevalue("redis_url")))
+@pytest.fixture
+def store(store_kind: str, stores: Stores) -> Any:
+    return stores.open(store_kind)
 
 
 def client_for(store: Any) -> FlaskClient:

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,15 +23,10 @@ import pytest
 from shared.events import to_state
 from shared.owners.admission import SendLedger
 from shared.store.contract import message_key
-from shared.stores.file.store import file_store
-from shared.stores.memory.store import memory_store
-from shared.stores.postgres import postgres_store
-from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, WORKING, new_task, text_message
 from shared.transitions import transition
 from tests.support.polling import wait_for
-
-KINDS = ["memory", "file", "redis", "postgres"]
+from tests.support.store_kinds import KINDS, Stores
 
 
 class FakeClock:
@@ -54,7 +47,7 @@ class Backend:
     ledger: SendLedger
     clock: FakeClock | None
     others: list[Any]  # more stores on the same data (each its own connections)
-    url: str = ""  # the store's, for a server-backed one
+    stores: Stores
 
     def advance(self, seconds: float) -> None:
         if self.clock is not None:
@@ -70,26 +63,18 @@ class Backend:
         return self.others.pop().send_ledger()  # type: ignore[no-any-return]
 
 
-@pytest.fixture(params=KINDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    kind: str = request.param
-    clock = FakeClock() if kind in ("memory", "file") else None
-    stores: list[Any] = []
-    url = ""
-    if kind == "memory":
-        stores = [memory_store(clock, terminal_ttl=10)]
-    elif kind == "file":
-        stores = [file_store(tmp_path / "tasks", clock, terminal_ttl=10) for _ in range(9)]
-    elif kind == "redis":
-        url = request.getfixturevalue("redis_url")
-        stores = [redis_store(url, terminal_ttl=1) for _ in range(9)]
-    else:
-        url = request.getfixturevalue("postgres_url")
-        stores = [postgres_store(url, terminal_ttl=10, connections=2) for _ in range(9)]
-    first = stores[0]
-    yield Backend(kind, first, first.send_ledger(), clock, stores[1:], url)
-    for store in stores:
-        store.close()
+@pytest.fixture
+def backend(store_kind: str, stores: Stores) -> Backend:
+    kind = KINDS[store_kind]
+    # A store with no server keeps time by the process's clock, which a test moves.
+    clock = FakeClock() if kind.server is None else None
+    ttl = 1 if kind.expires_itself else 10
+    opened = [
+        stores.open(store_kind, clock=clock, terminal_ttl=ttl, connections=2)
+        for _ in range(9 if kind.shared else 1)
+    ]
+    first = opened[0]
+    return Backend(store_kind, first, first.send_ledger(), clock, opened[1:], stores)
 
 
 # --- the token bucket ----------------------------------------------------------
@@ -214,10 +199,9 @@ def test_accepted_names_the_task_a_message_made_while_it_is_kept(backend: Backen
     if backend.clock is not None:
         backend.advance(11)  # past the time to live
         assert ledger.accepted(key) is None
-    elif backend.kind == "postgres":
+    elif not KINDS[backend.kind].expires_itself:
         # The store's clock reads the expiry: one a minute on is past it.
-        later = postgres_store(backend.url, clock=lambda: time.time() + 60)
+        later = backend.stores.open(backend.kind, clock=lambda: time.time() + 60)
         assert later.send_ledger().accepted(key) is None
-        later.close()
     else:
         wait_for(lambda: ledger.accepted(key) is None, timeout=10, what="the task to expire")

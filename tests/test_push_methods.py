@@ -7,22 +7,15 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from shared import Settings, memory_store
 from shared.push.contract import Cursor, PushConfig, PushStore, TooManyConfigs
-from shared.stores.file.push import FilePush
-from shared.stores.file.store import FileStore
-from shared.stores.memory.push import MemoryPush
-from shared.stores.postgres import postgres_store
-from shared.stores.postgres.push import PostgresPush
-from shared.stores.redis.push import RedisPush
-from shared.stores.redis.store import redis_store
 from tests.support.polling import wait_for
 from tests.support.shortcuts import push_store
+from tests.support.store_kinds import Stores
 from tests.test_web_support import PlayingDispatcher
 from web import create_app
 from worker.push.delivery import sweep
@@ -265,16 +258,9 @@ def test_push_turned_off_answers_push_not_supported() -> None:
 # --- the push store's contract, on every built-in store ---------------------
 
 
-@pytest.fixture(params=["memory", "file", "redis", "postgres"])
-def pushes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PushStore]:
-    if request.param == "memory":
-        store: object = memory_store()
-    elif request.param == "file":
-        store = FileStore(tmp_path / "tasks")
-    elif request.param == "postgres":
-        store = postgres_store(request.getfixturevalue("postgres_url"))
-    else:
-        store = redis_store(request.getfixturevalue("redis_url"))
+@pytest.fixture
+def pushes(store_kind: str, stores: Stores) -> Iterator[PushStore]:
+    store = stores.open(store_kind)
     found = push_store(store)
     assert found is not None
     assert push_store(store) is found  # decided once per store
@@ -331,21 +317,10 @@ def test_push_store_contract(pushes: PushStore) -> None:
     assert pushes.configs("t1") == []
 
 
-@pytest.mark.parametrize("kind", ["memory", "file", "redis", "postgres"])
 def test_a_finished_tasks_push_state_goes_after_the_task_ttl(
-    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+    store_kind: str, stores: Stores
 ) -> None:
-    pushes: PushStore
-    if kind == "memory":
-        pushes = MemoryPush(ttl=1)
-    elif kind == "file":
-        pushes = FilePush(FileStore(tmp_path / "tasks").directory, ttl=1)
-    elif kind == "postgres":
-        pg = postgres_store(request.getfixturevalue("postgres_url"))
-        pushes = PostgresPush(pg.statements, ttl=1)
-    else:
-        client = redis_store(request.getfixturevalue("redis_url")).client
-        pushes = RedisPush(client, "toolnexus:", ttl=1)
+    pushes = stores.open(store_kind).push_store(ttl=1)
     pushes.put(config("t1", "a"), cap=2)
     pushes.put(config("t2", "a"), cap=2)
     pushes.done("t1")

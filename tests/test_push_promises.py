@@ -32,8 +32,8 @@ from shared.store.contract import Commit
 from shared.store.resolve import resolve_store
 from shared.stores.memory.store import MemoryStore
 from shared.task import WORKING, new_task
-from tests.support.redis_server import RedisServer
 from tests.support.shortcuts import push_store
+from tests.support.store_kinds import SHARED, Stores
 from tests.support.webhook_receiver import Receiver
 from worker.push.delivery import GaveUp, Policy, deliver
 
@@ -196,16 +196,9 @@ def test_the_webhook_host_is_resolved_again_at_every_connect(
     assert len(receiver.on("/rebind")) == 1
 
 
-@pytest.fixture(params=["file", "redis"])
-def durable_spec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "file":
-        yield f"file:{tmp_path / 'tasks'}"
-        return
-    server = RedisServer().start()
-    try:
-        yield f"{server.url}/1"
-    finally:
-        server.close()
+@pytest.fixture(params=SHARED)
+def durable_spec(request: pytest.FixtureRequest, stores: Stores) -> str:
+    return stores.url(request.param)
 
 
 def test_webhook_configs_and_cursors_outlive_the_process_that_saved_them(

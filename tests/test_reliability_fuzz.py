@@ -50,6 +50,7 @@ from shared.stores.file.store import FileStore
 from shared.task import COMPLETED, STATES, WORKING, is_terminal, state_of
 from shared.transitions import transition
 from tests.support.redis_server import free_port
+from tests.support.store_kinds import Stores
 from tests.support.strategies import json_values
 from web import create_app
 from web.core.errors import ERROR_INFO
@@ -1428,28 +1429,20 @@ HOSTILE_CONTEXT_IDS = [
 TOO_LONG_CONTEXT_ID = "x" * 1025
 
 
-@pytest.fixture(params=["memory", "file", "redis"])
-def any_store_target(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> Iterator[tuple[str, Target, Path]]:
+@pytest.fixture
+def any_store_target(store_kind: str, stores: Stores, tmp_path: Path) -> tuple[str, Target, Path]:
     """The fuzzed app on each built-in store; (store kind, target, a folder
     holding the file store's directory and a file beside it)."""
-    from shared.store.resolve import resolve_store
-
     root = tmp_path / "root"
     (root / "store").mkdir(parents=True)
     (root / "beside.json").write_text(outside_task("beside"))
-    if request.param == "memory":
-        store: Any = resolve_store("memory")
-    elif request.param == "file":
-        store = FileStore(root / "store")
-    else:
-        store = resolve_store(str(request.getfixturevalue("redis_url")))
+    # The file store in a folder of its own, with a file beside it to escape to.
+    store = FileStore(root / "store") if store_kind == "file" else stores.open(store_kind)
     dispatcher = RecordingDispatcher()
     app = create_app(Settings(blocking_timeout=0.001), store=store, dispatcher=dispatcher)
-    yield (
-        request.param,
-        Target(app, store, dispatcher, Tally(f"hostile contexts, {request.param}")),
+    return (
+        store_kind,
+        Target(app, store, dispatcher, Tally(f"hostile contexts, {store_kind}")),
         root,
     )
 

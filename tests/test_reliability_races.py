@@ -19,12 +19,10 @@ from typing import Any
 
 import pytest
 
-from shared import Settings, TaskNotCancelable, resolve_store
+from shared import Settings, TaskNotCancelable
 from shared.store.wiring import load_hook
-from shared.stores.memory.store import memory_store
-from shared.stores.postgres import postgres_store
-from shared.stores.redis.store import redis_store
 from shared.task import CANCELED, COMPLETED, FAILED, new_task, text_message
+from tests.support.store_kinds import Stores, for_many_trials
 from web.core.tasks import Tasks
 from worker.engine.agent import Agent
 from worker.engine.fulfil import fulfil
@@ -50,24 +48,9 @@ class Inert:
     def check(self) -> None: ...
 
 
-# PostgreSQL's round trips (about 1 ms each here, several per trial) make
-# its 1,000 trials the slowest (45 s each in CI, past 120 s under load): opt-in
-# (-m slow), since tests/test_stores.py races PostgreSQL writers in CI.
-@pytest.fixture(
-    params=[
-        "redis",
-        "memory",
-        pytest.param("postgres", marks=[pytest.mark.timeout(360), pytest.mark.slow]),
-    ]
-)
-def store_factory(request: pytest.FixtureRequest) -> Callable[..., Any]:
-    if request.param == "memory":
-        return memory_store
-    if request.param == "postgres":
-        pg = request.getfixturevalue("postgres_url")
-        return lambda clock=None: postgres_store(pg, clock=clock) if clock else resolve_store(pg)
-    url = request.getfixturevalue("redis_url")
-    return lambda clock=None: redis_store(url, clock=clock) if clock else resolve_store(url)
+@pytest.fixture
+def store_factory(store_kind: str, stores: Stores) -> Callable[..., Any]:
+    return lambda clock=None: stores.open(store_kind, clock=clock)
 
 
 def start_finishing(
@@ -178,11 +161,15 @@ def reaper_trial(
     return task["id"], task["id"] in reaped, finished
 
 
+# A thousand trials each: the stores whose round trips make that minutes long
+# are opt-in (-m slow); tests/test_stores.py races their writers in CI.
+@pytest.mark.parametrize("store_kind", for_many_trials())
 def test_cancel_against_completion(store_factory: Callable[..., Any]) -> None:
     settings = Settings(on_task=f"{__name__}:record_hook")
     race("cancel vs completion", store_factory(), settings, cancel_trial, CANCELED)
 
 
+@pytest.mark.parametrize("store_kind", for_many_trials())
 def test_reaper_against_a_late_finish(store_factory: Callable[..., Any]) -> None:
     # Every heartbeat is written at time 0, so each working task is stale at 1000.
     store = store_factory(clock=lambda: 0.0)

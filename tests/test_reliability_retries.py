@@ -19,14 +19,13 @@ import pytest
 import requests
 
 from shared.settings import Settings
-from shared.store.resolve import resolve_store
-from shared.stores.memory.store import memory_store
 from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, state_of
 from tests.support.a2a import call, wait_ready
 from tests.support.compose import LocalStack, local_stack
 from tests.support.polling import wait_for
 from tests.support.redis_server import RedisServer
+from tests.support.store_kinds import Stores, for_many_trials
 from web.core.params import SendParams, send_params
 from web.core.tasks import Tasks
 
@@ -143,16 +142,12 @@ class Inert:
     def check(self) -> None: ...
 
 
-@pytest.mark.parametrize("kind", ["redis", "memory", "file"])
+@pytest.mark.parametrize("store_kind", for_many_trials())
 def test_the_same_message_from_twenty_clients_at_once_creates_one_task(
-    kind: str, redis_url: str, tmp_path: Path
+    store_kind: str, stores: Stores
 ) -> None:
-    store = {
-        "redis": lambda: redis_store(redis_url),
-        "memory": memory_store,
-        "file": lambda: resolve_store(f"file:{tmp_path / 'tasks'}"),
-    }[kind]()
-    trials = 1000 if kind == "redis" else 300
+    store = stores.open(store_kind)
+    trials = 1000 if store_kind == "redis" else 300
     tasks = Tasks(Settings(), store, Inert())
     barrier = threading.Barrier(20)
     duplicates = 0
@@ -171,6 +166,6 @@ def test_the_same_message_from_twenty_clients_at_once_creates_one_task(
             thread.join(30)
         duplicates += len(set(answers)) - 1
         assert len(answers) == 20
-    print(f"\n{kind}: {trials} trials x 20 concurrent sends, {duplicates} duplicate tasks")
+    print(f"\n{store_kind}: {trials} trials x 20 concurrent sends, {duplicates} duplicate tasks")
     assert duplicates == 0
     assert len(store.all()) == trials

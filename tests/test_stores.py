@@ -43,6 +43,7 @@ from shared.task import (
 from tests.support.postgres import execute
 from tests.support.processes import answer_of, answers_of, ended_well
 from tests.support.shortcuts import with_status
+from tests.support.store_kinds import ALL, SHARED, Stores
 
 HOSTILE_IDS = ["../x", "../../etc/passwd", "a/b", "", "\x00", "a\x00b", ".", "..", "x" * 10_000]
 HOSTILE_IDS += ["é", "x" * 129]
@@ -59,15 +60,11 @@ def closure_store() -> SimpleNamespace:
     return SimpleNamespace(get=lambda task_id: copy.deepcopy(tasks.get(task_id)), save=save)
 
 
-@pytest.fixture(params=["memory", "file", "redis", "postgres", "closures"])
-def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> str | SimpleNamespace:
-    if request.param == "memory":
-        return "memory"
-    if request.param == "file":
-        return f"file:{tmp_path / 'tasks'}"
-    if request.param in ("redis", "postgres"):
-        return str(request.getfixturevalue(f"{request.param}_url"))
-    return closure_store()
+@pytest.fixture(params=[*ALL, "closures"])
+def store_spec(request: pytest.FixtureRequest, stores: Stores) -> str | SimpleNamespace:
+    if request.param == "closures":
+        return closure_store()
+    return stores.url(request.param)
 
 
 @pytest.fixture
@@ -77,21 +74,15 @@ def store(store_spec: str | SimpleNamespace) -> Any:
     return resolve_store(store_spec)
 
 
-@pytest.fixture(params=["memory", "file", "redis", "postgres"])
-def builtin_spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "memory":
-        return "memory"
-    if request.param == "file":
-        return f"file:{tmp_path / 'tasks'}"
-    return str(request.getfixturevalue(f"{request.param}_url"))
+@pytest.fixture
+def builtin_spec(store_kind: str, stores: Stores) -> str:
+    return stores.url(store_kind)
 
 
-@pytest.fixture(params=["file", "redis", "postgres"])
-def shared_spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+@pytest.fixture(params=SHARED)
+def shared_spec(request: pytest.FixtureRequest, stores: Stores) -> str:
     """A store that several processes can share."""
-    if request.param == "file":
-        return f"file:{tmp_path / 'tasks'}"
-    return str(request.getfixturevalue(f"{request.param}_url"))
+    return stores.url(request.param)
 
 
 @pytest.fixture

@@ -19,8 +19,6 @@ from shared.events import artifact_update, state_after, status_update, to_state
 from shared.store.contract import Commit, is_full_store, message_key
 from shared.store.resolve import resolve_store
 from shared.stores.file.store import file_store
-from shared.stores.memory.store import memory_store
-from shared.stores.postgres import postgres_store
 from shared.stores.redis.store import redis_store
 from shared.task import (
     COMPLETED,
@@ -34,6 +32,7 @@ from shared.task import (
 )
 from shared.transitions import SNAPSHOT_EVERY, claim, transition
 from tests.support.polling import wait_for
+from tests.support.store_kinds import KINDS, SHARED, Stores
 
 SCRIPT_COMMANDS = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_evalsha_ro")
 
@@ -46,20 +45,9 @@ class Clock:
         return self.now
 
 
-@pytest.fixture(params=["memory", "file", "redis", "postgres"])
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 @pytest.fixture
-def store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Any:
-    if kind == "memory":
-        return memory_store()
-    if kind == "file":
-        return file_store(tmp_path / "tasks")
-    if kind == "postgres":
-        return postgres_store(str(request.getfixturevalue("postgres_url")))
-    return redis_store(str(request.getfixturevalue("redis_url")))
+def store(store_kind: str, stores: Stores) -> Any:
+    return stores.open(store_kind)
 
 
 def a_task(owner: str | None = None, context: str | None = None, text: str = "hi") -> Any:
@@ -295,15 +283,11 @@ def _commit_later(spec: str, task_id: str, delay: float) -> None:
     transition(resolve_store(spec), task_id, to_state(WORKING))
 
 
-@pytest.mark.parametrize("shared_kind", ["file", "redis", "postgres"])
+@pytest.mark.parametrize("store_kind", SHARED)
 def test_a_watch_wakes_for_a_change_made_by_another_process(
-    shared_kind: str, tmp_path: Path, request: pytest.FixtureRequest
+    store_kind: str, stores: Stores
 ) -> None:
-    spec = (
-        f"file:{tmp_path / 'tasks'}"
-        if shared_kind == "file"
-        else str(request.getfixturevalue(f"{shared_kind}_url"))
-    )
+    spec = stores.url(store_kind)
     store = resolve_store(spec)
     task_id = store.create(a_task()).task["id"]
     with store.watch(task_id) as watch:
@@ -322,20 +306,15 @@ def test_a_watch_wakes_for_a_change_made_by_another_process(
     assert child.exitcode == 0
 
 
-@pytest.mark.parametrize("expiring", ["memory", "file", "redis", "postgres"])
 def test_finished_tasks_and_their_message_keys_expire(
-    expiring: str, tmp_path: Path, request: pytest.FixtureRequest
+    store_kind: str, stores: Stores, tmp_path: Path
 ) -> None:
     clock = Clock()
-    if expiring == "memory":
-        store = memory_store(clock, terminal_ttl=60)
-    elif expiring == "postgres":
-        url = str(request.getfixturevalue("postgres_url"))
-        store = postgres_store(url, clock=clock, terminal_ttl=60)
-    elif expiring == "file":
-        store = file_store(tmp_path / "tasks", clock, terminal_ttl=60)
-    else:
-        store = redis_store(str(request.getfixturevalue("redis_url")), terminal_ttl=1)
+    # A store that expires by its server's clock: a TTL it reaches while the test waits.
+    by_itself = KINDS[store_kind].expires_itself
+    store = stores.open(
+        store_kind, clock=None if by_itself else clock, terminal_ttl=1 if by_itself else 60
+    )
     key = message_key("", "m-ttl")
     done = store.create(a_task(), key).task["id"]
     alive = store.create(a_task()).task["id"]
@@ -343,8 +322,8 @@ def test_finished_tasks_and_their_message_keys_expire(
     transition(store, done, to_state(COMPLETED))
     transition(store, alive, to_state(WORKING))
     clock.now += 61
-    if expiring == "redis":
-        wait_for(lambda: store.get(done) is None, timeout=30, what="Redis to expire the task")
+    if by_itself:
+        wait_for(lambda: store.get(done) is None, timeout=30, what="the store to expire the task")
     else:
         assert store.get(done) is None  # past its time: read as gone at once
         assert store.purge_expired() == 1  # and removed by the reaper's sweep
@@ -353,6 +332,6 @@ def test_finished_tasks_and_their_message_keys_expire(
     assert store.events(done, 0) == []
     again = store.create(a_task(), key)
     assert again.created and again.task["id"] != done  # the key went with the task
-    if expiring == "file":
+    if store_kind == "file":
         leftovers = [p.name for p in (tmp_path / "tasks").rglob(f"*{done}*")]
         assert leftovers == []

@@ -1,59 +1,39 @@
 """Every store's turn book keeps one contract (`shared.owners.book.TurnBook`):
-the memory store's `LocalBook`, the file store's `FileTurnBook`, the Redis
-store's `RedisTurnBook` (on a private redis-server) and the PostgreSQL
-store's `PostgresTurnBook` (on a fresh schema) take the same tasks in the
-same order, and hold against several book objects (threads of one
-process) stepping one book at once: no task taken twice, none lost."""
+the book of each store kind (tests/support/store_kinds.py) takes the same
+tasks in the same order, and holds against several book objects (threads
+of one process) stepping one book at once: no task taken twice, none lost."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-import redis
 
-from shared.owners.book import FLOOR, Entry, LocalBook, OwnerCount, TurnBook
-from shared.store.resolve import resolve_store
-from shared.stores.file.turns import FileTurnBook
-from shared.stores.redis.turns import RedisTurnBook
+from shared.owners.book import FLOOR, Entry, OwnerCount, TurnBook
+from tests.support.store_kinds import KINDS, Stores
 
-BOOKS = ("memory", "file", "redis", "postgres")
-# Another book object on the same state (the memory store's one is in-process).
 MakeBook = Callable[[], TurnBook]
 
 
-@pytest.fixture(params=BOOKS)
-def make_book(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeBook]:
-    """A maker of book objects that all step one book, fresh for the test."""
-    kind = request.param
-    if kind == "memory":
-        local = LocalBook()
-        yield lambda: local
-    elif kind == "file":
-        yield lambda: FileTurnBook(tmp_path)
-    elif kind == "redis":
-        client = redis.Redis.from_url(request.getfixturevalue("redis_url"))
-        yield lambda: RedisTurnBook(client, "toolnexus-test:")
-        client.close()
-    else:
-        url = request.getfixturevalue("postgres_url")
-        stores: list[Any] = []
+@pytest.fixture
+def make_book(store_kind: str, stores: Stores) -> MakeBook:
+    """A maker of book objects that all step one book, fresh for the test:
+    each from another store object on the same data, as another process
+    has it (the memory store's book is its process's own: the one book)."""
 
-        def postgres() -> TurnBook:
-            stores.append(resolve_store(url))
-            book: TurnBook = stores[-1].turn_book()
-            return book
+    def another() -> TurnBook:
+        book: TurnBook | None = stores.open(store_kind).turn_book()
+        assert book is not None
+        return book
 
-        try:
-            yield postgres
-        finally:
-            for store in stores:
-                store.close()
+    if KINDS[store_kind].shared:
+        return another
+    only = another()
+    return lambda: only
 
 
 @pytest.fixture

@@ -12,8 +12,7 @@ behind a `FaultProxy`) and the machine's PostgreSQL.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,7 +22,6 @@ from shared import Settings
 from shared.events import status_update, to_state
 from shared.owners.book import Entry
 from shared.owners.turns import SlotKeeper, Turns, turns_for
-from shared.store.resolve import resolve_store
 from shared.stores.redis.store import redis_store
 from shared.task import (
     CANCELED,
@@ -37,23 +35,13 @@ from shared.task import (
 from shared.transitions import transition
 from tests.support.fault_proxy import proxied, proxy_for
 from tests.support.polling import wait_for
+from tests.support.store_kinds import Stores
 from worker.engine.reaper import reap_stale
 
-STORES = ("memory", "file", "redis", "postgres")
 
-
-@pytest.fixture(params=STORES)
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    kind = request.param
-    if kind == "memory":
-        spec = "memory"
-    elif kind == "file":
-        spec = f"file:{tmp_path / 'tasks'}"
-    else:
-        spec = str(request.getfixturevalue(f"{kind}_url"))
-    opened = resolve_store(spec)
-    yield opened
-    opened.close()
+@pytest.fixture
+def store(store_kind: str, stores: Stores) -> Any:
+    return stores.open(store_kind)
 
 
 def wired(store: Any, published: list[str]) -> Turns:

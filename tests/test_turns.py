@@ -43,6 +43,7 @@ from tests.support.a2a import send_request
 from tests.support.agents import gate
 from tests.support.polling import wait_for
 from tests.support.redis_server import RedisServer
+from tests.support.store_kinds import Stores
 from tests.test_web_support import live_server
 from web import create_app
 from worker.engine.agent import load_agent
@@ -274,24 +275,9 @@ def test_a_held_send_is_refused_while_the_broker_does_not_answer() -> None:
 # --- a reply that comes before the delivery that asked for it has ended ---------
 
 
-@pytest.fixture(params=["memory", "file", "redis"])
-def any_book_store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Store]:
-    if request.param == "memory":
-        yield memory_store()
-    elif request.param == "file":
-        from shared.stores.file.store import file_store
-
-        yield file_store(tmp_path)
-    else:
-        import redis
-
-        from shared.stores.redis.store import RedisStore
-
-        client = redis.Redis.from_url(request.getfixturevalue("redis_url"))
-        try:
-            yield RedisStore(client, prefix="reply:")
-        finally:
-            client.close()
+@pytest.fixture
+def any_book_store(store_kind: str, stores: Stores) -> Store:
+    return stores.open(store_kind)
 
 
 def test_a_reply_before_the_asking_delivery_ends_is_published_at_once(

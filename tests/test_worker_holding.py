@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,12 +19,11 @@ from shared.events import to_state
 from shared.settings import Settings
 from shared.store.contract import is_full_store
 from shared.store.spec import POOL_SIZE
-from shared.stores.file.store import file_store
 from shared.stores.memory.store import memory_store
-from shared.stores.redis.store import redis_store
 from shared.task import CANCELED, COMPLETED, FAILED, new_task, state_of, text_message
 from shared.transitions import transition
 from tests.support.polling import wait_for
+from tests.support.store_kinds import Stores
 from worker.engine.agent import Agent
 from worker.engine.fulfil import fulfil
 from worker.engine.held_calls import held_count
@@ -34,16 +31,9 @@ from worker.runtime.app import celery_config
 from worker.runtime.pools import IO_POOL_CLASS, IOPool, store_connections
 
 
-@pytest.fixture(params=["memory", "file", "redis"])
-def event_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    if request.param == "memory":
-        yield memory_store()
-    elif request.param == "file":
-        yield file_store(str(tmp_path / "tasks"))
-    else:
-        store = redis_store(request.getfixturevalue("redis_url"))
-        yield store
-        store.client.close()
+@pytest.fixture
+def event_store(store_kind: str, stores: Stores) -> Any:
+    return stores.open(store_kind)
 
 
 def submitted(store: Any, text: str = "hi") -> str:

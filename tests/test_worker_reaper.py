@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,13 +10,12 @@ import pytest
 from shared.events import to_state
 from shared.settings import Settings
 from shared.store.wiring import open_store
-from shared.stores.file.store import file_store
 from shared.stores.memory.store import memory_store
-from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, Task, new_task, state_of, text_message
 from shared.transitions import transition
 from tests.support.polling import wait_for
 from tests.support.shortcuts import with_status
+from tests.support.store_kinds import SWEPT, Stores
 from worker.engine.reaper import ReaperThread, reap_stale, sweep
 from worker.engine.results import final_change
 
@@ -31,18 +28,10 @@ class Clock:
         return self.now
 
 
-@pytest.fixture(params=["memory", "file", "redis"])
-def clocked(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, Clock]]:
+@pytest.fixture
+def clocked(store_kind: str, stores: Stores) -> tuple[Any, Clock]:
     clock = Clock()
-    if request.param == "memory":
-        yield memory_store(clock), clock
-    elif request.param == "file":
-        yield file_store(tmp_path / "tasks", clock), clock
-    else:
-        url = request.getfixturevalue("redis_url")
-        store = redis_store(url, clock=clock)
-        yield store, clock
-        store.client.close()
+    return stores.open(store_kind, clock=clock), clock
 
 
 def save_in(store: Any, state: str) -> str:
@@ -179,19 +168,15 @@ def test_the_reaper_thread_reaps_on_its_interval() -> None:
         reaper.stop()
 
 
-@pytest.mark.parametrize("kind", ["memory", "file"])
+@pytest.mark.parametrize("store_kind", SWEPT)
 def test_the_reaper_s_sweep_purges_finished_tasks_past_their_time_to_live(
-    kind: str, tmp_path: Path
+    store_kind: str, stores: Stores
 ) -> None:
     # Stores that do not expire tasks by themselves are swept: through the
     # reaper's own run (`sweep`, what beat and the embedded server call),
     # not only by calling purge_expired() by hand.
     clock = Clock()
-    store: Any = (
-        memory_store(clock, terminal_ttl=60)
-        if kind == "memory"
-        else file_store(tmp_path / "tasks", clock, terminal_ttl=60)
-    )
+    store = stores.open(store_kind, clock=clock, terminal_ttl=60)
     finished, running, later = (save_in(store, "working") for _ in range(3))
     for task_id in (finished, later):
         transition(store, task_id, to_state(COMPLETED))

@@ -25,13 +25,12 @@ from shared.broker.dispatch import CeleryDispatcher
 from shared.broker.dispatcher import REAP_TASK
 from shared.events import to_state
 from shared.settings import Settings
-from shared.stores.file.store import file_store
-from shared.stores.memory.store import memory_store
 from shared.stores.redis.store import redis_store
 from shared.task import CANCELED, COMPLETED, WORKING, new_task, state_of, text_message
 from shared.transitions import transition
 from tests.support.compose import ROOT, LocalStack
 from tests.support.polling import wait_for
+from tests.support.store_kinds import Stores
 from worker.engine.reaper import resend_waiting, sweep
 from worker.runtime.app import create_celery
 
@@ -54,14 +53,10 @@ class Clock:
         return self.now
 
 
-@pytest.fixture(params=["memory", "file", "redis"])
-def clocked(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Any, Clock]:
+@pytest.fixture
+def clocked(store_kind: str, stores: Stores) -> tuple[Any, Clock]:
     clock = Clock()
-    if request.param == "memory":
-        return memory_store(clock), clock
-    if request.param == "file":
-        return file_store(tmp_path / "tasks", clock), clock
-    return redis_store(str(request.getfixturevalue("redis_url")), clock=clock), clock
+    return stores.open(store_kind, clock=clock), clock
 
 
 def test_only_tasks_waiting_too_long_are_sent_again(clocked: tuple[Any, Clock]) -> None:
