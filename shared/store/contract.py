@@ -13,7 +13,6 @@ The push state a store keeps beside its tasks has its own contract
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 from shared.errors import InvalidTaskId
 from shared.events import Event, StatusUpdate
+from shared.keys import digest
 from shared.quoting import shown
 from shared.store.listing import Listing, Query
 from shared.task import Task
@@ -53,13 +53,6 @@ def require_safe_id(task_id: object) -> str:
         )
     assert isinstance(task_id, str)
     return task_id
-
-
-def digest(*parts: str) -> str:
-    """A fixed-length, file-name-safe key for client-chosen strings (message
-    and context ids), so no client value ever becomes a key or a path."""
-    joined = "\x1f".join(parts).encode("utf-8", "surrogatepass")
-    return hashlib.sha256(joined).hexdigest()
 
 
 def message_key(owner: str, message_id: str) -> str:

@@ -63,6 +63,8 @@ from shared.codec import decode
 from shared.errors import ContextTaken, StoreError
 from shared.events import Event, StatusUpdate, current_status, fold
 from shared.generation import withdrawn
+from shared.keys import digest
+from shared.owners.ledger import DocumentLedger
 from shared.push.contract import Once, PushStore
 from shared.store.contract import (
     LOG_LIMIT,
@@ -70,7 +72,6 @@ from shared.store.contract import (
     Created,
     Outcome,
     Record,
-    digest,
     is_safe_id,
     message_key,
     require_safe_id,
@@ -84,8 +85,8 @@ from shared.store.listing import (
 )
 from shared.store.spec import ALWAYS
 from shared.store.wakeups import Notifier, Poller, Waiter
-from shared.stores.file.admission import FileLedger
 from shared.stores.file.boot import booted_at
+from shared.stores.file.documents import FileDocuments
 from shared.stores.file.listing import FileListing
 from shared.stores.file.locking import flock_within, unlock
 from shared.stores.file.log import Durability, LogFiles, Marker, open_no_link
@@ -133,6 +134,8 @@ class FileStore:
         self._ttl = terminal_ttl
         self._expires = self.directory / ".expires"
         self._log = self.directory / ".log"
+        # Small documents (shared.documents), under the features that keep state.
+        self.documents = FileDocuments(self.directory, clock)
         self._working = self.directory / ".working"
         self._waiting = self.directory / ".waiting"
         self._interrupted = self.directory / ".interrupted"
@@ -354,8 +357,13 @@ class FileStore:
     def push_store(self, ttl: float | None = None) -> PushStore:
         return self._push.get(lambda: FilePush(self.directory, ttl))
 
-    def send_ledger(self) -> FileLedger:
-        return FileLedger(self.directory, self.read, self._clock)
+    def send_ledger(self) -> DocumentLedger:
+        return DocumentLedger(self.documents, self._accepted)
+
+    def _accepted(self, message_key: str) -> str | None:
+        """The task a message made, while it is kept."""
+        task_id = _read_text(self._messages / message_key)
+        return task_id if task_id and self.read(task_id) is not None else None
 
     def turn_book(self) -> FileTurnBook:
         return self._turns

@@ -27,6 +27,7 @@ from shared.errors import ContextTaken
 from shared.events import Event, StatusUpdate, current_status, fold
 from shared.generation import stamped
 from shared.owners.book import LocalBook
+from shared.owners.ledger import DocumentLedger
 from shared.push.contract import Once, PushStore
 from shared.store.contract import (
     LOG_LIMIT,
@@ -40,7 +41,7 @@ from shared.store.contract import (
 from shared.store.listing import Listing, Query, stamp_after, trimmed
 from shared.store.ordered import OrderedIndex
 from shared.store.wakeups import Notifier, Waiter
-from shared.stores.memory.admission import MemoryLedger
+from shared.stores.memory.documents import MemoryDocuments
 from shared.stores.memory.push import MemoryPush
 from shared.task import (
     IN_FLIGHT,
@@ -95,7 +96,9 @@ class MemoryStore:
         self._notifier = Notifier()
         self._push = Once()
         self._turns = LocalBook()
-        self._ledger = MemoryLedger(self._messages.get, self.read, clock)
+        # Small documents (shared.documents), under the features that keep state.
+        self.documents = MemoryDocuments(clock)
+        self._ledger = DocumentLedger(self.documents, self._accepted)
         self._order = OrderedIndex()
         # The latest moment a listing is read as of (shared.store.listing): a status
         # saved after it must not carry a timestamp at or before it.
@@ -332,8 +335,13 @@ class MemoryStore:
     def push_store(self, ttl: float | None = None) -> PushStore:
         return self._push.get(lambda: MemoryPush(ttl))
 
-    def send_ledger(self) -> MemoryLedger:
+    def send_ledger(self) -> DocumentLedger:
         return self._ledger
+
+    def _accepted(self, message_key: str) -> str | None:
+        """The task a message made, while it is kept."""
+        task_id = self._messages.get(message_key)
+        return task_id if task_id is not None and self.read(task_id) is not None else None
 
     def turn_book(self) -> LocalBook:
         return self._turns

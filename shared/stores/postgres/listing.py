@@ -22,7 +22,7 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
-from shared.store.contract import digest
+from shared.keys import digest
 from shared.store.listing import Listing, Query
 from shared.stores.postgres.records import TAIL, record_of
 

@@ -38,7 +38,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from shared.codec import decode, encode
 from shared.errors import ConfigError, ContextTaken, StoreError
 from shared.events import Event, StatusUpdate, context_of, current_status
+from shared.keys import digest
 from shared.ops.store_metrics import count_failover
+from shared.owners.ledger import DocumentLedger
 from shared.push.contract import Once, PushStore
 from shared.store.claim_text import claim_text
 from shared.store.contract import (
@@ -47,14 +49,13 @@ from shared.store.contract import (
     Created,
     Outcome,
     Record,
-    digest,
     is_safe_id,
     require_safe_id,
 )
 from shared.store.listing import WINDOW, Listing, Query
 from shared.store.spec import POSTGRES_TIMEOUT
 from shared.store.wakeups import Waiter
-from shared.stores.postgres.admission import PostgresLedger
+from shared.stores.postgres.documents import PostgresDocuments
 from shared.stores.postgres.listener import PostgresListener
 from shared.stores.postgres.listing import answer
 from shared.stores.postgres.pool import ForkSafePool
@@ -147,6 +148,8 @@ class PostgresStore:
             configure=self._configure,
         )
         self.statements = Statements(self._pool, self.schema, self._where)
+        # Small documents (shared.documents), under the features that keep state.
+        self.documents = PostgresDocuments(self.statements)
         self._listener = PostgresListener(
             self.conninfo, channel, self._newest, notify=notify, timeout=timeout
         )
@@ -312,7 +315,9 @@ class PostgresStore:
     def purge_expired(self) -> int:
         """Finished tasks past their time, with their logs, histories and
         message keys (on the row); up to 1,000 a run."""
-        return int(self.statements.one(_PURGE, (self._clock(),))[0])
+        purged = int(self.statements.one(_PURGE, (self._clock(),))[0])
+        self.documents.forget_expired()
+        return purged
 
     def memory_use(self) -> tuple[int, int] | None:
         return None  # PostgreSQL keeps tasks on disk: no memory limit to warn of
@@ -339,8 +344,16 @@ class PostgresStore:
     def push_store(self, ttl: float | None = None) -> PushStore:
         return self._push.get(lambda: PostgresPush(self.statements, ttl))
 
-    def send_ledger(self) -> PostgresLedger:
-        return PostgresLedger(self.statements, self._clock)
+    def send_ledger(self) -> DocumentLedger:
+        return DocumentLedger(self.documents, self._accepted)
+
+    def _accepted(self, message_key: str) -> str | None:
+        """The task a message made, while it is kept."""
+        row = self.statements.maybe(
+            "SELECT id FROM tasks WHERE mkey = %s AND alive(expires, %s::float8)",
+            (message_key, self._clock()),
+        )
+        return str(row[0]) if row is not None else None
 
     def turn_book(self) -> PostgresTurnBook:
         return self._turns

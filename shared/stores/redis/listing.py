@@ -17,7 +17,7 @@ import redis
 
 from shared.codec import decode
 from shared.events import fold
-from shared.store.contract import digest
+from shared.keys import digest
 from shared.store.listing import Listing, Position, Query, as_of, before, matches, merged_page
 from shared.task import Task
 

@@ -9,8 +9,9 @@ from typing import cast
 import redis
 
 from shared.codec import decode, encode
+from shared.keys import digest
 from shared.push.contract import BOOKED, Cursor, PushConfig, TooManyConfigs, cursor_text
-from shared.store.contract import digest, require_safe_id
+from shared.store.contract import require_safe_id
 from shared.stores.redis.faults import reachable
 from shared.stores.redis.replicas import Replicas
 from shared.stores.redis.scripts import load

@@ -34,8 +34,10 @@ from shared.errors import ContextTaken
 from shared.events import Event, StatusUpdate, context_of, current_status, fold
 from shared.generation import FIELD as GENERATION
 from shared.generation import UNKNOWN, generation_of, withdrawn
+from shared.keys import digest
 from shared.ops.store_metrics import count_failover, count_unreplicated
 from shared.owners.book import Entry
+from shared.owners.ledger import DocumentLedger
 from shared.pooling import POOL_WAIT
 from shared.push.contract import Once, PushStore
 from shared.redis_nodes.pools import blocking_pool, node_of, server_of
@@ -46,14 +48,13 @@ from shared.store.contract import (
     Created,
     Outcome,
     Record,
-    digest,
     is_safe_id,
     require_safe_id,
 )
 from shared.store.listing import Listing, Query
 from shared.store.spec import POOL_SIZE
 from shared.store.wakeups import Waiter
-from shared.stores.redis.admission import RedisLedger
+from shared.stores.redis.documents import RedisDocuments
 from shared.stores.redis.faults import reachable
 from shared.stores.redis.listener import RedisListener
 from shared.stores.redis.listing import RedisListing
@@ -108,6 +109,8 @@ class RedisStore:
         self._forget_expired = client.register_script(FORGET_EXPIRED)
         self._read = client.register_script(READ)
         self._listener = RedisListener(client, self._channel, self._newest)
+        # Small documents (shared.documents), under the features that keep state.
+        self.documents = RedisDocuments(client, prefix)
         self._push = Once()
         self._turns = RedisTurnBook(client, prefix)
 
@@ -393,8 +396,18 @@ class RedisStore:
     def push_store(self, ttl: float | None = None) -> PushStore:
         return self._push.get(lambda: RedisPush(self.client, self._prefix, ttl, self._replicas))
 
-    def send_ledger(self) -> RedisLedger:
-        return RedisLedger(self.client, self._prefix)
+    def send_ledger(self) -> DocumentLedger:
+        return DocumentLedger(self.documents, self._accepted)
+
+    def _accepted(self, message_key: str) -> str | None:
+        """The task a message made, while it is kept."""
+        with reachable(self.client):
+            found = cast(bytes | None, self.client.get(f"{self._prefix}msg:{message_key}"))
+            task_id = found.decode() if found is not None else None
+            if task_id is None or not is_safe_id(task_id):
+                return None
+            kept = self.client.exists(f"{self._prefix}task:{task_id}")
+        return task_id if kept else None
 
     def turn_book(self) -> RedisTurnBook:
         return self._turns
