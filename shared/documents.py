@@ -17,7 +17,9 @@ on a document's times.
 
 from __future__ import annotations
 
+import random
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
@@ -31,6 +33,10 @@ ABSENT: Final = ""
 # Swaps lost to other writers before `step` gives up: far more than contention
 # between the processes of one deployment on one document reaches.
 ATTEMPTS: Final = 200
+# The pause after a lost swap, doubled after each (at random up to it, so
+# that the losers of one round do not meet again in the next).
+PAUSE: Final = 0.001
+PAUSE_MAX: Final = 0.05
 
 
 def new_version() -> str:
@@ -71,6 +77,7 @@ def step(documents: Documents, name: str, change: Change[R]) -> R:
     on the store: read, change, compare-and-set, again from the read when
     another writer came first. What `change` returns when its value is the
     one it was given is returned at once, with nothing written."""
+    pause = PAUSE
     for _ in range(ATTEMPTS):
         found = documents.document(name)
         value, ttl, result = change(found.value, found.now)
@@ -78,6 +85,8 @@ def step(documents: Documents, name: str, change: Change[R]) -> R:
             return result
         if documents.swap(name, found.version, value, ttl):
             return result
+        time.sleep(random.uniform(0, pause))
+        pause = min(pause * 2, PAUSE_MAX)
     raise StoreError(
         f"task store: the document {name!r} changed under {ATTEMPTS} attempts in a row",
         "the store is too busy",

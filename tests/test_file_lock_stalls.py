@@ -24,11 +24,12 @@ import pytest
 import requests
 
 from shared import Settings
+from shared.documents import ABSENT
 from shared.errors import StoreError
 from shared.owners.book import Entry
+from shared.stores.file.documents import FileDocuments
 from shared.stores.file.locking import flock_within
 from shared.stores.file.store import _STRIPES, file_store
-from shared.stores.file.turns import FileTurnBook
 from shared.task import new_task, text_message
 from tests.support.a2a import send_request
 from tests.test_web_support import live_server
@@ -100,7 +101,7 @@ def test_a_send_whose_turn_book_is_locked_by_a_stalled_process_goes_out_of_turn(
     store = file_store(str(tmp_path / "tasks"))
     book = store.turn_book()
     book.hold_and_take([Entry("earlier", "someone")], True)  # the book exists
-    holder = _paused_holder(tmp_path / "tasks" / ".turns" / ".lock")
+    holder = _paused_holder(tmp_path / "tasks" / ".documents" / "turn-book.lock")
     dispatcher = Recording()
     try:
         app = create_app(Settings(), store=store, dispatcher=dispatcher)
@@ -138,32 +139,35 @@ def _stripe_locks(store: Any) -> list[Path]:
     return [folder / str(stripe) for stripe in range(_STRIPES)]
 
 
-def test_a_process_forked_while_a_thread_holds_the_turn_books_lock_does_not_keep_it(
+def test_a_process_forked_while_a_thread_holds_a_documents_lock_does_not_keep_it(
     tmp_path: Path,
 ) -> None:
-    """A Celery prefork child started while the worker's slot keeper steps the
-    turn book gets a copy of the locked descriptor; once the step ends, the
-    book is free all the same (else every send would go out of turn, and
-    every held task wait, for as long as that child lives)."""
-    stepping, forked = threading.Event(), threading.Event()
+    """A Celery prefork child started while the worker's slot keeper writes
+    the turn book (a document) gets a copy of the locked descriptor; once
+    the write ends, the document is free all the same (else every send
+    would go out of turn, and every held task wait, for as long as that
+    child lives)."""
+    writing, forked = threading.Event(), threading.Event()
 
-    def clock() -> float:  # read inside the step, with the lock held
-        stepping.set()
-        forked.wait(10)
+    def clock() -> float:  # read inside the write, with the lock held
+        if threading.current_thread() is not threading.main_thread():
+            writing.set()
+            forked.wait(10)
         return time.time()
 
-    keeper = threading.Thread(
-        target=FileTurnBook(tmp_path, clock=clock).register, args=("worker-a@host", 4, 60.0)
-    )
-    keeper.start()
-    assert stepping.wait(10)
+    first = FileDocuments(tmp_path, clock)
+    writer = threading.Thread(target=first.swap, args=("turn-book", ABSENT, {"n": 1}))
+    writer.start()
+    assert writing.wait(10)
     child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
     child.start()  # a pool child, forked while the lock is held
     try:
         forked.set()
-        keeper.join(10)
-        FileTurnBook(tmp_path).register("worker-b@host", 4, 60.0)  # within the deadline
+        writer.join(10)
+        again = FileDocuments(tmp_path)
+        found = again.document("turn-book")
+        assert again.swap("turn-book", found.version, {"n": 2})  # within the deadline
     finally:
         child.kill()
         child.join(10)
-    assert FileTurnBook(tmp_path).view().capacity == 8
+    assert FileDocuments(tmp_path).document("turn-book").value == {"n": 2}

@@ -144,10 +144,12 @@ def test_a_session_left_in_a_transaction_by_a_vanished_client_is_ended(
     (idle_in_transaction_session_timeout) and the locks go with it."""
     pid: list[int] = []
 
+    through.turn_book().register("worker@host", 1, 60.0)  # the book's document is there
+
     def vanish() -> None:
         with through.statements.connection() as conn:
             conn.execute("BEGIN")
-            conn.execute("SELECT 1 FROM turn_book WHERE id FOR UPDATE")
+            conn.execute("SELECT 1 FROM documents WHERE name = 'turn-book' FOR UPDATE")
             pid.append(conn.info.backend_pid)
             proxy.partition()
             conn.execute("SELECT 1")  # never answered
@@ -166,7 +168,7 @@ def test_a_session_left_in_a_transaction_by_a_vanished_client_is_ended(
 
         wait_for(ended, timeout=30, what="the server to end the vanished client's session")
         conn.execute("SET lock_timeout = '1s'")
-        conn.execute("SELECT 1 FROM turn_book WHERE id FOR UPDATE")  # free
+        conn.execute("SELECT 1 FROM documents WHERE name = 'turn-book' FOR UPDATE")  # free
 
 
 def test_every_connection_tells_the_server_when_to_give_up(through: PostgresStore) -> None:

@@ -5,6 +5,7 @@ LISTEN. The contract itself runs in the store suites (tests/test_stores*.py)."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import subprocess
@@ -15,19 +16,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import psycopg_pool
 import pytest
 from psycopg import sql
 
 from shared import Settings, StoreError
 from shared.events import artifact_update, to_state
+from shared.owners.book import Entry, TurnState
 from shared.store.contract import Commit, message_key
 from shared.store.listing import Query
 from shared.stores.postgres import postgres_store, schema
 from shared.stores.postgres.listing import answer
+from shared.stores.postgres.store import split_url
 from shared.task import WORKING, epoch, new_task, text_message
 from shared.transitions import transition
-from tests.support.postgres import execute, fresh_schema
+from tests.support.postgres import execute, fresh_schema, url_of
 from tests.support.processes import answer_of, ended_well
 from tests.test_cli import run
 from tests.test_web_support import PlayingDispatcher
@@ -106,6 +110,38 @@ def test_db_upgrade_migrates_once_and_status_tells_behind_from_current(
     task = store.save(a_task())
     assert store.get(task["id"]) == task
     store.close()
+
+
+def test_an_upgrade_moves_the_turn_book_into_documents_and_keeps_it(
+    postgres_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A schema at migration 8 (the book in its own table, the send limits in
+    theirs) upgraded: the book, as it stood, is the `turn-book` document."""
+    shipped = schema.migrations()
+    with fresh_schema(postgres_database, migrated=False) as url:
+        _, name = split_url(url)
+        assert name is not None
+        with psycopg.connect(url_of(postgres_database), autocommit=True) as conn:
+            monkeypatch.setattr(schema, "migrations", lambda: shipped[:8])
+            schema.upgrade(conn, name)
+            earlier = TurnState()
+            earlier.hold_and_take([Entry("held-1", "alice")], True, 1.0)
+            earlier.register("worker@host", 3, 60.0, time.time())
+            execute(url, "UPDATE turn_book SET state = %s::jsonb", (json.dumps(earlier.to_json()),))
+            monkeypatch.setattr(schema, "migrations", lambda: shipped)
+            assert [m.name for m in schema.upgrade(conn, name)] == [m.name for m in shipped[8:]]
+        store = postgres_store(url)
+        book = store.turn_book()
+        assert book.held_among(["held-1"]) == earlier.held_among(["held-1"]) != (set(), set())
+        assert book.view().capacity == 3
+        tables = {
+            t
+            for (t,) in execute(
+                url, "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+            )
+        }
+        assert "documents" in tables and not tables & {"turn_book", "owner_buckets", "owner_active"}
+        store.close()
 
 
 def test_db_refuses_a_store_that_has_no_schema(tmp_path: Path) -> None:

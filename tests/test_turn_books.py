@@ -5,15 +5,18 @@ of one process) stepping one book at once: no task taken twice, none lost."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from shared.owners.book import FLOOR, Entry, OwnerCount, TurnBook
+from shared.owners.book import FLOOR, Entry, OwnerCount, TurnBook, TurnState
+from shared.stores.file.store import file_store
 from tests.support.store_kinds import KINDS, Stores
 
 MakeBook = Callable[[], TurnBook]
@@ -250,3 +253,19 @@ def test_books_stepping_at_once_take_every_task_exactly_once(make_book: MakeBook
     assert [task for task, count in Counter(taken).items() if count > 1] == []
     assert sorted(taken) == sorted(every)
     assert books[0].view().owners == {}
+
+
+def test_a_file_stores_turn_book_kept_before_documents_is_taken_over(tmp_path: Path) -> None:
+    """A directory written by a version that kept the book in
+    `.turns/book.json`: what the book held keeps its turn."""
+    earlier = TurnState()
+    earlier.hold_and_take([Entry("held-1", "alice")], True, 1.0)  # no slot: held
+    earlier.register("worker@host", 2, 60.0, time.time())
+    (tmp_path / "tasks" / ".turns").mkdir(parents=True)
+    (tmp_path / "tasks" / ".turns" / "book.json").write_text(json.dumps(earlier.to_json()))
+    book = file_store(tmp_path / "tasks").turn_book()
+    assert book.held_among(["held-1"]) == earlier.held_among(["held-1"]) != (set(), set())
+    assert book.view().capacity == 2
+    assert not (tmp_path / "tasks" / ".turns" / "book.json").exists()
+    # Opened again (another process): the document stands, nothing taken over twice.
+    assert file_store(tmp_path / "tasks").turn_book().view().capacity == 2

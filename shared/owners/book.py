@@ -1,16 +1,24 @@
 """The turn book: what a store keeps for fair turns (`shared.owners.turns`),
-its contract, and its algorithm over plain data for the stores that keep
-the book in this process (memory) or in one locked file (file)."""
+its contract, and its algorithm over plain data, kept in this process
+(`LocalBook`, the memory store's) or as one small document of the store's
+(`DocumentBook`, the file and PostgreSQL stores')."""
 
 from __future__ import annotations
 
 import heapq
+import json
+import logging
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
+
+from shared.documents import Documents, step
+from shared.errors import StoreError
+
+log = logging.getLogger(__name__)
 
 # The window with no live worker registered.
 FLOOR: Final = 1
@@ -319,3 +327,67 @@ class LocalBook(SteppedBook):
     def _read(self, read: Callable[[TurnState, float], T]) -> T:
         # In memory the book as it stands is the one steps change: read under the lock too.
         return self._step(read)
+
+
+class DocumentBook(SteppedBook):
+    """A turn book kept as one small document of the store's
+    (`shared.documents`), `turn-book`: each step reads it with the store's
+    clock, applies itself here and writes it back only if no other step
+    came between (else again, from the book as it then stands); a step that
+    changes nothing writes nothing. No lock is held across a step, so a
+    process that vanishes mid-step leaves nothing behind. A book that
+    cannot be read (edited by hand, cut by a power cut) starts again empty,
+    with a warning: beat's resend holds again every submitted task that is
+    neither held nor in flight (see `shared.owners.turns`)."""
+
+    NAME: Final = "turn-book"
+
+    def __init__(self, documents: Documents) -> None:
+        self._documents = documents
+
+    def _step(self, apply: Callable[[TurnState, float], T]) -> T:
+        def change(stored: Any, now: float) -> tuple[Any, float | None, T]:
+            state = _state(stored)
+            result = apply(state, now)
+            data = state.to_json()
+            return (stored if _same(data, stored) else data), None, result
+
+        return step(self._documents, self.NAME, change)
+
+    def _read(self, read: Callable[[TurnState, float], T]) -> T:
+        found = self._documents.document(self.NAME)
+        return read(_state(found.value), found.now)
+
+    def leave(self, task_id: str) -> None:
+        """Right after the store's write that ended the task, not in the same
+        step: one that fails (the store down a moment) leaves the task in
+        flight for beat's sweep to repair."""
+        try:
+            super().leave(task_id)
+        except StoreError as error:
+            log.info("turn book: task %s stays in flight for beat's sweep: %s", task_id, error)
+
+
+_EMPTY: Final = TurnState().to_json()
+
+
+def _state(stored: Any) -> TurnState:
+    if stored is None:
+        return TurnState()
+    try:
+        if not isinstance(stored, Mapping):
+            raise ValueError("not a JSON object")
+        return TurnState.from_json(stored)
+    except (ValueError, TypeError, AttributeError) as error:
+        log.warning("task store: the turn book is unreadable (%s): started afresh", error)
+        return TurnState()
+
+
+def _same(data: dict[str, Any], stored: Any) -> bool:
+    """Whether the book as JSON is the one stored (tuples and lists alike;
+    no book stored is the empty one)."""
+    return _text(data) == _text(_EMPTY if stored is None else stored)
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)

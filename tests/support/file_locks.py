@@ -13,7 +13,9 @@ _HOLDER = """
 import fcntl, os, sys, time
 from pathlib import Path
 root = Path(sys.argv[1])
-files = sorted((root / ".locks").glob("*")) + [root / ".turns" / ".lock"]
+(root / ".documents").mkdir(exist_ok=True)
+(root / ".documents" / "turn-book.lock").touch()
+files = sorted((root / ".locks").glob("*")) + sorted((root / ".documents").glob("*.lock"))
 held = []
 for path in files:
     if path.exists():
@@ -28,7 +30,8 @@ while True:
 
 def hold_locks(directory: Path, *, within: float = 30.0) -> subprocess.Popen[str]:
     """A process holding every lock file under `directory` (the stripes, the
-    listing's, the turn book's); returned once it holds them all."""
+    listing's, the documents': the turn book's, the send limits'); returned
+    once it holds them all."""
     holder = subprocess.Popen(
         [sys.executable, "-c", _HOLDER, str(directory)], stdout=subprocess.PIPE, text=True
     )

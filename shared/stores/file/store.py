@@ -19,7 +19,8 @@ Layout under the directory:
   .expires/<id>      for a finished task when a time to live is set: its
                      mtime is the moment it expires (the reaper purges it)
   .beat              touched by each run of the reaper
-  .turns/book.json   the turn book, one JSON file (`shared.stores.file.turns`)
+  .documents/        small documents (`shared.stores.file.documents`): the
+                     turn book, each owner's send limits
   .listing/          where each task sits in ListTasks' order, one shared log
                      of positions (`shared.stores.file.positions`): a write
                      that moves a task appends its line, under the task's
@@ -60,10 +61,12 @@ from pathlib import Path
 from typing import Any, cast
 
 from shared.codec import decode
+from shared.documents import ABSENT
 from shared.errors import ContextTaken, StoreError
 from shared.events import Event, StatusUpdate, current_status, fold
 from shared.generation import withdrawn
 from shared.keys import digest
+from shared.owners.book import DocumentBook
 from shared.owners.ledger import DocumentLedger
 from shared.push.contract import Once, PushStore
 from shared.store.contract import (
@@ -93,7 +96,6 @@ from shared.stores.file.log import Durability, LogFiles, Marker, open_no_link
 from shared.stores.file.moment import ListingMoment
 from shared.stores.file.positions import PositionLog, gone, placed
 from shared.stores.file.push import FilePush
-from shared.stores.file.turns import FileTurnBook
 from shared.task import (
     IN_FLIGHT,
     INTERRUPTED_STATES,
@@ -171,10 +173,26 @@ class FileStore:
         )
         self._notifier = Notifier()
         self._push = Once()
-        self._turns = FileTurnBook(self.directory, fsync=self._durability.files_synced)
+        self._turns = DocumentBook(self.documents)
+        self._take_over_the_turn_book()
         self._poller = Poller(
             self._notifier, self._log_stamp, every=_POLL, name="toolnexus-file-events"
         )
+
+    def _take_over_the_turn_book(self) -> None:
+        """A turn book kept by an earlier version in `.turns/book.json` becomes
+        the store's document, once (what it held keeps its turn)."""
+        earlier = self.directory / ".turns" / "book.json"
+        raw = _read_text(earlier)
+        if raw is None:
+            return
+        try:
+            state = json.loads(raw)
+        except ValueError:
+            state = None
+        if isinstance(state, dict):
+            self.documents.swap(DocumentBook.NAME, ABSENT, state)  # taken already: kept
+        earlier.unlink(missing_ok=True)
 
     # --- the contract ------------------------------------------------------
 
@@ -365,7 +383,7 @@ class FileStore:
         task_id = _read_text(self._messages / message_key)
         return task_id if task_id and self.read(task_id) is not None else None
 
-    def turn_book(self) -> FileTurnBook:
+    def turn_book(self) -> DocumentBook:
         return self._turns
 
     def ping(self) -> None:

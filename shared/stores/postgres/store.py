@@ -12,8 +12,8 @@ Tables (schema `toolnexus`, created by `toolnexus-serve db upgrade`, see
   history   (task_id, seq) -> (ts, state): status changes, for listings
   contexts  c -> o: a context's owner
   beat      the reaper's last run
-  turn_book the turn book, one JSONB row and its version
-            (`shared.stores.postgres.turns`)
+  documents small documents (`shared.stores.postgres.documents`): the turn
+            book, each owner's send limits
 
 Each write is one statement calling a function (`create_task`,
 `write_task`, `claim_task`), so the compare, the append, the index columns,
@@ -40,6 +40,7 @@ from shared.errors import ConfigError, ContextTaken, StoreError
 from shared.events import Event, StatusUpdate, context_of, current_status
 from shared.keys import digest
 from shared.ops.store_metrics import count_failover
+from shared.owners.book import DocumentBook
 from shared.owners.ledger import DocumentLedger
 from shared.push.contract import Once, PushStore
 from shared.store.claim_text import claim_text
@@ -64,7 +65,6 @@ from shared.stores.postgres.records import TAIL, record_of
 from shared.stores.postgres.schema import DEFAULT_SCHEMA, behind, checked_schema
 from shared.stores.postgres.session import session_settings, with_keepalives
 from shared.stores.postgres.statements import KeyTaken, Statements
-from shared.stores.postgres.turns import PostgresTurnBook
 from shared.task import Task, epoch, is_terminal, state_of
 
 log = logging.getLogger(__name__)
@@ -154,7 +154,7 @@ class PostgresStore:
             self.conninfo, channel, self._newest, notify=notify, timeout=timeout
         )
         self._push = Once()
-        self._turns = PostgresTurnBook(self.statements, timeout)
+        self._turns = DocumentBook(self.documents)
         self._primary: str | None = None  # the server new connections last landed on
         self._primary_lock = threading.Lock()
 
@@ -355,7 +355,7 @@ class PostgresStore:
         )
         return str(row[0]) if row is not None else None
 
-    def turn_book(self) -> PostgresTurnBook:
+    def turn_book(self) -> DocumentBook:
         return self._turns
 
     # --- internals -----------------------------------------------------------
