@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -25,8 +26,19 @@ QUEUE = "toolnexus-broker-test"
 def test_kombu_still_has_what_the_transport_builds_on() -> None:
     # If a kombu upgrade moves these, the shared client would silently stop
     # being used (or break): fail here first, by name.
-    for name in ("conn_or_acquire", "_create_client", "pool", "_disconnect_pools", "_get_pool"):
+    for name in (
+        "conn_or_acquire",
+        "_create_client",
+        "pool",
+        "_disconnect_pools",
+        "_get_pool",
+        "_get_client",
+        "subclient",
+    ):
         assert hasattr(kombu_redis.Channel, name), f"kombu's Redis Channel lost {name}"
+    # The worker's loop reads a pub/sub reply with a blocking parse_response():
+    # the bounded pub/sub (shared.broker.redis) is what keeps that within a deadline.
+    assert "c.parse_response()" in inspect.getsource(kombu_redis.Channel._receive_one)
     # _get_pool's guard reads the channel's transport and its kombu Connection
     # (where kombu's _connparams reads the host), and must raise an error that
     # kombu and Celery count as a lost connection.
@@ -125,3 +137,24 @@ def test_the_worker_app_uses_the_transport(redis_url: str) -> None:
     app = create_celery(Settings(broker_url=redis_url, queue=QUEUE), store=MemoryStore())
     with app.connection_for_write() as connection:
         assert isinstance(connection.transport, Transport)
+
+
+def test_a_pub_sub_read_with_no_reply_gives_up_within_the_socket_timeout(redis_url: str) -> None:
+    """What the worker's loop does when its poller says the remote-control
+    socket is readable but no whole reply comes (a connection lost in a
+    partition): it reads on, and must give up, not hold the loop for good."""
+    options = {"socket_timeout": 0.5}
+    with Connection(redis_url, transport=Transport, transport_options=options) as connection:
+        channel = connection.channel()
+        pubsub = channel.subclient
+        pubsub.subscribe("toolnexus-test-quiet")
+        assert pubsub.parse_response(block=False, timeout=5)[0] == b"subscribe"
+        answered: list[object] = []
+        reader = threading.Thread(
+            target=lambda: answered.append(pubsub.parse_response()), daemon=True
+        )
+        reader.start()
+        reader.join(30)
+        assert not reader.is_alive(), "the read waited on with no reply coming"
+        assert answered == [None]
+        pubsub.close()

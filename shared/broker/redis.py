@@ -22,13 +22,49 @@ from contextlib import contextmanager
 from typing import Any, Final
 from urllib.parse import quote
 
+import redis
 from kombu.transport import redis as kombu_redis
+from redis.client import PubSub
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from shared.errors import ConfigError
 from shared.redis_nodes.url import is_sentinel, parse_sentinel
 
 _REDIS_SCHEMES = frozenset({"redis", "rediss"})
+
+
+# A pub/sub reply the poller said was there, waited for at most this long
+# where the connection sets no socket timeout of its own.
+PUBSUB_WITHIN: Final = 4.0
+
+
+class _BoundedPubSub(PubSub):
+    """kombu reads a pub/sub reply (the workers' remote control: revokes,
+    pings) with a blocking `parse_response()` once its poller says the
+    socket is readable. redis-py reads a blocking reply with no timeout at
+    all, not even the socket timeout, so a readiness that brings no whole
+    reply (a connection lost in a partition, a socket the poller confused
+    with another across a reconnect) held the worker's event loop for good:
+    no message consumed again, no health check run. Here a blocking read
+    waits at most the connection's socket timeout and then answers "no
+    reply", which kombu's loop takes as nothing to do; its health checks
+    then find a dead connection and make a new one."""
+
+    def parse_response(self, block: bool = True, timeout: float = 0) -> Any:
+        if block:
+            connection = self.connection
+            within = getattr(connection, "socket_timeout", None) or PUBSUB_WITHIN
+            return super().parse_response(block=False, timeout=within)  # type: ignore[no-untyped-call]
+        return super().parse_response(block=block, timeout=timeout)  # type: ignore[no-untyped-call]
+
+
+class _Client(redis.Redis):
+    """kombu's client, whose pub/sub object waits within a deadline."""
+
+    def pubsub(self, **kwargs: Any) -> PubSub:
+        made: PubSub = super().pubsub(**kwargs)  # type: ignore[no-untyped-call]
+        made.__class__ = _BoundedPubSub  # the same object, its blocking read bounded
+        return made
 
 
 class _SharedClient:
@@ -48,6 +84,11 @@ class _SharedClient:
         if shared is None or shared.connection_pool is not pool:
             shared = self._shared_client = self._create_client()  # type: ignore[attr-defined]
         yield shared
+
+    def _get_client(self) -> Any:
+        chosen = super()._get_client()  # type: ignore[misc]
+        # kombu's own redis.Redis (a global key prefix has a client of its own)
+        return _Client if chosen is redis.Redis else chosen
 
     def _get_pool(self, asynchronous: bool = False) -> Any:
         # kombu makes a pool from the channel's kombu Connection; once that
