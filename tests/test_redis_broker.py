@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -34,8 +35,16 @@ def test_kombu_still_has_what_the_transport_builds_on() -> None:
         "_get_pool",
         "_get_client",
         "subclient",
+        "_in_poll",
+        "_in_listen",
     ):
         assert hasattr(kombu_redis.Channel, name), f"kombu's Redis Channel lost {name}"
+    # The poller's checks, whose dropped connections the transport makes a lost connection.
+    for name in ("maybe_check_brpop_health", "maybe_check_subclient_health", "_channels", "add"):
+        assert hasattr(kombu_redis.MultiChannelPoller(), name), f"kombu's poller lost {name}"
+    assert "connection.disconnect()" in inspect.getsource(
+        kombu_redis.MultiChannelPoller.maybe_check_brpop_health
+    )
     # The worker's loop reads a pub/sub reply with a blocking parse_response():
     # the bounded pub/sub (shared.broker.redis) is what keeps that within a deadline.
     assert "c.parse_response()" in inspect.getsource(kombu_redis.Channel._receive_one)
@@ -158,3 +167,23 @@ def test_a_pub_sub_read_with_no_reply_gives_up_within_the_socket_timeout(redis_u
         assert not reader.is_alive(), "the read waited on with no reply coming"
         assert answered == [None]
         pubsub.close()
+
+
+def test_a_consumer_whose_brpop_reply_is_overdue_is_told_its_connection_is_lost(
+    redis_url: str,
+) -> None:
+    """kombu's check drops such a connection and would make it again inside
+    the worker's loop; the transport raises a lost connection instead, which
+    Celery's consumer answers by starting its broker connection afresh."""
+    with Connection(redis_url, transport=Transport) as connection:
+        channel = connection.channel()
+        cycle = connection.transport.cycle
+        cycle.add(channel)
+        waiting = channel.client.connection_pool.get_connection()
+        waiting.connect()
+        # A BRPOP sent long ago on a connection that never answered.
+        channel._in_poll, channel._brpop_sent_at = waiting, time.monotonic() - 600
+        with pytest.raises(RedisConnectionError, match="BRPOP is overdue"):
+            cycle.maybe_check_brpop_health()
+        assert channel._in_poll is None  # kombu's own drop happened first
+        cycle.maybe_check_brpop_health()  # nothing waiting now: nothing to say

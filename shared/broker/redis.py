@@ -111,12 +111,44 @@ class SentinelChannel(_SharedClient, kombu_redis.SentinelChannel):
     pass
 
 
+class _Poller(kombu_redis.MultiChannelPoller):
+    """kombu's checks of a consumer's long-lived connections (a BRPOP whose
+    reply is overdue, a pub/sub connection that missed its health checks)
+    drop the connection and make it again inside the worker's event loop.
+    After a partition of the broker's link that repair sometimes left a
+    worker consuming nothing for good (the histories: one run in ten on the
+    file store's fleet), its registrations with the loop out of step with
+    its sockets. Here a failed check is a lost connection instead: Celery's
+    consumer then starts its broker connection again from scratch, channels,
+    prefetch and registrations with it, as after any broker loss."""
+
+    def maybe_check_brpop_health(self) -> None:
+        waiting = {channel: channel._in_poll for channel in self._channels}
+        super().maybe_check_brpop_health()  # type: ignore[no-untyped-call]
+        if any(was and channel._in_poll is None for channel, was in waiting.items()):
+            raise RedisConnectionError("the broker's reply to BRPOP is overdue: connection lost")
+
+    def maybe_check_subclient_health(self) -> None:
+        listening = {channel: channel._in_listen for channel in self._channels}
+        super().maybe_check_subclient_health()  # type: ignore[no-untyped-call]
+        if any(was and channel._in_listen is None for channel, was in listening.items()):
+            raise RedisConnectionError("the broker's pub/sub connection missed its health checks")
+
+
 class Transport(kombu_redis.Transport):
     Channel = Channel
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        self.cycle = _Poller()  # type: ignore[no-untyped-call, assignment]
 
 
 class SentinelTransport(kombu_redis.SentinelTransport):
     Channel = SentinelChannel
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        self.cycle = _Poller()  # type: ignore[no-untyped-call, assignment]
 
 
 # A broker connection lost without a word (a partition, a NAT or firewall
