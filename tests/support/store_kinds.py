@@ -43,8 +43,8 @@ class StoreKind:
     whether several processes can work on one store; `expires_itself`,
     whether finished tasks expire by the server's own clock (a test's clock
     cannot move it) rather than by the reaper's sweep; `slow_trials`,
-    whether its round trips make a test of a thousand racing trials minutes
-    long (such a test runs it opt-in, `-m slow`); `opens` opens a store at a
+    whether a test of hundreds of racing trials takes long on it (round
+    trips, fsyncs: such a test runs it opt-in, `-m slow`); `opens` opens a store at a
     URL (as `TOOLNEXUS_STORE` writes it) with a test's options."""
 
     server: str | None
@@ -98,7 +98,8 @@ def _postgres(url: str, options: Options) -> Any:
 
 KINDS: Final[dict[str, StoreKind]] = {
     "memory": StoreKind(None, False, expires_itself=False, slow_trials=False, opens=_memory),
-    "file": StoreKind(None, True, expires_itself=False, slow_trials=False, opens=_file),
+    # Each trial's writes fsync.
+    "file": StoreKind(None, True, expires_itself=False, slow_trials=True, opens=_file),
     "redis": StoreKind("redis_url", True, expires_itself=True, slow_trials=False, opens=_redis),
     # About 1 ms a round trip here, several per trial.
     "postgres": StoreKind(
