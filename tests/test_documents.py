@@ -13,7 +13,8 @@ import pytest
 
 from shared.documents import ABSENT, Documents, step
 from tests.support.polling import wait_for
-from tests.support.store_kinds import KINDS, Stores
+from tests.support.postgres import execute
+from tests.support.store_kinds import KINDS, SWEPT, Stores
 
 
 class Clock:
@@ -130,3 +131,35 @@ def test_a_hostile_name_is_never_a_path_on_the_file_store(stores: Stores) -> Non
     for name in ("../x", "a/b", "", ".hidden", "x" * 200):
         with pytest.raises(ValueError):
             documents.document(name)
+
+
+def _still_kept(store_kind: str, store: Any, stores: Stores, name: str) -> bool:
+    """Whether the store still holds the document `name` at all (a read
+    skips an expired one; the purge is what gives its room back)."""
+    if store_kind == "memory":
+        return name in store.documents._kept
+    if store_kind == "file":
+        return bool((store.directory / ".documents" / f"{name}.json").exists())
+    rows = execute(stores.url(store_kind), "SELECT 1 FROM documents WHERE name = %s", (name,))
+    return bool(rows)
+
+
+@pytest.mark.parametrize("store_kind", SWEPT)
+def test_the_reapers_purge_gives_back_the_room_of_expired_documents(
+    store_kind: str, stores: Stores
+) -> None:
+    clock = Clock()
+    store = stores.open(store_kind, clock=clock)
+    documents = documents_of(store)
+    assert documents.swap("test:brief", ABSENT, {"n": 1}, ttl=0.5)
+    assert documents.swap("test:kept", ABSENT, {"n": 1}, ttl=60)
+    if store_kind == "postgres":  # the database's clock: the document is made to have gone
+        execute(
+            stores.url(store_kind), "UPDATE documents SET expires = 0 WHERE name = 'test:brief'"
+        )
+    clock.now += 1
+    assert _still_kept(store_kind, store, stores, "test:brief")
+    store.purge_expired()
+    assert not _still_kept(store_kind, store, stores, "test:brief")
+    assert _still_kept(store_kind, store, stores, "test:kept")
+    assert documents.document("test:kept").value == {"n": 1}

@@ -101,7 +101,7 @@ def test_a_send_whose_turn_book_is_locked_by_a_stalled_process_goes_out_of_turn(
     store = file_store(str(tmp_path / "tasks"))
     book = store.turn_book()
     book.hold_and_take([Entry("earlier", "someone")], True)  # the book exists
-    holder = _paused_holder(tmp_path / "tasks" / ".documents" / "turn-book.lock")
+    holder = _paused_holder(store.documents.lock_path("turn-book"))
     dispatcher = Recording()
     try:
         app = create_app(Settings(), store=store, dispatcher=dispatcher)

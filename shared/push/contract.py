@@ -20,18 +20,15 @@ cursor stands at its last event. What is *due* needs no marker of its own:
 a commit's own event number, beyond a cursor, is the due record, written in
 the same atomic step as the commit by construction.
 
-This module is the contract; it imports nothing of the task store's. Each
-built-in store makes its own on first use (`Store.push_store`), once per
-store, from its backend's module beside it (`shared.stores.memory.push`,
-`shared.stores.file.push`, `shared.stores.redis.push`,
-`shared.stores.postgres.push`), handing it only what it needs (the Redis
-client and key prefix, the directory, the statement runner); a user's
-two-method store keeps none (see `shared.store.adapter`).
+This module is the contract; it imports nothing of the task store's. It is
+written once (`shared.push.documents`) over the primitives every built-in
+store has (small documents and scored indexes), and each store makes it on
+first use (`Store.push_store`), once per store; a user's two-method store
+keeps none (see `shared.store.adapter`).
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypedDict
@@ -80,28 +77,6 @@ def gives_way(current: str, holder: str) -> bool:
     return current == holder or current.startswith(BOOKED)
 
 
-class TakenInProcess:
-    """`book` and `lease` for a push store that decides a take itself, under
-    its own lock (memory, file): one `_take` stores `stored` as the pair's
-    holder unless a holder that has not run out refuses to `yield`."""
-
-    def book(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:
-        return self._take(task_id, config_id, BOOKED + holder, seconds, lambda _: False)
-
-    def lease(self, task_id: str, config_id: str, holder: str, seconds: float) -> bool:
-        return self._take(task_id, config_id, holder, seconds, lambda c: gives_way(c, holder))
-
-    def _take(
-        self,
-        task_id: str,
-        config_id: str,
-        stored: str,
-        seconds: float,
-        yields: Callable[[str], bool],
-    ) -> bool:
-        raise NotImplementedError
-
-
 class PushStore(Protocol):
     def put(self, config: PushConfig, cap: int) -> None:
         """Save (or replace, by id) a config; TooManyConfigs beyond `cap`."""
@@ -136,21 +111,9 @@ class PushStore(Protocol):
         """Everything of the task's push state (the task expired)."""
 
 
-def cursor_text(cursor: Cursor) -> str:
-    """The cursor as JSON, for a backend that keeps it as text."""
-    return json.dumps(
-        {
-            "delivered": cursor.delivered,
-            "failures": cursor.failures,
-            "since": cursor.since,
-            "given_up": cursor.given_up,
-        }
-    )
-
-
 class Once:
-    """A store's push state, made on first use and then the same object (its
-    leases and caches are per process, so there must be one)."""
+    """A store's push state, made on first use and then the same object (so
+    the take-over of an earlier version's push state runs once a process)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -13,8 +13,10 @@ _HOLDER = """
 import fcntl, os, sys, time
 from pathlib import Path
 root = Path(sys.argv[1])
+from shared.stores.file.documents import STRIPES
 (root / ".documents").mkdir(exist_ok=True)
-(root / ".documents" / "turn-book.lock").touch()
+for n in range(STRIPES):
+    (root / ".documents" / f"stripe-{n}.lock").touch()
 files = sorted((root / ".locks").glob("*")) + sorted((root / ".documents").glob("*.lock"))
 held = []
 for path in files:
@@ -30,7 +32,7 @@ while True:
 
 def hold_locks(directory: Path, *, within: float = 30.0) -> subprocess.Popen[str]:
     """A process holding every lock file under `directory` (the stripes, the
-    listing's, the documents': the turn book's, the send limits'); returned
+    listing's, the documents' stripes); returned
     once it holds them all."""
     holder = subprocess.Popen(
         [sys.executable, "-c", _HOLDER, str(directory)], stdout=subprocess.PIPE, text=True

@@ -2,11 +2,13 @@
 process on the store's directory.
 
 Each document is `.documents/<name>.json` ({"version", "value", "expires"}),
-written whole to a temporary file renamed over it while its lock,
-`.documents/<name>.lock`, is held with `flock` (within a deadline, as
-every lock of this store); a read takes no lock, since a rename is seen
-whole or not at all. A document that cannot be read (a crash before the
-rename reached the disk) is not there. The clock is the store's (the
+written whole to a temporary file renamed over it while its lock is held
+with `flock` (within a deadline, as every lock of this store): one of a
+fixed set of stripes, `.documents/stripe-<n>.lock`, chosen by the name's
+digest, so lock files never pile up as documents come and go; a read
+takes no lock, since a rename is seen whole or not at all. A document
+that cannot be read (a crash before the rename reached the disk) is not
+there. The clock is the store's (the
 machine's, or machines that share the volume and keep their clocks in step).
 """
 
@@ -24,11 +26,14 @@ from typing import Any, Final
 
 from shared.documents import ABSENT, Document, new_version
 from shared.errors import StoreError
+from shared.keys import digest
 from shared.stores.file.locking import flock_within, unlock
 from shared.stores.file.log import open_no_link
 
 _NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 _NOFOLLOW: Final = os.O_NOFOLLOW | os.O_CLOEXEC
+# Lock files shared by the documents: enough that unrelated steps seldom meet.
+STRIPES: Final = 16
 
 
 class FileDocuments:
@@ -45,7 +50,7 @@ class FileDocuments:
 
     def swap(self, name: str, version: str, value: Any, ttl: float | None = None) -> bool:
         path = self._path(name)
-        lock = path.with_suffix(".lock")
+        lock = self.lock_path(name)
         try:
             self._make()
             fd = open_no_link(lock, os.O_RDWR | os.O_CREAT)
@@ -67,6 +72,30 @@ class FileDocuments:
         finally:
             unlock(fd)
 
+    def forget_expired(self) -> None:
+        """Delete the documents past their time (a read already skips them),
+        each under its lock, as a swap would."""
+        try:
+            paths = sorted(self._folder.glob("*.json"))
+        except OSError as error:
+            raise _failed(error) from error
+        for path in paths:
+            if self._current(path, self._clock())[0] != ABSENT or _read(path) is None:
+                continue
+            lock = self.lock_path(path.name.removesuffix(".json"))
+            try:
+                fd = open_no_link(lock, os.O_RDWR | os.O_CREAT)
+            except OSError as error:
+                raise _failed(error) from error
+            try:
+                flock_within(fd, lock)
+                if self._current(path, self._clock())[0] == ABSENT:
+                    path.unlink(missing_ok=True)
+            except OSError as error:
+                raise _failed(error) from error
+            finally:
+                unlock(fd)
+
     def _make(self) -> None:
         """The folder, made at the first write (a store with no documents has none)."""
         if not self._made:
@@ -74,6 +103,10 @@ class FileDocuments:
             if self._folder.is_symlink():
                 raise StoreError(f"task store: {self._folder} is a symbolic link; refusing it")
             self._made = True
+
+    def lock_path(self, name: str) -> Path:
+        """The lock file a write of the document `name` holds."""
+        return self._folder / f"stripe-{int(digest(name)[:8], 16) % STRIPES}.lock"
 
     def _path(self, name: str) -> Path:
         if _NAME.fullmatch(name) is None:

@@ -69,6 +69,7 @@ from shared.keys import digest
 from shared.owners.book import DocumentBook
 from shared.owners.ledger import DocumentLedger
 from shared.push.contract import Once, PushStore
+from shared.push.documents import DocumentPush
 from shared.store.contract import (
     LOG_LIMIT,
     Commit,
@@ -90,12 +91,13 @@ from shared.store.spec import ALWAYS
 from shared.store.wakeups import Notifier, Poller, Waiter
 from shared.stores.file.boot import booted_at
 from shared.stores.file.documents import FileDocuments
+from shared.stores.file.indexes import FileIndexes
 from shared.stores.file.listing import FileListing
 from shared.stores.file.locking import flock_within, unlock
 from shared.stores.file.log import Durability, LogFiles, Marker, open_no_link
 from shared.stores.file.moment import ListingMoment
 from shared.stores.file.positions import PositionLog, gone, placed
-from shared.stores.file.push import FilePush
+from shared.stores.file.push_upgrade import take_over as take_over_push
 from shared.task import (
     IN_FLIGHT,
     INTERRUPTED_STATES,
@@ -138,6 +140,7 @@ class FileStore:
         self._log = self.directory / ".log"
         # Small documents (shared.documents), under the features that keep state.
         self.documents = FileDocuments(self.directory, clock)
+        self.indexes = FileIndexes(self.documents)
         self._working = self.directory / ".working"
         self._waiting = self.directory / ".waiting"
         self._interrupted = self.directory / ".interrupted"
@@ -373,7 +376,14 @@ class FileStore:
         pass  # every file is closed after each call
 
     def push_store(self, ttl: float | None = None) -> PushStore:
-        return self._push.get(lambda: FilePush(self.directory, ttl))
+        return self._push.get(
+            lambda: DocumentPush(
+                self.documents,
+                self.indexes,
+                ttl,
+                upgrade=lambda push: take_over_push(self.directory, push),
+            )
+        )
 
     def send_ledger(self) -> DocumentLedger:
         return DocumentLedger(self.documents, self._accepted)
@@ -621,7 +631,9 @@ class FileStore:
 
     def purge_expired(self) -> int:
         """Remove every finished task past its time to live, with its log,
-        markers and message record; the number removed."""
+        markers and message record (and the small documents past their
+        time); the number of tasks removed."""
+        self.documents.forget_expired()
         if not self._ttl:
             return 0
         purged = 0

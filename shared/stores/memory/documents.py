@@ -37,13 +37,24 @@ class MemoryDocuments:
                 self._kept[name] = (new_version(), stored, None if ttl is None else now + ttl)
         return True
 
+    def forget_expired(self) -> None:
+        """Drop the documents past their time (a read already skips them)."""
+        with self._lock:
+            now = self._clock()
+            for name in [n for n, kept in self._kept.items() if _gone(kept[2], now)]:
+                del self._kept[name]
+
     def _current(self, name: str, now: float) -> tuple[str, Any]:
         """Under the lock: the document's version and value, an expired one gone."""
         kept = self._kept.get(name)
         if kept is None:
             return ABSENT, None
         version, value, expires = kept
-        if expires is not None and expires <= now:
+        if _gone(expires, now):
             del self._kept[name]
             return ABSENT, None
         return version, value
+
+
+def _gone(expires: float | None, now: float) -> bool:
+    return expires is not None and expires <= now

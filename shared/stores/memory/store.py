@@ -29,6 +29,7 @@ from shared.generation import stamped
 from shared.owners.book import LocalBook
 from shared.owners.ledger import DocumentLedger
 from shared.push.contract import Once, PushStore
+from shared.push.documents import DocumentPush
 from shared.store.contract import (
     LOG_LIMIT,
     Commit,
@@ -42,7 +43,7 @@ from shared.store.listing import Listing, Query, stamp_after, trimmed
 from shared.store.ordered import OrderedIndex
 from shared.store.wakeups import Notifier, Waiter
 from shared.stores.memory.documents import MemoryDocuments
-from shared.stores.memory.push import MemoryPush
+from shared.stores.memory.indexes import MemoryIndexes
 from shared.task import (
     IN_FLIGHT,
     INTERRUPTED_STATES,
@@ -98,6 +99,7 @@ class MemoryStore:
         self._turns = LocalBook()
         # Small documents (shared.documents), under the features that keep state.
         self.documents = MemoryDocuments(clock)
+        self.indexes = MemoryIndexes()
         self._ledger = DocumentLedger(self.documents, self._accepted)
         self._order = OrderedIndex()
         # The latest moment a listing is read as of (shared.store.listing): a status
@@ -318,6 +320,7 @@ class MemoryStore:
         return entry.expires is not None and entry.expires <= self._clock()
 
     def purge_expired(self) -> int:
+        self.documents.forget_expired()
         with self._lock:
             return self._expire()
 
@@ -333,7 +336,7 @@ class MemoryStore:
         pass
 
     def push_store(self, ttl: float | None = None) -> PushStore:
-        return self._push.get(lambda: MemoryPush(ttl))
+        return self._push.get(lambda: DocumentPush(self.documents, self.indexes, ttl))
 
     def send_ledger(self) -> DocumentLedger:
         return self._ledger

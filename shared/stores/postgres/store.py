@@ -43,6 +43,7 @@ from shared.ops.store_metrics import count_failover
 from shared.owners.book import DocumentBook
 from shared.owners.ledger import DocumentLedger
 from shared.push.contract import Once, PushStore
+from shared.push.documents import DocumentPush
 from shared.store.claim_text import claim_text
 from shared.store.contract import (
     LOG_LIMIT,
@@ -57,10 +58,10 @@ from shared.store.listing import WINDOW, Listing, Query
 from shared.store.spec import POSTGRES_TIMEOUT
 from shared.store.wakeups import Waiter
 from shared.stores.postgres.documents import PostgresDocuments
+from shared.stores.postgres.indexes import PostgresIndexes
 from shared.stores.postgres.listener import PostgresListener
 from shared.stores.postgres.listing import answer
 from shared.stores.postgres.pool import ForkSafePool
-from shared.stores.postgres.push import PostgresPush
 from shared.stores.postgres.records import TAIL, record_of
 from shared.stores.postgres.schema import DEFAULT_SCHEMA, behind, checked_schema
 from shared.stores.postgres.session import session_settings, with_keepalives
@@ -150,6 +151,7 @@ class PostgresStore:
         self.statements = Statements(self._pool, self.schema, self._where)
         # Small documents (shared.documents), under the features that keep state.
         self.documents = PostgresDocuments(self.statements)
+        self.indexes = PostgresIndexes(self.statements)
         self._listener = PostgresListener(
             self.conninfo, channel, self._newest, notify=notify, timeout=timeout
         )
@@ -342,7 +344,7 @@ class PostgresStore:
         self._pool.close()
 
     def push_store(self, ttl: float | None = None) -> PushStore:
-        return self._push.get(lambda: PostgresPush(self.statements, ttl))
+        return self._push.get(lambda: DocumentPush(self.documents, self.indexes, ttl))
 
     def send_ledger(self) -> DocumentLedger:
         return DocumentLedger(self.documents, self._accepted)

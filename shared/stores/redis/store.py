@@ -40,6 +40,7 @@ from shared.owners.book import Entry
 from shared.owners.ledger import DocumentLedger
 from shared.pooling import POOL_WAIT
 from shared.push.contract import Once, PushStore
+from shared.push.documents import DocumentPush
 from shared.redis_nodes.pools import blocking_pool, node_of, server_of
 from shared.store.claim_text import claim_text
 from shared.store.contract import (
@@ -56,10 +57,11 @@ from shared.store.spec import POOL_SIZE
 from shared.store.wakeups import Waiter
 from shared.stores.redis.documents import RedisDocuments
 from shared.stores.redis.faults import reachable
+from shared.stores.redis.indexes import RedisIndexes
 from shared.stores.redis.listener import RedisListener
 from shared.stores.redis.listing import RedisListing
 from shared.stores.redis.loop_reads import LoopReads, Server
-from shared.stores.redis.push import RedisPush
+from shared.stores.redis.push_upgrade import take_over as take_over_push
 from shared.stores.redis.replicas import Replicas
 from shared.stores.redis.scripts import (
     CLAIM,
@@ -110,7 +112,8 @@ class RedisStore:
         self._read = client.register_script(READ)
         self._listener = RedisListener(client, self._channel, self._newest)
         # Small documents (shared.documents), under the features that keep state.
-        self.documents = RedisDocuments(client, prefix)
+        self.documents = RedisDocuments(client, prefix, self._replicas)
+        self.indexes = RedisIndexes(client, prefix, self._replicas)
         self._push = Once()
         self._turns = RedisTurnBook(client, prefix)
 
@@ -394,7 +397,14 @@ class RedisStore:
         pass  # the pool's connections close with the process; a listener thread is a daemon
 
     def push_store(self, ttl: float | None = None) -> PushStore:
-        return self._push.get(lambda: RedisPush(self.client, self._prefix, ttl, self._replicas))
+        return self._push.get(
+            lambda: DocumentPush(
+                self.documents,
+                self.indexes,
+                ttl,
+                upgrade=lambda push: take_over_push(self.client, self._prefix, push),
+            )
+        )
 
     def send_ledger(self) -> DocumentLedger:
         return DocumentLedger(self.documents, self._accepted)

@@ -1,0 +1,52 @@
+"""Scored indexes (`shared.indexes`) in Redis, beside the tasks under the
+same prefix: `<prefix>idx:<name>`, a sorted set (which orders members of
+one score by their text, as the contract asks). A write goes through the
+store's `Replicas`, so with TOOLNEXUS_REDIS_MIN_REPLICAS it is confirmed
+as every other write the service relies on."""
+
+from __future__ import annotations
+
+import math
+from typing import cast
+
+import redis
+
+from shared.stores.redis.faults import reachable
+from shared.stores.redis.replicas import Replicas
+
+
+class RedisIndexes:
+    def __init__(self, client: redis.Redis, prefix: str, replicas: Replicas) -> None:
+        self._client = client
+        self._prefix = prefix
+        self._replicas = replicas
+
+    def add(self, name: str, member: str, score: float) -> None:
+        with reachable(self._client):
+            self._replicas.command("ZADD", self._key(name), repr(float(score)), member)
+
+    def remove(self, name: str, *members: str) -> None:
+        if members:
+            with reachable(self._client):
+                self._replicas.command("ZREM", self._key(name), *members)
+
+    def range(
+        self, name: str, upto: float = math.inf, limit: int | None = None
+    ) -> list[tuple[str, float]]:
+        high = "+inf" if upto == math.inf else repr(float(upto))
+        with reachable(self._client):
+            found = cast(
+                list[tuple[bytes, float]],
+                self._client.zrangebyscore(
+                    self._key(name),
+                    "-inf",
+                    high,
+                    start=None if limit is None else 0,
+                    num=limit,
+                    withscores=True,
+                ),
+            )
+        return [(member.decode(), float(score)) for member, score in found]
+
+    def _key(self, name: str) -> str:
+        return f"{self._prefix}idx:{name}"
