@@ -410,3 +410,48 @@ def test_broker_code_lives_only_in_the_broker_package() -> None:
     assert importers(
         ("shared.broker.redis", "shared.broker.redis_queue"), outside=("shared/broker/",)
     ) == {"worker/runtime/app.py"}
+
+
+# Where a store's, a turn book's or a dispatcher's abilities are read: the
+# wiring of each, once (and the contract's own check of a whole store, the
+# spec's check of a store object, the adapter's call of a user's `close`).
+ABILITIES_READ = {
+    "shared/store/wiring.py",
+    "shared/broker/dispatcher.py",
+    "shared/store/contract.py",
+    "shared/store/resolve.py",
+    "shared/store/adapter.py",
+}
+# What names a store, a book, a ledger or a dispatcher in a probe's first argument.
+_PROBED = ("store", "book", "ledger", "dispatcher", "broker", "inner")
+# Protocols whose isinstance check is a probe of an ability.
+_ABILITY_PROTOCOLS = {"ReadsOnLoop", "BacklogSource"}
+
+
+def probes(path: Path) -> Iterator[str]:
+    """Each `getattr`/`hasattr` on a store, a book or a dispatcher in the
+    file, and each isinstance check against an ability's protocol."""
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or not node.args:
+            continue
+        first = ast.unparse(node.args[0])
+        if node.func.id in ("getattr", "hasattr") and any(word in first for word in _PROBED):
+            yield f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}"
+        if node.func.id == "isinstance" and len(node.args) == 2:
+            named = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
+            if named & _ABILITY_PROTOCOLS:
+                yield f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}"
+
+
+def test_abilities_are_read_only_at_the_wiring() -> None:
+    """What a store or a dispatcher can do is decided once, at wiring
+    (`shared.store.wiring.abilities_of`, `shared.broker.dispatcher.
+    dispatcher_abilities`); nothing else asks them by name."""
+    found = [
+        line
+        for name, path in modules().items()
+        if path.relative_to(ROOT).as_posix() not in ABILITIES_READ
+        for line in probes(path)
+    ]
+    assert found == [], "abilities probed outside the wiring:\n" + "\n".join(found)

@@ -34,7 +34,7 @@ class Served:
         self.broker = Broker()
         self.turns = Turns(self.book, LimitTable(Settings()), self.broker.enqueue)
         if with_writes:
-            self.turns.release_with_writes()
+            self.turns.release_with_writes(self.book.release_on_commit)
         # One live worker with one slot: a window of two.
         self.book.register("worker-1", 1, 60)
 

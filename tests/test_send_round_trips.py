@@ -371,7 +371,7 @@ def test_a_workers_last_write_queues_the_kept_message_of_what_it_took(
     worker_store = RedisStore(store.client, prefix="rt:")
     published = Broker()
     worker = Turns(worker_store.turn_book(), LimitTable(Settings()), published.enqueue)
-    worker.release_with_writes()
+    worker.release_with_writes(worker_store.turn_book().release_on_commit)
     assert claim(worker_store, first["id"], to=WORKING, from_state=SUBMITTED).applied
     assert transition(worker_store, first["id"], to_state(COMPLETED), from_states={WORKING}).applied
     assert published.published == [] and not _kept(store, second["id"])

@@ -22,6 +22,7 @@ from shared import Settings
 from shared.events import status_update, to_state
 from shared.owners.book import Entry
 from shared.owners.turns import SlotKeeper, Turns, turns_for
+from shared.store.wiring import abilities_of
 from shared.stores.redis.store import redis_store
 from shared.task import (
     CANCELED,
@@ -45,8 +46,12 @@ def store(store_kind: str, stores: Stores) -> Any:
 
 
 def wired(store: Any, published: list[str]) -> Turns:
-    """The store's turns as a process wires them (`turns_for`)."""
-    turns = turns_for(Settings(), store.turn_book(), published.append)
+    """The store's turns as a process wires them (`turns_for`, with the
+    store's abilities)."""
+    can = abilities_of(store)
+    turns = turns_for(
+        Settings(), can.turn_book, published.append, release_on_commit=can.release_on_commit
+    )
     assert turns is not None
     return turns
 

@@ -23,7 +23,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.wrappers import Response as BaseResponse
 
-from shared.broker.dispatcher import Dispatcher
+from shared.broker.dispatcher import Dispatcher, dispatcher_abilities
 from shared.codec import encode_bytes
 from shared.errors import StoreError, Unsupported
 from shared.ops.event_metrics import event_metrics
@@ -46,7 +46,7 @@ from web.core.errors import (
 from web.core.versions import VERSION_HEADER, typed_errors, wire_version
 from web.http.body import JSON
 from web.http.disconnects import HangupMonitor
-from web.http.observe import backlog_of, observe
+from web.http.observe import observe
 from web.jsonrpc.endpoint import RpcEndpoint
 from web.rest.binding import RestEndpoint
 
@@ -83,7 +83,8 @@ def create_app(
     app.extensions["toolnexus"] = tasks
     app.extensions[ASSEMBLY] = assembly
     book = tasks.turns.book if tasks.turns is not None else None
-    observe(app, authenticator, backlog_of(dispatcher), book, settings.queue)
+    backlog = dispatcher_abilities(dispatcher).backlog
+    observe(app, authenticator, backlog, book, settings.queue)
 
     @app.before_request
     def screen() -> BaseResponse | None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from shared.broker.dispatcher import Dispatcher
 from shared.owners.admission import admission
 from shared.settings import Settings
-from shared.store.wiring import load_hook, open_store
+from shared.store.wiring import abilities_of, load_hook, open_store
 from web.auth.tokens import Authenticator, authenticator_for
 from web.card.signing import card_signer
 from web.card.skills import load_skills
@@ -112,7 +112,7 @@ def assemble(
     # on a send's way) when none is set. A user's store may keep no ledger
     # (two methods, or a whole contract that predates it): a limit then
     # stops start-up, naming it.
-    limits = admission(settings, getattr(task_store, "send_ledger", None))
+    limits = admission(settings, abilities_of(task_store).send_ledger)
     tasks = Tasks(settings, task_store, dispatcher, load_hook(settings), admission=limits)
     overrides = {**(settings.card or {}), **(card or {})}
     return Assembly(settings, tasks, authenticator, browsers, overrides)

@@ -26,8 +26,7 @@ from shared.ops.collector import start_collector
 from shared.ops.logs import configure_logging
 from shared.ops.metrics import serve_metrics
 from shared.settings import Settings
-from shared.store.contract import ReadsOnLoop
-from shared.store.wiring import open_store
+from shared.store.wiring import abilities_of, open_store
 from web.assembly import Assembly, assemble, celery_dispatcher
 from web.grpc.aio import AsyncA2AGrpcService
 from web.grpc.server import aio_server
@@ -49,7 +48,8 @@ def servicer(settings: Settings) -> tuple[AsyncA2AGrpcService, Callable[[], None
     store = open_store(settings, None)
     dispatcher = celery_dispatcher(settings)
     service = service_on(assemble(settings, store, dispatcher))
-    reads = store.loop_reads() if isinstance(store, ReadsOnLoop) else None
+    loop_reads = abilities_of(store).loop_reads
+    reads = loop_reads() if loop_reads is not None else None
     served = AsyncA2AGrpcService(
         service, short_sends=dispatcher.sends_in_one_round_trip, reads=reads
     )

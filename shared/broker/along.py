@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Final, Protocol, cast
+from typing import Final, Protocol
 
 # Messages are kept while the book holds fewer tasks than this.
 KEEP_MOST: Final = 10_000
@@ -63,24 +63,22 @@ class QueuedAlong:
         ]
 
 
-class _SendsAlong(Protocol):
-    def along(self, task_id: str, unkept: Callable[[], None]) -> QueuedAlong: ...
+class SendsAlong(Protocol):
+    """A dispatcher's `along`: a task's message made to go with a store's write."""
+
+    def __call__(self, task_id: str, unkept: Callable[[], None]) -> QueuedAlong: ...
 
 
 def along_with(
-    store: object, dispatcher: object, unkept: Callable[[], None]
+    store_server: tuple[object, ...] | None,
+    along: SendsAlong | None,
+    broker_server: tuple[object, ...] | None,
+    unkept: Callable[[], None],
 ) -> Callable[[str], QueuedAlong] | None:
     """How the dispatcher makes a task's message to go with the store's write
-    (`dispatcher.along`), where both name the same Redis server
-    (`redis_server`); else None. `unkept()` is called for a message the store
-    neither queued nor kept (the book past `KEEP_MOST`). Read on their
-    classes, as `create_held` is: a wrapper passing unknown names on to what
-    it wraps does not qualify."""
-    if getattr(type(store), "redis_server", None) is None:
+    (`along`), where the store and the broker are databases of one Redis
+    server; else None. `unkept()` is called for a message the store neither
+    queued nor kept (the book past `KEEP_MOST`)."""
+    if along is None or store_server is None or store_server != broker_server:
         return None
-    server = getattr(store, "redis_server", None)
-    if server is None or getattr(type(dispatcher), "along", None) is None:
-        return None
-    if server != getattr(dispatcher, "redis_server", None):
-        return None
-    return partial(cast(_SendsAlong, dispatcher).along, unkept=unkept)
+    return partial(along, unkept=unkept)

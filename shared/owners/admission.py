@@ -152,17 +152,14 @@ class Admission:
         return True
 
 
-def admission(
-    settings: Settings, ledger: Callable[[], SendLedger | None] | None
-) -> Admission | None:
+def admission(settings: Settings, ledger: SendLedger | None) -> Admission | None:
     """The front end's admission: None when no owner's sends are limited;
-    else on the store's ledger (`ledger`, asked only then: a store's
-    `send_ledger`, None for a store without one), which a limit needs:
-    ConfigError naming the settings otherwise."""
+    else on the store's ledger (None for a store without one), which a
+    limit needs: ConfigError naming the settings otherwise."""
     table = LimitTable(settings)
     if not table.limits_sends:
         return None
-    found = ledger() if ledger is not None else None
+    found = ledger
     if found is None:
         raise ConfigError(
             f"{', '.join(_named(settings))}: per-owner send limits need a store that keeps"

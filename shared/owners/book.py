@@ -56,6 +56,14 @@ class BookView:
         return sum(count.held for count in self.owners.values())
 
 
+# Publishes the tasks a step of the book took (hands them to the broker).
+Publish = Callable[[list[str]], object]
+# `release_on_commit(fair, publish)`: from now on this process's writes that
+# take a task out of flight also release it from the book, in the same round
+# trip, and what that step takes is published (a book that can: Redis's).
+ReleaseOnCommit = Callable[[bool, Publish], None]
+
+
 class TurnBook(Protocol):
     """A store's turn book; each method is one atomic step."""
 

@@ -46,7 +46,7 @@ from typing import Any, Final
 from shared.errors import BrokerError
 from shared.mappings import is_mapping
 from shared.ops.turn_metrics import count_repairs
-from shared.owners.book import Entry, TurnBook
+from shared.owners.book import Entry, ReleaseOnCommit, TurnBook
 from shared.owners.limits import LimitTable
 from shared.settings import Settings
 from shared.task import IN_FLIGHT, SUBMITTED, WORKING, state_of
@@ -183,16 +183,15 @@ class Turns:
         if state not in (WORKING, SUBMITTED):
             self.ended(task_id)
 
-    def release_with_writes(self) -> None:
-        """Where the store's book can (Redis), a write of this process that
-        takes a task out of flight releases it in the same round trip, and
-        what that step takes is published here; the `delivered` or
-        `released` that follows then asks the book nothing more. (The
-        PostgreSQL store's writes release in the same statement, and
-        publish nothing: the step that follows takes what has room.)"""
-        release_on_commit = getattr(self.book, "release_on_commit", None)
-        if release_on_commit is not None:
-            release_on_commit(self.fair, self._publish_all)
+    def release_with_writes(self, release_on_commit: ReleaseOnCommit) -> None:
+        """Where the store's book can (Redis: `release_on_commit`, one of the
+        store's abilities), a write of this process that takes a task out of
+        flight releases it in the same round trip, and what that step takes
+        is published here; the `delivered` or `released` that follows then
+        asks the book nothing more. (The PostgreSQL store's writes release
+        in the same statement, and publish nothing: the step that follows
+        takes what has room.)"""
+        release_on_commit(self.fair, self._publish_all)
 
     def released(self, task_ids: list[str]) -> None:
         """Tasks finished without their delivery ending (reaped, canceled)."""
@@ -278,16 +277,20 @@ def turns_for(
     book: TurnBook | None,
     publish: Callable[[str], None],
     check: Callable[[], None] | None = None,
+    *,
+    release_on_commit: ReleaseOnCommit | None = None,
 ) -> Turns | None:
     """Turn taking as settings ask for it, on the store's book; None when
     they ask for none or the store keeps no book (a user's store: tasks then
     go to the broker in arrival order). The process's writes release their
-    tasks where the book can (`Turns.release_with_writes`): a task that ends
-    any way leaves flight in the write that ends it."""
+    tasks where the book can (`release_on_commit`, from the store's
+    abilities): a task that ends any way leaves flight in the write that
+    ends it."""
     if book is None or not takes_turns(settings):
         return None
     turns = Turns(book, LimitTable(settings), publish, fair=settings.fair_share, check=check)
-    turns.release_with_writes()
+    if release_on_commit is not None:
+        turns.release_with_writes(release_on_commit)
     return turns
 
 

@@ -9,16 +9,24 @@ caller checks what a store can do.
 
 from __future__ import annotations
 
-from typing import cast
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, cast
 
 from shared.errors import ConfigError
 from shared.loading import load_object
-from shared.owners.book import TurnBook
+from shared.owners.book import Entry, ReleaseOnCommit, TurnBook
 from shared.settings import Settings
 from shared.store.adapter import adapt
-from shared.store.contract import Store, is_full_store
+from shared.store.contract import Created, ReadsOnLoop, Store, TaskReadsOnLoop, is_full_store
 from shared.store.resolve import resolve_store
+from shared.task import Task
 from shared.transitions import OnTerminal
+
+if TYPE_CHECKING:
+    from shared.broker.along import QueuedAlong
+    from shared.owners.admission import SendLedger
 
 
 def open_store(
@@ -54,8 +62,50 @@ def load_hook(settings: Settings) -> OnTerminal | None:
     return cast(OnTerminal, hook)
 
 
-def turn_book_of(store: Store) -> TurnBook | None:
-    """The store's turn book; None for a user's store that keeps none (a
-    whole-contract store of a user's may predate the book)."""
-    book = getattr(store, "turn_book", None)
-    return book() if callable(book) else None
+# `create_held(task, message_key, entry, fair, along)`: a store's create that
+# also holds the task in its turn book, and queues `along` if it took the task,
+# else keeps it for the step that does (shared.stores.redis.store).
+CreateHeld = Callable[[Task, "str | None", Entry, bool, "QueuedAlong | None"], Created]
+
+
+@dataclass(frozen=True)
+class Abilities:
+    """What a store can do beyond the contract, read once here: the
+    processes take these at their wiring and never ask the store again.
+
+    `turn_book`: its book of fair turns (`shared.owners.turns`), None where
+    it keeps none; `send_ledger`: its owners' send limits, None where it
+    keeps none (no limit can be set); `create_held`: a create that holds the
+    task in its book in the same step (Redis); `loop_reads`: what makes a
+    reader of tasks from an event loop (`ReadsOnLoop`), None where it cannot
+    read that way; `redis_server`: the Redis server it is a database of (a
+    broker there can queue a send's message with its write);
+    `release_on_commit`: where its book can, how a process's writes that
+    take a task out of flight release it in the same round trip (Redis's
+    book; `Turns.release_with_writes`)."""
+
+    turn_book: TurnBook | None = None
+    send_ledger: SendLedger | None = None
+    create_held: CreateHeld | None = None
+    loop_reads: Callable[[], TaskReadsOnLoop | None] | None = None
+    redis_server: tuple[object, ...] | None = None
+    release_on_commit: ReleaseOnCommit | None = None
+
+
+def abilities_of(store: Store) -> Abilities:
+    """The store's abilities, by the methods it has. `create_held` and
+    `redis_server` are read on its class: a wrapper passing unknown names on
+    to a store it wraps would otherwise skip its own create. A user's store
+    with the whole contract may predate the book and the ledger."""
+    book_of, ledger = getattr(store, "turn_book", None), getattr(store, "send_ledger", None)
+    book = book_of() if callable(book_of) else None
+    held = getattr(type(store), "create_held", None)
+    on_server = getattr(type(store), "redis_server", None) is not None
+    return Abilities(
+        turn_book=book,
+        send_ledger=ledger() if callable(ledger) else None,
+        create_held=partial(held, store) if callable(held) else None,
+        loop_reads=store.loop_reads if isinstance(store, ReadsOnLoop) else None,
+        redis_server=getattr(store, "redis_server", None) if on_server else None,
+        release_on_commit=getattr(book, "release_on_commit", None),
+    )

@@ -21,10 +21,9 @@ import logging
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from functools import partial
 
-from shared.broker.along import QueuedAlong, along_with
-from shared.broker.dispatcher import Dispatcher, takes_turns
+from shared.broker.along import along_with
+from shared.broker.dispatcher import Dispatcher, dispatcher_abilities
 from shared.errors import (
     ContextTaken,
     InvalidTransition,
@@ -35,14 +34,13 @@ from shared.errors import (
 from shared.events import Event, message_added, status_update, to_state
 from shared.generation import UNKNOWN, counts, generation_of
 from shared.owners.admission import Admission
-from shared.owners.book import Entry
 from shared.owners.turns import turns_for
 from shared.push.contract import PushConfig, PushStore, TooManyConfigs
 from shared.quoting import shown
 from shared.settings import Settings
 from shared.store.contract import Created, Record, Store, message_key
 from shared.store.follow import follow
-from shared.store.wiring import turn_book_of
+from shared.store.wiring import CreateHeld, abilities_of
 from shared.task import (
     CANCELED,
     INTERRUPTED_STATES,
@@ -74,11 +72,6 @@ log = logging.getLogger(__name__)
 # neither queued nor kept one (its turn book holding too many tasks): a
 # flood of held sends then makes one message a second that is thrown away.
 ALONG_PAUSE = 1.0
-
-# `create_held(task, message_key, entry, fair, along)`: a store's create that
-# also holds the task in its turn book, and queues `along` if it took the task,
-# else keeps it for the step that does (shared.stores.redis.store).
-CreateHeld = Callable[[Task, "str | None", Entry, bool, "QueuedAlong | None"], Created]
 
 
 @dataclass(frozen=True)
@@ -129,20 +122,29 @@ class Tasks:
         budget = settings.finished_cache_mb * 2**20
         self.finished = FinishedTasks(budget, settings.task_ttl) if budget else None
         self.limits = SendLimits(admission, store, self.finished) if admission else None
+        # What the store and the dispatcher can do, read once (the wiring's).
+        can, broker = abilities_of(store), dispatcher_abilities(dispatcher)
         # Fair turns over owners: a send is held in the store's turn book and
         # published when its turn comes (shared.owners.turns).
-        book = turn_book_of(store) if takes_turns(dispatcher) else None
-        self.turns = turns_for(settings, book, dispatcher.enqueue, dispatcher.check)
+        self.turns = turns_for(
+            settings,
+            can.turn_book if broker.takes_turns else None,
+            dispatcher.enqueue,
+            dispatcher.check,
+            release_on_commit=can.release_on_commit,
+        )
         # A store that saves a task and holds it in its own turn book in one
         # step (Redis: one round trip for both), when the turns are on that book.
-        # Its class's own: a wrapper passing unknown names on to a store it
-        # wraps would skip its own create.
-        held = getattr(type(store), "create_held", None) if self.turns is not None else None
-        self._create_held: CreateHeld | None = partial(held, store) if held else None
+        held = can.create_held if self.turns is not None else None
+        self._create_held: CreateHeld | None = held
         # A broker that is a database of that store's own Redis server: the
         # send's message goes with that step, and is queued by whichever step
         # takes the task (`shared.broker.along`).
-        self._along = along_with(store, dispatcher, self._pause_along) if held else None
+        self._along = (
+            along_with(can.redis_server, broker.along, broker.redis_server, self._pause_along)
+            if held
+            else None
+        )
         self._along_resumes = 0.0  # monotonic: while the store keeps no message
 
     def send(self, params: SendParams, owner: str, *, blocking: bool) -> Sent:

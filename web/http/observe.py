@@ -25,7 +25,7 @@ from typing import Any, Final, TypeVar
 from flask import Flask, Response, g, request
 
 from shared.broker.backlog import BacklogSource
-from shared.broker.dispatcher import Dispatcher, takes_turns
+from shared.broker.dispatcher import Dispatcher
 from shared.codec import encode
 from shared.mappings import is_mapping
 from shared.ops.correlation import REQUEST_ID_HEADER, Binding, accepted_request_id, bind
@@ -135,8 +135,7 @@ class CountingDispatcher:
     for dispatchers that do not count themselves (the embedded one)."""
 
     def __init__(self, inner: Dispatcher) -> None:
-        self.inner = inner
-        self.takes_turns = takes_turns(inner)
+        self.inner = inner  # whose abilities it has (`dispatcher_abilities`)
 
     def enqueue(self, task_id: str) -> None:
         self.inner.enqueue(task_id)
@@ -147,13 +146,6 @@ class CountingDispatcher:
 
     def check(self) -> None:
         self.inner.check()
-
-
-def backlog_of(dispatcher: Dispatcher) -> BacklogSource | None:
-    """Where `/metrics` reads the queues' backlog: the dispatcher (or the one a
-    CountingDispatcher wraps) when it can tell it, else nowhere."""
-    inner = dispatcher.inner if isinstance(dispatcher, CountingDispatcher) else dispatcher
-    return inner if isinstance(inner, BacklogSource) else None
 
 
 def outcome_of(payload: Mapping[str, Any]) -> tuple[str, str]:

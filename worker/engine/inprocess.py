@@ -22,7 +22,7 @@ from shared.ops.tracing import current_context, within
 from shared.owners.turns import SlotKeeper, turns_for
 from shared.settings import Settings
 from shared.store.contract import Store
-from shared.store.wiring import turn_book_of
+from shared.store.wiring import abilities_of
 from worker.engine.agent import Agent
 from worker.engine.calling import RunAsync, run_async
 from worker.engine.metrics import worker_metrics
@@ -75,7 +75,10 @@ class InProcessDispatcher:
         worker_metrics().capacity.set(len(self._threads))
         # The threads take their turns from the store's turn book, as a Celery
         # worker does: their slots registered, room made as each delivery ends.
-        self.turns = turns_for(settings, turn_book_of(store), self.enqueue)
+        can = abilities_of(store)
+        self.turns = turns_for(
+            settings, can.turn_book, self.enqueue, release_on_commit=can.release_on_commit
+        )
         self._slots = (
             SlotKeeper(
                 self.turns,

@@ -50,7 +50,7 @@ from shared.owners.turns import SlotKeeper, Turns, turns_for
 from shared.push.contract import PushStore
 from shared.settings import Settings
 from shared.store.contract import Store
-from shared.store.wiring import open_store, turn_book_of
+from shared.store.wiring import abilities_of, open_store
 from worker.engine.agent import Agent, agent_or_problem
 from worker.engine.green_jobs import off_loop
 from worker.engine.observe import observed_fulfil
@@ -191,10 +191,12 @@ class ProcessRuntime:
         store = self.store()
         with self._lock:
             if self._turns is None or self._turns_pid != os.getpid():
+                can = abilities_of(store)
                 self._turns = turns_for(
                     self._settings,
-                    turn_book_of(store),
+                    can.turn_book,
                     CeleryDispatcher(self._settings).enqueue,
+                    release_on_commit=can.release_on_commit,
                 )
                 self._turns_pid = os.getpid()
             return self._turns

@@ -34,7 +34,7 @@ from shared.errors import StoreError
 from shared.owners.book import BookView, TurnBook
 from shared.owners.turns import takes_turns
 from shared.settings import Settings
-from shared.store.wiring import open_store, turn_book_of
+from shared.store.wiring import abilities_of, open_store
 
 OWNERS_PATH: Final = "/owners"
 # The book as the page shows it: None when turns are off.
@@ -56,7 +56,7 @@ class BookReader:
         with self._lock:
             if not self._opened:
                 settings = self._settings()
-                book = turn_book_of(open_store(settings))
+                book = abilities_of(open_store(settings)).turn_book
                 self._book = book if takes_turns(settings) else None
                 self._opened = True
         return None if self._book is None else self._book.view()

@@ -16,12 +16,11 @@ with skewed clocks agree.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any, Final, cast
 
 import redis
 
-from shared.owners.book import FLOOR, BookView, Entry, OwnerCount
+from shared.owners.book import FLOOR, BookView, Entry, OwnerCount, Publish
 from shared.stores.redis.faults import reachable
 from shared.stores.redis.scripts import load
 
@@ -31,7 +30,6 @@ _MOST_KEPT: Final = 1024
 
 
 # What a write that released a task does with the ids its step took.
-Publish = Callable[[list[str]], object]
 
 
 def _ids(taken: list[Any]) -> list[str]:
