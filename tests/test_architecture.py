@@ -64,6 +64,7 @@ BACKENDS = (
     "shared.stores.file",
     "shared.stores.redis",
     "shared.stores.postgres",
+    "shared.stores.sqlite",
 )
 # The only modules that import a backend: turning a spec into a store, the
 # package's public constructors (on first use), and the `db` command, which

@@ -27,19 +27,24 @@ from shared import Settings
 from shared.documents import ABSENT
 from shared.errors import StoreError
 from shared.owners.book import Entry
-from shared.stores.file.documents import FileDocuments
 from shared.stores.file.locking import flock_within
-from shared.stores.file.store import _STRIPES, file_store
+from shared.stores.file.store import _STRIPES, DATABASE, file_store
 from shared.task import new_task, text_message
 from tests.support.a2a import send_request
 from tests.test_web_support import live_server
 from web import create_app
 
 HOLD = """
-import fcntl, os, sys, time
+import fcntl, os, sqlite3, sys, time
+held = []
 for path in sys.argv[1:]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    if path.endswith(".db"):  # a SQLite database: its write lock
+        connection = sqlite3.connect(path, isolation_level=None)
+        connection.execute("BEGIN IMMEDIATE")
+        held.append(connection)
+    else:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
 print("held", flush=True)
 time.sleep(600)
 """
@@ -101,7 +106,7 @@ def test_a_send_whose_turn_book_is_locked_by_a_stalled_process_goes_out_of_turn(
     store = file_store(str(tmp_path / "tasks"))
     book = store.turn_book()
     book.hold_and_take([Entry("earlier", "someone")], True)  # the book exists
-    holder = _paused_holder(store.documents.lock_path("turn-book"))
+    holder = _paused_holder(store.directory / DATABASE)  # where the book is
     dispatcher = Recording()
     try:
         app = create_app(Settings(), store=store, dispatcher=dispatcher)
@@ -139,12 +144,12 @@ def _stripe_locks(store: Any) -> list[Path]:
     return [folder / str(stripe) for stripe in range(_STRIPES)]
 
 
-def test_a_process_forked_while_a_thread_holds_a_documents_lock_does_not_keep_it(
+def test_a_process_forked_while_a_thread_writes_a_document_does_not_keep_the_lock(
     tmp_path: Path,
 ) -> None:
     """A Celery prefork child started while the worker's slot keeper writes
-    the turn book (a document) gets a copy of the locked descriptor; once
-    the write ends, the document is free all the same (else every send
+    the turn book (a document) gets a copy of the database's descriptors;
+    once the write ends, the database is free all the same (else every send
     would go out of turn, and every held task wait, for as long as that
     child lives)."""
     writing, forked = threading.Event(), threading.Event()
@@ -155,7 +160,7 @@ def test_a_process_forked_while_a_thread_holds_a_documents_lock_does_not_keep_it
             forked.wait(10)
         return time.time()
 
-    first = FileDocuments(tmp_path, clock)
+    first = file_store(str(tmp_path), clock).documents
     writer = threading.Thread(target=first.swap, args=("turn-book", ABSENT, {"n": 1}))
     writer.start()
     assert writing.wait(10)
@@ -164,10 +169,10 @@ def test_a_process_forked_while_a_thread_holds_a_documents_lock_does_not_keep_it
     try:
         forked.set()
         writer.join(10)
-        again = FileDocuments(tmp_path)
+        again = file_store(str(tmp_path)).documents
         found = again.document("turn-book")
         assert again.swap("turn-book", found.version, {"n": 2})  # within the deadline
     finally:
         child.kill()
         child.join(10)
-    assert FileDocuments(tmp_path).document("turn-book").value == {"n": 2}
+    assert file_store(str(tmp_path)).documents.document("turn-book").value == {"n": 2}

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from shared.keys import digest
 from shared.owners.book import FLOOR, Entry, OwnerCount, TurnBook, TurnState
 from shared.stores.file.store import file_store
 from tests.support.store_kinds import KINDS, Stores
@@ -269,3 +270,32 @@ def test_a_file_stores_turn_book_kept_before_documents_is_taken_over(tmp_path: P
     assert not (tmp_path / "tasks" / ".turns" / "book.json").exists()
     # Opened again (another process): the document stands, nothing taken over twice.
     assert file_store(tmp_path / "tasks").turn_book().view().capacity == 2
+
+
+def test_a_file_stores_documents_kept_as_files_are_taken_over(tmp_path: Path) -> None:
+    """A directory written by a version that kept small documents as files
+    (`.documents/<name>.json`, an index as one document): the turn book, a
+    task's push state and the index of tasks swept read back whole from the
+    database; an expired document is not carried over; the folder goes."""
+    earlier = TurnState()
+    earlier.hold_and_take([Entry("held-1", "alice")], True, 1.0)
+    earlier.register("worker@host", 2, 60.0, time.time())
+    folder = tmp_path / "tasks" / ".documents"
+    folder.mkdir(parents=True)
+    push = {"configs": {"a": {"id": "a", "taskId": "t1", "url": "https://x.example/h"}}}
+    kept = {
+        "turn-book": {"version": "v1", "value": earlier.to_json(), "expires": None},
+        f"push:{digest('push', 't1')}": {"version": "v2", "value": push, "expires": None},
+        "index:pushing": {"version": "v3", "value": {"t1": 5.0}, "expires": None},
+        "owner-bucket:gone": {"version": "v4", "value": {"tokens": 1}, "expires": 1.0},
+    }
+    for name, document in kept.items():
+        (folder / f"{name}.json").write_text(json.dumps(document))
+    (folder / "stripe-3.lock").touch()
+    store = file_store(tmp_path / "tasks")
+    assert store.turn_book().view().capacity == 2
+    assert store.turn_book().held_among(["held-1"]) == earlier.held_among(["held-1"])
+    assert [c["id"] for c in store.push_store().configs("t1")] == ["a"]
+    assert store.push_store().pushing() == ["t1"]
+    assert store.documents.document("owner-bucket:gone").value is None
+    assert not folder.exists()

@@ -13,12 +13,14 @@ _HOLDER = """
 import fcntl, os, sys, time
 from pathlib import Path
 root = Path(sys.argv[1])
-from shared.stores.file.documents import STRIPES
-(root / ".documents").mkdir(exist_ok=True)
-for n in range(STRIPES):
-    (root / ".documents" / f"stripe-{n}.lock").touch()
-files = sorted((root / ".locks").glob("*")) + sorted((root / ".documents").glob("*.lock"))
+import sqlite3
+from shared.stores.file.store import DATABASE
+files = sorted((root / ".locks").glob("*"))
 held = []
+# The database's write lock (the documents: the turn book, the send limits, push).
+database = sqlite3.connect(root / DATABASE, isolation_level=None)
+database.execute("BEGIN IMMEDIATE")
+held.append(database)
 for path in files:
     if path.exists():
         fd = os.open(path, os.O_RDWR)
@@ -32,7 +34,7 @@ while True:
 
 def hold_locks(directory: Path, *, within: float = 30.0) -> subprocess.Popen[str]:
     """A process holding every lock file under `directory` (the stripes, the
-    listing's, the documents' stripes); returned
+    listing's, the database's write lock); returned
     once it holds them all."""
     holder = subprocess.Popen(
         [sys.executable, "-c", _HOLDER, str(directory)], stdout=subprocess.PIPE, text=True

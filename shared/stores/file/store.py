@@ -19,8 +19,9 @@ Layout under the directory:
   .expires/<id>      for a finished task when a time to live is set: its
                      mtime is the moment it expires (the reaper purges it)
   .beat              touched by each run of the reaper
-  .documents/        small documents (`shared.stores.file.documents`): the
-                     turn book, each owner's send limits
+  .store.db          a SQLite database (`shared.stores.sqlite`): small
+                     documents (the turn book, each owner's send limits,
+                     each task's push state) and scored indexes
   .listing/          where each task sits in ListTasks' order, one shared log
                      of positions (`shared.stores.file.positions`): a write
                      that moves a task appends its line, under the task's
@@ -90,14 +91,18 @@ from shared.store.listing import (
 from shared.store.spec import ALWAYS
 from shared.store.wakeups import Notifier, Poller, Waiter
 from shared.stores.file.boot import booted_at
-from shared.stores.file.documents import FileDocuments
-from shared.stores.file.indexes import FileIndexes
+from shared.stores.file.documents_upgrade import take_over as take_over_documents
 from shared.stores.file.listing import FileListing
-from shared.stores.file.locking import flock_within, unlock
+from shared.stores.file.locking import WITHIN, flock_within, unlock
 from shared.stores.file.log import Durability, LogFiles, Marker, open_no_link
 from shared.stores.file.moment import ListingMoment
 from shared.stores.file.positions import PositionLog, gone, placed
 from shared.stores.file.push_upgrade import take_over as take_over_push
+from shared.stores.sqlite.database import Database
+from shared.stores.sqlite.documents import SCHEMA as DOCUMENTS_SCHEMA
+from shared.stores.sqlite.documents import SqliteDocuments
+from shared.stores.sqlite.indexes import SCHEMA as INDEXES_SCHEMA
+from shared.stores.sqlite.indexes import SqliteIndexes
 from shared.task import (
     IN_FLIGHT,
     INTERRUPTED_STATES,
@@ -113,6 +118,8 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 _STRIPES = 64
+# The SQLite database inside the directory (`shared.stores.sqlite`).
+DATABASE = ".store.db"
 _POLL = 0.05  # how often watched logs are checked for growth, seconds
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -138,9 +145,17 @@ class FileStore:
         self._ttl = terminal_ttl
         self._expires = self.directory / ".expires"
         self._log = self.directory / ".log"
-        # Small documents (shared.documents), under the features that keep state.
-        self.documents = FileDocuments(self.directory, clock)
-        self.indexes = FileIndexes(self.documents)
+        # Small documents (shared.documents) and scored indexes (shared.indexes),
+        # under the features that keep state, in one SQLite database.
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._database = Database(
+            self.directory / DATABASE,
+            (*DOCUMENTS_SCHEMA, *INDEXES_SCHEMA),
+            fsync=self._durability.inline,
+            within=WITHIN,
+        )
+        self.documents = SqliteDocuments(self._database, clock)
+        self.indexes = SqliteIndexes(self._database)
         self._working = self.directory / ".working"
         self._waiting = self.directory / ".waiting"
         self._interrupted = self.directory / ".interrupted"
@@ -163,6 +178,9 @@ class FileStore:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             if folder.is_symlink():
                 raise StoreError(f"task store: {folder} is a symbolic link; refusing to use it")
+        for suffix in ("", "-wal", "-shm"):
+            if (self.directory / f"{DATABASE}{suffix}").is_symlink():
+                raise StoreError(f"task store: {DATABASE}{suffix} is a symbolic link; refusing it")
         self._logs = LogFiles(self._log, self._durability, log_limit)
         self._moment = ListingMoment(self._locks)
         self._positions = PositionLog(self._places, self._durability)
@@ -177,6 +195,7 @@ class FileStore:
         self._notifier = Notifier()
         self._push = Once()
         self._turns = DocumentBook(self.documents)
+        take_over_documents(self.directory, self._database, clock)
         self._take_over_the_turn_book()
         self._poller = Poller(
             self._notifier, self._log_stamp, every=_POLL, name="toolnexus-file-events"
@@ -373,7 +392,7 @@ class FileStore:
         return None  # on disk: no memory limit of its own
 
     def close(self) -> None:
-        pass  # every file is closed after each call
+        self._database.close()  # every other file is closed after each call
 
     def push_store(self, ttl: float | None = None) -> PushStore:
         return self._push.get(

@@ -1,0 +1,115 @@
+"""The file store's small documents in this checkout beside another
+checkout's, interleaved: steps of the turn book (a send held and taken,
+then its end) and of a send limit, as a front end's threads make them.
+
+    python3 bench/file_documents.py OTHER_CHECKOUT [--rounds 3] [--calls 2000] [--threads 4]
+
+Each checkout runs in a process of its own, from its own directory (its
+own code on `sys.path`, this interpreter's dependencies), on a fresh file
+store directory of its own, under each fsync policy (`always`, the
+default, and `no`). Rounds alternate which checkout goes first. Each figure
+is the median over the rounds, steps a second; each ratio (this checkout
+over the other) the median of the per-round ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+STEPS = ("turn book", "send limit")
+POLICIES = ("always", "no")
+
+# Run in the checkout's own directory: the file store's documents, timed.
+_MEASURE = """
+import json, sys, threading, time
+from shared.owners.book import Entry
+from shared.stores.file.store import FileStore
+folder, policy, step = sys.argv[1:4]
+calls, threads = int(sys.argv[4]), int(sys.argv[5])
+store = FileStore(folder, fsync=policy)
+book, ledger = store.turn_book(), store.send_ledger()
+book.register("worker@bench", 10**6, 3600)
+start = threading.Barrier(threads + 1)
+def run(owner):
+    start.wait()
+    for n in range(calls // threads):
+        if step == "turn book":
+            task = f"{owner}-{n}"
+            assert book.hold_and_take([Entry(task, owner)], True) == [task]
+            book.release_and_take([task], True)
+        else:
+            assert ledger.take(owner, 1e9, 10**9) == 0.0
+workers = [threading.Thread(target=run, args=(f"owner-{i}",)) for i in range(threads)]
+for w in workers:
+    w.start()
+start.wait()
+began = time.perf_counter()
+for w in workers:
+    w.join()
+print(json.dumps(calls / (time.perf_counter() - began)))
+"""
+
+
+def in_checkout(checkout: Path, *args: str) -> float:
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURE, *args],
+        cwd=checkout,
+        env={"PYTHONPATH": str(checkout), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    return float(done.stdout.strip())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("other", type=Path)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--threads", type=int, default=4)
+    options = parser.parse_args()
+    checkouts = {"this": ROOT, "other": options.other.resolve()}
+    figures: dict[tuple[str, str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="toolnexus-bench-") as scratch:
+        for round_ in range(options.rounds):
+            order = list(checkouts) if round_ % 2 == 0 else list(reversed(checkouts))
+            for policy in POLICIES:
+                for step in STEPS:
+                    for name in order:
+                        folder = Path(scratch) / f"{round_}-{policy}-{step}-{name}".replace(
+                            " ", "_"
+                        )
+                        rate = in_checkout(
+                            checkouts[name],
+                            str(folder),
+                            policy,
+                            step,
+                            str(options.calls),
+                            str(options.threads),
+                        )
+                        figures.setdefault((policy, step, name), []).append(rate)
+    print(f"{options.rounds} rounds, {options.calls} steps on {options.threads} threads each")
+    print(f"{'fsync':8} {'step':12} {'this /s':>10} {'other /s':>10} {'ratio':>6}")
+    for policy in POLICIES:
+        for step in STEPS:
+            this, other = figures[(policy, step, "this")], figures[(policy, step, "other")]
+            ratio = statistics.median(a / b for a, b in zip(this, other, strict=True))
+            print(
+                f"{policy:8} {step:12} {statistics.median(this):10.0f}"
+                f" {statistics.median(other):10.0f} {ratio:6.2f}"
+            )
+    print(json.dumps({f"{p}/{s}/{n}": v for (p, s, n), v in figures.items()}))
+
+
+if __name__ == "__main__":
+    main()
