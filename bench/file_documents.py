@@ -1,6 +1,9 @@
-"""The file store's small documents in this checkout beside another
-checkout's, interleaved: steps of the turn book (a send held and taken,
-then its end) and of a send limit, as a front end's threads make them.
+"""The file store's small documents and time indexes in this checkout
+beside another checkout's, interleaved: steps of the turn book (a send
+held and taken, then its end) and of a send limit, as a front end's
+threads make them; a task created (`create`: it enters the waiting index),
+and a progress event committed to a working task (`progress`: it moves in
+the working index), as senders and workers make them.
 
     python3 bench/file_documents.py OTHER_CHECKOUT [--rounds 3] [--calls 2000] [--threads 4]
 
@@ -24,19 +27,28 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-STEPS = ("turn book", "send limit")
+STEPS = ("turn book", "send limit", "create", "progress")
 POLICIES = ("always", "no")
 
 # Run in the checkout's own directory: the file store's documents, timed.
 _MEASURE = """
 import json, sys, threading, time
+from shared.events import artifact_update
 from shared.owners.book import Entry
 from shared.stores.file.store import FileStore
+from shared.task import WORKING, new_task, text_message
+from shared.events import to_state
+from shared.transitions import transition
 folder, policy, step = sys.argv[1:4]
 calls, threads = int(sys.argv[4]), int(sys.argv[5])
 store = FileStore(folder, fsync=policy)
 book, ledger = store.turn_book(), store.send_ledger()
 book.register("worker@bench", 10**6, 3600)
+mine = {}
+for i in range(threads):
+    task = store.create(new_task(text_message("user", "hi"), owner=f"owner-{i}")).task
+    transition(store, task["id"], to_state(WORKING))
+    mine[f"owner-{i}"] = store.get(task["id"])
 start = threading.Barrier(threads + 1)
 def run(owner):
     start.wait()
@@ -45,8 +57,14 @@ def run(owner):
             task = f"{owner}-{n}"
             assert book.hold_and_take([Entry(task, owner)], True) == [task]
             book.release_and_take([task], True)
-        else:
+        elif step == "send limit":
             assert ledger.take(owner, 1e9, 10**9) == 0.0
+        elif step == "create":
+            assert store.create(new_task(text_message("user", "hi"), owner=owner)).created
+        else:
+            task = mine[owner]
+            chunk = artifact_update(task, {"artifactId": "a", "parts": [{"text": "x"}]})
+            assert transition(store, task["id"], chunk, from_states={WORKING}).applied
 workers = [threading.Thread(target=run, args=(f"owner-{i}",)) for i in range(threads)]
 for w in workers:
     w.start()

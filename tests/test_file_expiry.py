@@ -61,29 +61,49 @@ def test_a_finishing_task_is_never_expired_while_its_marker_is_written(
     assert all(store.get(task_id) is not None for task_id in ids)
 
 
-def test_markers_a_killed_writer_left_behind_its_log_are_put_right(
+def test_time_indexes_a_killed_writer_left_behind_its_log_are_put_right(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A claim logged by a worker killed before it moved the task's markers:
-    the task is working by its log and waiting by its markers. It is not
-    re-sent for ever: the reaper's scan marks it working, and finds it stale
-    as it finds any task whose worker died."""
+    """A claim logged by a worker killed before it placed the task in the
+    time indexes: the task is working by its log and waiting by its index.
+    It is not re-sent for ever: the reaper's scan places it as working, and
+    finds it stale as it finds any task whose worker died."""
     now = [1_000.0]
     store = file_store(tmp_path, clock=lambda: now[0])
     task_id = store.create(new_task(text_message("user", "hi"))).task["id"]
 
-    def killed(*args: Any) -> None:
-        raise KeyboardInterrupt  # the process dies between its log write and its markers
+    def killed(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt  # the process dies between its log write and its indexes
 
     monkeypatch.setattr(store, "_indexed", killed)
     with pytest.raises(KeyboardInterrupt):
         transition(store, task_id, to_state(WORKING))
     monkeypatch.undo()
-    assert (tmp_path / ".waiting" / task_id).exists()  # the markers of the state before
+    assert store.indexes.score("waiting", task_id) is not None  # the state before
 
     now[0] += 100
     assert store.waiting(now[0]) == []  # working by its log: not sent again
-    assert not (tmp_path / ".waiting" / task_id).exists()
+    assert store.indexes.score("waiting", task_id) is None
     assert store.stale(now[0] - 50) == []  # marked working just now
     now[0] += 100
     assert store.stale(now[0]) == [task_id]  # no heartbeat since: the reaper fails it
+
+
+def test_time_index_markers_of_an_earlier_version_are_taken_over(tmp_path: Path) -> None:
+    """A directory whose time indexes were marker files (`.working/<id>` and
+    the like, scored by their mtime): they read back as the same indexes,
+    with the same scores, and the folders go."""
+    for folder, task_id, when in (
+        (".working", "t-working", 1_000.0),
+        (".waiting", "t-waiting", 2_000.0),
+        (".interrupted", "t-interrupted", 3_000.0),
+    ):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / task_id).touch()
+        os.utime(tmp_path / folder / task_id, (when, when))
+    store = file_store(tmp_path)
+    assert store.indexes.range("working") == [("t-working", 1_000.0)]
+    assert store.indexes.range("waiting") == [("t-waiting", 2_000.0)]
+    assert store.indexes.range("interrupted") == [("t-interrupted", 3_000.0)]
+    assert not any((tmp_path / folder).exists() for folder in (".working", ".waiting"))
+    assert not (tmp_path / ".interrupted").exists()

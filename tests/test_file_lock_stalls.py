@@ -100,27 +100,54 @@ class Recording:
         pass
 
 
-def test_a_send_whose_turn_book_is_locked_by_a_stalled_process_goes_out_of_turn(
-    tmp_path: Path,
+def test_a_send_whose_turn_book_cannot_be_stepped_goes_out_of_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The book's document given up on (as when its lock stays held past
+    the deadline), the rest of the store working: the send is accepted and
+    published at once, out of turn."""
     store = file_store(str(tmp_path / "tasks"))
     book = store.turn_book()
     book.hold_and_take([Entry("earlier", "someone")], True)  # the book exists
-    holder = _paused_holder(store.directory / DATABASE)  # where the book is
+    documents = store.documents
+    reading = documents.document
+
+    def stalled(name: str) -> Any:
+        if name == "turn-book":
+            raise StoreError("task store: the book stayed locked for 2 s", "stayed locked")
+        return reading(name)
+
+    monkeypatch.setattr(documents, "document", stalled)
     dispatcher = Recording()
-    try:
-        app = create_app(Settings(), store=store, dispatcher=dispatcher)
-        with live_server(app) as (url, _):
-            reply: dict[str, Any] = requests.post(
-                f"{url}/", json=send_request("hello"), timeout=30
-            ).json()
-    finally:
-        _end(holder)
+    app = create_app(Settings(), store=store, dispatcher=dispatcher)
+    with live_server(app) as (url, _):
+        reply: dict[str, Any] = requests.post(
+            f"{url}/", json=send_request("hello"), timeout=30
+        ).json()
     task_id = reply["result"]["id"]  # accepted, not failed
     assert reply["result"]["status"]["state"] == "submitted"
     assert dispatcher.enqueued == [task_id]  # published at once, out of turn
     task = store.get(task_id)
     assert task is not None and task["status"]["state"] == "submitted"
+
+
+def test_a_write_whose_database_is_locked_by_a_stalled_process_fails_instead_of_hanging(
+    tmp_path: Path,
+) -> None:
+    """The database's write lock held by a paused process (SIGSTOP inside a
+    transaction): a write that needs it is refused within the deadline, and
+    writes go on once the holder is gone."""
+    store = file_store(str(tmp_path / "tasks"))
+    task = new_task(text_message("user", "hello"))
+    store.indexes.add("test", "made", 1.0)  # the database exists
+    holder = _paused_holder(store.directory / DATABASE)
+    try:
+        with pytest.raises(StoreError, match="stayed locked for 2 s"):  # the deadline, not for ever
+            store.create(task, None)
+        assert store.indexes.range("test") == [("made", 1.0)]  # reads go on meanwhile
+    finally:
+        _end(holder)
+    assert store.create(task, None).created
 
 
 def test_a_write_whose_stripe_is_locked_by_a_stalled_process_fails_instead_of_hanging(

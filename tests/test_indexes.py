@@ -57,3 +57,28 @@ def test_an_index_is_shared_by_every_process_on_the_store(store_kind: str, store
     assert indexes_of(second).range("test") == [("a", 1.0)]
     indexes_of(second).remove("test", "a")
     assert indexes_of(first).range("test") == []
+
+
+def test_a_member_is_placed_in_some_indexes_and_out_of_others_at_once(
+    store_kind: str, stores: Stores
+) -> None:
+    indexes = indexes_of(stores.open(store_kind))
+    indexes.place("t1", {"working": 5.0, "waiting": None, "interrupted": None})
+    indexes.place("t2", {"working": 7.0})
+    assert indexes.range("working") == [("t1", 5.0), ("t2", 7.0)]
+    indexes.place("t1", {"working": None, "waiting": 9.5})  # it moved on
+    assert indexes.range("working") == [("t2", 7.0)]
+    assert indexes.range("waiting") == [("t1", 9.5)]
+    indexes.place("t1", {})  # nothing named: nothing happens
+    assert indexes.range("waiting") == [("t1", 9.5)]
+
+
+def test_a_rescore_moves_only_members_still_in_the_index(store_kind: str, stores: Stores) -> None:
+    indexes = indexes_of(stores.open(store_kind))
+    indexes.add("working", "a", 1.0)
+    indexes.add("working", "b", 2.0)
+    indexes.rescore("working", ["a", "gone"], 10.0)
+    indexes.rescore("working", [], 99.0)
+    assert indexes.range("working") == [("b", 2.0), ("a", 10.0)]  # "gone" was not brought in
+    assert indexes.score("working", "a") == 10.0
+    assert indexes.score("working", "gone") is None and indexes.score("never", "a") is None

@@ -1360,11 +1360,12 @@ def test_hostile_task_ids_touch_nothing_outside_the_file_store(sandbox: Sandbox)
 
     assert outside(after) == outside(before)
     # Inside the store only the new tasks of the "" continuations (each with its
-    # event log, message record, context and waiting marker) and lock stripes.
+    # event log, message record and context), lock stripes and the database
+    # (the waiting index, the turn book).
     changed = {path for path in before.keys() | after.keys() if before.get(path) != after.get(path)}
     expected_changes = {f"{store_prefix}/{task_id}.json" for task_id in created}
     expected_changes |= {f"{store_prefix}/.log/{task_id}.jsonl" for task_id in created}
-    expected_changes |= {f"{store_prefix}/.waiting/{task_id}" for task_id in created}
+    expected_changes |= {f"{store_prefix}/.store.db{suffix}" for suffix in ("", "-wal", "-shm")}
     # The listing index: its log of positions (one line per new task) and its lock.
     expected_changes |= {
         f"{store_prefix}/.listing/positions.log",
@@ -1379,7 +1380,7 @@ def test_hostile_task_ids_touch_nothing_outside_the_file_store(sandbox: Sandbox)
     lock_files = {path for path in changed if path.startswith(f"{store_prefix}/.locks/")}
     folders = {
         f"{store_prefix}/{name}"
-        for name in (".locks", ".log", ".waiting", ".messages", ".contexts", ".listing")
+        for name in (".locks", ".log", ".messages", ".contexts", ".listing")
     }
     assert changed - lock_files - expected_changes - records <= {store_prefix, *folders}, changed
     assert target.dispatcher.enqueued == created and len(created) == 6

@@ -143,11 +143,13 @@ def test_what_the_store_creates_only_its_user_can_read(layout: tuple[Path, Path]
     store = FileStore(store_dir / "made-by-the-store")
     client = client_on(store)
     task_id = rpc(client, "SendMessage", {"message": user_message()})["result"]["id"]
-    for folder in (".log", ".locks", ".messages", ".contexts", ".waiting", ".working"):
+    for folder in (".log", ".locks", ".messages", ".contexts"):
         mode = stat.S_IMODE((store.directory / folder).stat().st_mode)
         assert mode & 0o077 == 0, (folder, oct(mode))
     made = [store.directory / f"{task_id}.json", store.directory / ".log" / f"{task_id}.jsonl"]
     made += list((store.directory / ".locks").iterdir())
+    made += list(store.directory.glob(".store.db*"))  # the database, its WAL and shared memory
+    assert len(made) >= 5
     for path in made:
         assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, (path, oct(path.stat().st_mode))
 

@@ -350,7 +350,7 @@ def test_a_creator_killed_mid_create_leaves_no_task_the_re_sender_misses(
     else:  # nothing was written: nothing is sent, and the marker goes
         assert store.get(task_id) is None
         assert store.waiting(later) == []
-        assert not (tmp_path / ".waiting" / task_id).exists()
+        assert store.indexes.score("waiting", task_id) is None
 
 
 _REPLIER = """
@@ -396,7 +396,7 @@ def test_a_front_end_killed_mid_follow_up_leaves_no_task_the_re_sender_misses(
     else:  # nothing was written: the task still waits for the peer
         assert state_of(task) == INPUT_REQUIRED
         assert store.waiting(later) == []
-        assert not (tmp_path / ".waiting" / task_id).exists()
+        assert store.indexes.score("waiting", task_id) is None
 
 
 def test_a_task_file_replaced_out_of_band_is_adopted(tmp_path: Path) -> None:

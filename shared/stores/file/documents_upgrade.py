@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
 
+from shared.store.contract import is_safe_id
 from shared.stores.sqlite.database import Database
 
 _INDEX = "index:"
@@ -63,3 +65,40 @@ def _read(path: Path) -> Any:
         return json.loads(path.read_bytes())
     except (OSError, ValueError):
         return None
+
+
+# Each marker folder an earlier version kept, and the time index it is now.
+_MARKERS = {".working": "working", ".waiting": "waiting", ".interrupted": "interrupted"}
+
+
+def take_over_markers(directory: Path, database: Database) -> int:
+    """The time indexes an earlier version kept as marker files
+    (`.working/<id>`, `.waiting/<id>`, `.interrupted/<id>`, each scored by
+    its mtime), taken over as rows of those indexes; each file goes once
+    taken, the folder once empty. The number of markers taken."""
+    found: list[tuple[str, str, float, Path]] = []
+    for folder_name, index in _MARKERS.items():
+        folder = directory / folder_name
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                try:
+                    when = entry.stat(follow_symlinks=False).st_mtime
+                except FileNotFoundError:
+                    continue
+                if is_safe_id(entry.name):
+                    found.append((index, entry.name, when, Path(entry.path)))
+    if found:
+        database.write(
+            lambda c: c.executemany(
+                "INSERT OR IGNORE INTO indexes VALUES (?, ?, ?)",
+                [(index, task_id, when) for index, task_id, when, _ in found],
+            )
+        )
+    for *_, path in found:
+        path.unlink(missing_ok=True)
+    for folder_name in _MARKERS:
+        with contextlib.suppress(OSError):
+            (directory / folder_name).rmdir()
+    return len(found)

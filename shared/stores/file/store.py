@@ -8,10 +8,6 @@ Layout under the directory:
                      task file written, naming its content: a read folds
                      the events after the marker of the file it found
                      (see `shared.stores.file.log`)
-  .working/<id>      one empty file per task in `working`; its mtime is the
-                     last heartbeat, so the reaper's query reads only these
-  .waiting/<id>      likewise for `submitted` tasks: when each was queued
-  .interrupted/<id>  likewise for tasks waiting for the peer: since when
   .messages/<hash>   the id of the task a message created (idempotent sends)
   .contexts/<hash>   the owner of a context
   .locks/<n>         64 lock files striped by id, for compare-and-append
@@ -21,7 +17,10 @@ Layout under the directory:
   .beat              touched by each run of the reaper
   .store.db          a SQLite database (`shared.stores.sqlite`): small
                      documents (the turn book, each owner's send limits,
-                     each task's push state) and scored indexes
+                     each task's push state) and scored indexes: the time
+                     indexes the heartbeat and the reaper read
+                     (`shared.store.time_indexes`: working, waiting,
+                     interrupted), the tasks whose webhooks are swept
   .listing/          where each task sits in ListTasks' order, one shared log
                      of positions (`shared.stores.file.positions`): a write
                      that moves a task appends its line, under the task's
@@ -56,8 +55,8 @@ import tempfile
 import threading
 import time
 import zlib
-from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, cast
 
@@ -89,9 +88,17 @@ from shared.store.listing import (
     restamped,
 )
 from shared.store.spec import ALWAYS
+from shared.store.time_indexes import (
+    INTERRUPTED_INDEX,
+    STATES,
+    WAITING_INDEX,
+    WORKING_INDEX,
+    TimeIndexes,
+)
 from shared.store.wakeups import Notifier, Poller, Waiter
 from shared.stores.file.boot import booted_at
 from shared.stores.file.documents_upgrade import take_over as take_over_documents
+from shared.stores.file.documents_upgrade import take_over_markers
 from shared.stores.file.listing import FileListing
 from shared.stores.file.locking import WITHIN, flock_within, unlock
 from shared.stores.file.log import Durability, LogFiles, Marker, open_no_link
@@ -105,9 +112,7 @@ from shared.stores.sqlite.indexes import SCHEMA as INDEXES_SCHEMA
 from shared.stores.sqlite.indexes import SqliteIndexes
 from shared.task import (
     IN_FLIGHT,
-    INTERRUPTED_STATES,
     SUBMITTED,
-    WORKING,
     Task,
     is_terminal,
     state_of,
@@ -156,18 +161,13 @@ class FileStore:
         )
         self.documents = SqliteDocuments(self._database, clock)
         self.indexes = SqliteIndexes(self._database)
-        self._working = self.directory / ".working"
-        self._waiting = self.directory / ".waiting"
-        self._interrupted = self.directory / ".interrupted"
+        self._times = TimeIndexes(self.indexes, clock)
         self._messages = self.directory / ".messages"
         self._contexts = self.directory / ".contexts"
         self._locks = self.directory / ".locks"
         self._places = self.directory / ".listing"
         folders = (
             self._log,
-            self._working,
-            self._waiting,
-            self._interrupted,
             self._messages,
             self._contexts,
             self._expires,
@@ -196,6 +196,7 @@ class FileStore:
         self._push = Once()
         self._turns = DocumentBook(self.documents)
         take_over_documents(self.directory, self._database, clock)
+        take_over_markers(self.directory, self._database)
         self._take_over_the_turn_book()
         self._poller = Poller(
             self._notifier, self._log_stamp, every=_POLL, name="toolnexus-file-events"
@@ -285,11 +286,12 @@ class FileStore:
             # A new lineage starts with the task written whole: its log holds
             # nothing else to fold the task from.
             whole = task if commit.snapshot or fresh else None
-            if any(event["kind"] == "status-update" for event in events):
+            moved = any(event["kind"] == "status-update" for event in events)
+            if moved:
                 self._place(task_id, task)
             self._waiting_first(task_id, state_of(commit.task))
             self._write(task_id, first, fresh, events, whole)
-            self._indexed(task_id, state_of(commit.task))
+            self._indexed(task_id, state_of(commit.task), moved=moved)
             return True
 
     def events(self, task_id: str, after: int, limit: int | None = None) -> list[tuple[int, Event]]:
@@ -322,41 +324,41 @@ class FileStore:
         return history_of(self.events(task_id, 0))
 
     def heartbeat(self, *task_ids: str) -> None:
-        now = self._clock()
-        for task_id in filter(is_safe_id, task_ids):
-            _touch_existing(self._working / task_id, now)
+        self._times.heartbeat(*filter(is_safe_id, task_ids))
 
     def stale(self, cutoff: float) -> list[str]:
-        return self._due(self._working, cutoff, {WORKING})
+        return self._due(WORKING_INDEX, cutoff)
 
     def waiting(self, cutoff: float) -> list[str]:
-        return self._due(self._waiting, cutoff, {SUBMITTED})
+        return self._due(WAITING_INDEX, cutoff)
 
     def interrupted(self, cutoff: float) -> list[str]:
-        return self._due(self._interrupted, cutoff, INTERRUPTED_STATES)
+        return self._due(INTERRUPTED_INDEX, cutoff)
 
-    def _due(self, folder: Path, cutoff: float, states: Collection[str]) -> list[str]:
-        """The tasks `folder`'s markers name as due, each checked against its
-        log. A write is logged first and its markers follow; a writer killed
-        between the two leaves the markers of the state before (a claimed task
-        still marked waiting: never reaped, re-sent for ever). Such markers are
-        put right here, under the task's lock, from the state the log holds."""
+    def _due(self, index: str, cutoff: float) -> list[str]:
+        """The tasks the time index `index` names as due, each checked
+        against its log. A write is logged first and its index placed after;
+        a writer killed between the two leaves the task in the index of the
+        state before (a claimed task still waiting: never reaped, re-sent for
+        ever). Such a task is placed again here, under its lock, from the
+        state the log holds."""
+        states = STATES[index]
         due = []
-        for task_id in _older(folder, cutoff):
+        for task_id in self._times.due(index, cutoff):
             record = self.read(task_id)
-            if record is None and folder is self._waiting and self._never_written(task_id):
-                continue  # a creator killed before it wrote the task: no task, no marker
+            if record is None and index == WAITING_INDEX and self._never_written(task_id):
+                continue  # a creator killed before it wrote the task: no task, not waiting
             if record is None or state_of(record.task) in states:
                 due.append(task_id)  # (gone: its reader says so, as before)
                 continue
             with self._locked(task_id):
                 record = self._read(task_id, locked=True)
-                # (A writer that held the lock meanwhile has moved the marker itself.)
-                left = os.path.lexists(folder / task_id)
+                # (A writer that held the lock meanwhile has placed the task itself.)
+                left = self._times.score(index, task_id) is not None
                 if left and record is not None and state_of(record.task) not in states:
                     log.warning(
-                        "task store: task %s is %s but was still marked as before its last"
-                        " write (a writer stopped between the two): marked again",
+                        "task store: task %s is %s but was still indexed as before its last"
+                        " write (a writer stopped between the two): placed again",
                         task_id,
                         state_of(record.task),
                     )
@@ -365,18 +367,18 @@ class FileStore:
 
     def _never_written(self, task_id: str) -> bool:
         """No file of the task at all (under its lock, so not a create in
-        progress): its waiting marker, if still there, is removed."""
+        progress): it leaves the waiting index, if still there."""
         with self._locked(task_id):
             if os.path.lexists(self._task_file(task_id)) or os.path.lexists(
                 self._logs.path(task_id)
             ):
                 return False
-            (self._waiting / task_id).unlink(missing_ok=True)
+            self.indexes.remove(WAITING_INDEX, task_id)
             return True
 
     def resent(self, task_id: str) -> None:
         if is_safe_id(task_id):
-            _touch_existing(self._waiting / task_id, self._clock())
+            self._times.resent(task_id)
 
     def record_beat(self) -> None:
         _write_atomically(self.directory / ".beat", repr(self._clock()).encode())
@@ -587,27 +589,24 @@ class FileStore:
 
     def _waiting_first(self, task_id: str, state: str) -> None:
         """A write that leaves the task `submitted` (a create, a follow-up)
-        marks it waiting before it writes. Marked after, a writer killed
-        between the two would leave a submitted task no re-sender finds (a
-        follow-up's only marker is `.interrupted`, which the reaper reads once
-        the input timeout has passed, never without one), and a retry of the
-        message, which finds the task or the reply applied, queues nothing.
-        A marker of a write that never happened is put right by `_due`."""
+        puts it in the waiting index before it writes. Put there after, a
+        writer killed between the two would leave a submitted task no
+        re-sender finds (a follow-up was indexed only as interrupted, which
+        the reaper reads once the input timeout has passed, never without
+        one), and a retry of the message, which finds the task or the reply
+        applied, queues nothing. An entry of a write that never happened is
+        put right by `_due`."""
         if state == SUBMITTED:
-            _touch(self._waiting / task_id, self._clock())
+            self._times.waiting_first(task_id)
 
-    def _indexed(self, task_id: str, state: str) -> None:
+    def _indexed(self, task_id: str, state: str, *, moved: bool = True) -> None:
+        """After a write: the task placed in the time index of its state
+        (only where a status came with the write: an artifact or a message
+        leaves the task where it was, and costs the database nothing), its
+        expiry, its turn ended once out of flight, and its watchers woken."""
         now = self._clock()
-        for folder, members in (
-            (self._working, {WORKING}),
-            (self._waiting, {SUBMITTED}),
-            (self._interrupted, INTERRUPTED_STATES),
-        ):
-            marker = folder / task_id
-            if state in members:
-                _touch(marker, now)
-            else:
-                marker.unlink(missing_ok=True)
+        if moved:
+            self._times.placed(task_id, state)
         if self._ttl and is_terminal(state):
             _touch_whole(self._expires / task_id, now + self._ttl)
         if state not in IN_FLIGHT:
@@ -668,12 +667,10 @@ class FileStore:
                 if record is not None and _read_text(record) == task_id:  # not a newer task's
                     record.unlink(missing_ok=True)
                 self._positions.append([gone(task_id)])
+                self._times.forget(task_id)  # (a finished task is in none, but for a torn write)
                 for path in (
                     self._task_file(task_id),
                     self._log / f"{task_id}.jsonl",
-                    self._working / task_id,
-                    self._waiting / task_id,
-                    self._interrupted / task_id,
                     self._expires / task_id,
                 ):
                     path.unlink(missing_ok=True)
@@ -833,11 +830,6 @@ def _create_exclusively(path: Path, data: bytes) -> bool:
         Path(temp).unlink(missing_ok=True)
 
 
-def _touch(path: Path, when: float) -> None:
-    os.close(open_no_link(path, os.O_WRONLY | os.O_CREAT))
-    os.utime(path, (when, when), follow_symlinks=False)
-
-
 def _touch_whole(path: Path, when: float) -> None:
     """`path` with mtime `when`, renamed into place only once it has it. An
     expiry marker seen with its creation time reads as due: the task would
@@ -850,12 +842,6 @@ def _touch_whole(path: Path, when: float) -> None:
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
-
-
-def _touch_existing(path: Path, when: float) -> None:
-    # The task may have left the index; touching must not bring it back.
-    with suppress(FileNotFoundError):
-        os.utime(path, (when, when), follow_symlinks=False)
 
 
 def _older(folder: Path, cutoff: float) -> list[str]:

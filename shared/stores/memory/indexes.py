@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Mapping, Sequence
 
 
 class MemoryIndexes:
@@ -21,6 +22,25 @@ class MemoryIndexes:
             index = self._kept.get(name, {})
             for member in members:
                 index.pop(member, None)
+
+    def place(self, member: str, scores: Mapping[str, float | None]) -> None:
+        with self._lock:
+            for name, score in scores.items():
+                if score is None:
+                    self._kept.get(name, {}).pop(member, None)
+                else:
+                    self._kept.setdefault(name, {})[member] = score
+
+    def rescore(self, name: str, members: Sequence[str], score: float) -> None:
+        with self._lock:
+            index = self._kept.get(name, {})
+            for member in members:
+                if member in index:
+                    index[member] = score
+
+    def score(self, name: str, member: str) -> float | None:
+        with self._lock:
+            return self._kept.get(name, {}).get(member)
 
     def range(
         self, name: str, upto: float = math.inf, limit: int | None = None

@@ -41,14 +41,18 @@ from shared.store.contract import (
 )
 from shared.store.listing import Listing, Query, stamp_after, trimmed
 from shared.store.ordered import OrderedIndex
+from shared.store.time_indexes import (
+    INTERRUPTED_INDEX,
+    WAITING_INDEX,
+    WORKING_INDEX,
+    TimeIndexes,
+)
 from shared.store.wakeups import Notifier, Waiter
 from shared.stores.memory.documents import MemoryDocuments
 from shared.stores.memory.indexes import MemoryIndexes
 from shared.task import (
     IN_FLIGHT,
-    INTERRUPTED_STATES,
     SUBMITTED,
-    WORKING,
     Task,
     TaskStatus,
     epoch,
@@ -89,9 +93,6 @@ class MemoryStore:
         self._entries: dict[str, _Entry] = {}
         self._messages: dict[str, str] = {}  # message key -> task id
         self._contexts: dict[str, str] = {}  # context id -> owner
-        self._heartbeats: dict[str, float] = {}
-        self._waiting: dict[str, float] = {}
-        self._interrupted: dict[str, float] = {}
         self._expiries: list[tuple[float, str]] = []  # a heap of (when, task id)
         self._beat: float | None = None
         self._notifier = Notifier()
@@ -100,6 +101,7 @@ class MemoryStore:
         # Small documents (shared.documents), under the features that keep state.
         self.documents = MemoryDocuments(clock)
         self.indexes = MemoryIndexes()
+        self._times = TimeIndexes(self.indexes, clock)
         self._ledger = DocumentLedger(self.documents, self._accepted)
         self._order = OrderedIndex()
         # The latest moment a listing is read as of (shared.store.listing): a status
@@ -262,28 +264,19 @@ class MemoryStore:
         return seconds
 
     def heartbeat(self, *task_ids: str) -> None:
-        with self._lock:
-            now = self._clock()
-            for task_id in task_ids:
-                if task_id in self._heartbeats:
-                    self._heartbeats[task_id] = now
+        self._times.heartbeat(*task_ids)
 
     def stale(self, cutoff: float) -> list[str]:
-        with self._lock:
-            return [i for i, beat in self._heartbeats.items() if beat < cutoff]
+        return self._times.due(WORKING_INDEX, cutoff)
 
     def waiting(self, cutoff: float) -> list[str]:
-        with self._lock:
-            return [i for i, sent in self._waiting.items() if sent < cutoff]
+        return self._times.due(WAITING_INDEX, cutoff)
 
     def resent(self, task_id: str) -> None:
-        with self._lock:
-            if task_id in self._waiting:
-                self._waiting[task_id] = self._clock()
+        self._times.resent(task_id)
 
     def interrupted(self, cutoff: float) -> list[str]:
-        with self._lock:
-            return [i for i, since in self._interrupted.items() if since < cutoff]
+        return self._times.due(INTERRUPTED_INDEX, cutoff)
 
     def record_beat(self) -> None:
         self._beat = self._clock()
@@ -305,9 +298,7 @@ class MemoryStore:
         if not entry.statuses or entry.statuses[-1] != (status_time, state):
             entry.statuses.append((status_time, state))
             trimmed(entry.statuses, now)
-        _place(self._heartbeats, task_id, now, state == WORKING)
-        _place(self._waiting, task_id, now, state == SUBMITTED)
-        _place(self._interrupted, task_id, now, state in INTERRUPTED_STATES)
+        self._times.placed(task_id, state)
         if self._ttl and is_terminal(state):
             entry.expires = now + self._ttl
             heapq.heappush(self._expiries, (entry.expires, task_id))
@@ -413,13 +404,6 @@ def _status_time(task: Task) -> float:
 
 def _stamp(status: TaskStatus) -> float:
     return epoch(status.get("timestamp", ""))
-
-
-def _place(index: dict[str, float], task_id: str, now: float, member: bool) -> None:
-    if member:
-        index[task_id] = now
-    else:
-        index.pop(task_id, None)
 
 
 def memory_store(

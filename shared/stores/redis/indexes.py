@@ -7,12 +7,14 @@ as every other write the service relies on."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import cast
 
 import redis
 
 from shared.stores.redis.faults import reachable
 from shared.stores.redis.replicas import Replicas
+from shared.stores.redis.scripts import load
 
 
 class RedisIndexes:
@@ -20,6 +22,7 @@ class RedisIndexes:
         self._client = client
         self._prefix = prefix
         self._replicas = replicas
+        self._place = client.register_script(load("index_place"))
 
     def add(self, name: str, member: str, score: float) -> None:
         with reachable(self._client):
@@ -29,6 +32,25 @@ class RedisIndexes:
         if members:
             with reachable(self._client):
                 self._replicas.command("ZREM", self._key(name), *members)
+
+    def place(self, member: str, scores: Mapping[str, float | None]) -> None:
+        if scores:
+            keys = [self._key(name) for name in scores]
+            args = [member, *("" if s is None else repr(float(s)) for s in scores.values())]
+            with reachable(self._client):
+                self._replicas.script(self._place, keys, args)
+
+    def rescore(self, name: str, members: Sequence[str], score: float) -> None:
+        if members:
+            with reachable(self._client):
+                self._replicas.command(
+                    "ZADD", self._key(name), "XX", *[v for m in members for v in (score, m)]
+                )
+
+    def score(self, name: str, member: str) -> float | None:
+        with reachable(self._client):
+            found = self._client.zscore(self._key(name), member)
+        return None if found is None else float(found)
 
     def range(
         self, name: str, upto: float = math.inf, limit: int | None = None

@@ -108,6 +108,14 @@ class Database:
             return held[1]
         # A connection made before a fork belongs to the parent: left alone, never closed here.
         try:
+            # Made by this service for its user alone (SQLite makes the WAL
+            # and shared-memory files with the same mode), never through a link.
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+        except OSError as error:
+            raise StoreError(
+                f"task store: {self.path}: {error.strerror}", "the task database cannot be opened"
+            ) from error
+        try:
             connection = sqlite3.connect(
                 self.path, isolation_level=None, timeout=0, check_same_thread=True
             )

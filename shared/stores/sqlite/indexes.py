@@ -5,7 +5,8 @@ member) through an index of its own."""
 from __future__ import annotations
 
 import math
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 from shared.stores.sqlite.database import Database
 
@@ -35,6 +36,37 @@ class SqliteIndexes:
                     [(name, member) for member in members],
                 )
             )
+
+    def place(self, member: str, scores: Mapping[str, float | None]) -> None:
+        def change(connection: Any) -> None:
+            for name, score in scores.items():
+                if score is None:
+                    connection.execute(
+                        "DELETE FROM indexes WHERE name = ? AND member = ?", (name, member)
+                    )
+                else:
+                    connection.execute(
+                        "INSERT OR REPLACE INTO indexes VALUES (?, ?, ?)",
+                        (name, member, float(score)),
+                    )
+
+        if scores:
+            self._database.write(change)
+
+    def rescore(self, name: str, members: Sequence[str], score: float) -> None:
+        if members:
+            self._database.write(
+                lambda c: c.executemany(
+                    "UPDATE indexes SET score = ? WHERE name = ? AND member = ?",
+                    [(float(score), name, member) for member in members],
+                )
+            )
+
+    def score(self, name: str, member: str) -> float | None:
+        rows = self._database.read(
+            "SELECT score FROM indexes WHERE name = ? AND member = ?", (name, member)
+        )
+        return float(rows[0][0]) if rows else None  # type: ignore[arg-type]
 
     def range(
         self, name: str, upto: float = math.inf, limit: int | None = None
