@@ -129,7 +129,7 @@ def waiting_blocking(text: str, message: dict[str, Any]) -> str:
 
 async def idle(text: str) -> str:
     """Waits until the wall-clock time `text` and does nothing else
-    (bench/held_idle.py)."""
+    (bench/io_calls_idle.py)."""
     await asyncio.sleep(max(0.0, float(text) - time.time()))
     return "idled"
 

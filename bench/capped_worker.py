@@ -1,5 +1,5 @@
 """bench/waiting.py's `asyncio-64` run: the worker with the store's connection
-pool held at its default (64) instead of sized from the concurrency.
+pool kept at its default (64) instead of sized from the concurrency.
 
     celery -A bench.capped_worker worker
 

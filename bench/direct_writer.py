@@ -1,7 +1,7 @@
 """The events of bench/streams.py's tasks written by one plain process, no
 Celery worker: `--events-by direct`.
 
-With Celery, two worker processes hold every task's call for the whole run
+With Celery, two worker processes run every task's call for the whole run
 (10,000 at `--streams 10000`), on the same two cores as the front end and
 the clients; what they cost is then part of the delivery latency measured.
 This writer takes that cost out, to measure the front end alone: it claims

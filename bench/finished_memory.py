@@ -84,17 +84,19 @@ def measure(url: str, count: int, size: int) -> None:
     # JSON, its entry), whatever else the requests left behind.
     mine = tracemalloc.Filter(True, finished_module.__file__, all_frames=True)
     snapshot = tracemalloc.take_snapshot().filter_traces([mine])
-    held = sum(stat.size for stat in snapshot.statistics("filename")) / count
+    allocated = sum(stat.size for stat in snapshot.statistics("filename")) / count
     tracemalloc.stop()
     kept = tasks.finished = FinishedTasks(budget, settings.task_ttl)
     from_redis = cpu_per_call(call, ids)
     from_memory = cpu_per_call(call, ids)
     json_size = kept.size / count
     print(f"{count} finished echo tasks, messages of {size} characters")
-    print(f"  kept per task: {held:,.0f} bytes of Python objects, {json_size:,.0f} bytes as JSON")
+    print(
+        f"  kept per task: {allocated:,.0f} bytes of Python objects, {json_size:,.0f} bytes as JSON"
+    )
     print(
         f"  the default {settings.finished_cache_mb} MiB budget holds {budget // json_size:,.0f}"
-        f" such tasks: about {budget // json_size * held / 2**20:,.0f} MiB of Python memory"
+        f" such tasks: about {budget // json_size * allocated / 2**20:,.0f} MiB of Python memory"
     )
     print(
         f"  app CPU per GetTask: {from_redis * 1e6:,.0f} us reading Redis,"

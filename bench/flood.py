@@ -196,24 +196,24 @@ def print_server_log(stack: LocalStack, name: str, most: int = 8) -> None:
 
 
 @dataclass
-class Held:
+class Connections:
     opened: int = 0
     refused: int = 0
     lifetimes: list[float] = field(default_factory=list)  # of connections the server closed
     answers: Counter[str] = field(default_factory=Counter)  # what it said before closing
 
 
-async def hold(port: int, trickle: bool, held: Held, until: float) -> None:
+async def keep_open(port: int, trickle: bool, kept: Connections, until: float) -> None:
     """One connection at a time, re-opened as soon as the server closes it."""
     header = b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 100_000
     while time.monotonic() < until:
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
         except OSError:
-            held.refused += 1
+            kept.refused += 1
             await asyncio.sleep(0.1)
             continue
-        held.opened += 1
+        kept.opened += 1
         opened, sent = time.monotonic(), 0
         try:
             while time.monotonic() < until:
@@ -227,39 +227,41 @@ async def hold(port: int, trickle: bool, held: Held, until: float) -> None:
                 except TimeoutError:
                     continue
                 if data:
-                    held.answers[data.split(b"\r\n", 1)[0].decode(errors="replace")] += 1
+                    kept.answers[data.split(b"\r\n", 1)[0].decode(errors="replace")] += 1
                     await reader.read()  # until the server closes it
-                held.lifetimes.append(time.monotonic() - opened)
+                kept.lifetimes.append(time.monotonic() - opened)
                 break
         except OSError:
-            held.lifetimes.append(time.monotonic() - opened)
+            kept.lifetimes.append(time.monotonic() - opened)
         finally:
             writer.close()
 
 
-async def holding(port: int, count: int, trickle: bool, seconds: float) -> Held:
-    held = Held()
+async def keeping_open(port: int, count: int, trickle: bool, seconds: float) -> Connections:
+    kept = Connections()
     until = time.monotonic() + seconds
-    await asyncio.gather(*(hold(port, trickle, held, until) for _ in range(count)))
-    return held
+    await asyncio.gather(*(keep_open(port, trickle, kept, until) for _ in range(count)))
+    return kept
 
 
-def run_held(stack: LocalStack, count: int, trickle: bool, seconds: float, probe_task: str) -> None:
+def run_kept_open(
+    stack: LocalStack, count: int, trickle: bool, seconds: float, probe_task: str
+) -> None:
     what = "slowloris connections (a header byte every 2 s)" if trickle else "idle connections"
     print(f"\n{3 if trickle else 2}. {count} {what}, for {seconds:g} s", flush=True)
     probe = Probe(stack.web_port, probe_task)
-    held = asyncio.run(holding(stack.web_port, count, trickle, seconds))
+    kept = asyncio.run(keeping_open(stack.web_port, count, trickle, seconds))
     probe_line = probe.stop()
-    lives = held.lifetimes
+    lives = kept.lifetimes
     closed = (
         f"{len(lives)} closed by the server, after p50 {percentile(lives, 0.5):.1f} s"
         f" (min {min(lives):.1f}, max {max(lives):.1f})"
         if lives
         else f"none closed by the server within {seconds:g} s"
     )
-    print(f"   connections opened     {held.opened} ({held.refused} refused); {closed}")
-    if held.answers:
-        print(f"   answered before closing: {dict(held.answers)}")
+    print(f"   connections opened     {kept.opened} ({kept.refused} refused); {closed}")
+    if kept.answers:
+        print(f"   answered before closing: {dict(kept.answers)}")
     print(f"   {probe_line}")
 
 
@@ -333,8 +335,8 @@ def main() -> None:
         probe_task = call(stack.web_port, send_body("0 probe"), 60)["task"]["id"]
         print(f"keep-alive connection after one request: {keepalive_timeout(stack.web_port, 60)}")
         run_flood(stack, args, probe_task, bound)
-        run_held(stack, args.idle, False, args.seconds, probe_task)
-        run_held(stack, args.trickle, True, args.seconds, probe_task)
+        run_kept_open(stack, args.idle, False, args.seconds, probe_task)
+        run_kept_open(stack, args.trickle, True, args.seconds, probe_task)
 
 
 if __name__ == "__main__":

@@ -1,21 +1,21 @@
-"""Many held long-polls on one front-end process, beside the a2a-sdk server's held blocking sends.
+"""Many long-polls on one front-end process, beside the a2a-sdk server's waiting blocking sends.
 
     python3 bench/long_poll.py [--polls 1000] [--rate 500] [--open-rate 1000] [--clients 0]
                                [--skip PART ...]
 
-Two servers, one after the other, each holding --polls calls until their
-task changes, the changes spread evenly at --rate per second from two
+Two servers, one after the other, each with --polls calls waiting until
+their task changes, the changes spread evenly at --rate per second from two
 seconds after the go signal:
 
 * this service (`ours`): a private redis-server, gunicorn with the packaged
   web.http.gunicorn_conf and ONE worker process (WEB_CONCURRENCY=1, its
   connection limit raised to fit), no agent: the tasks are made `working`
-  through the store, each held by an A2A 1.1 GetTask with `currentGeneration`
-  at its generation; this process then completes each at its due time
+  through the store, each long-polled by an A2A 1.1 GetTask with
+  `currentGeneration` at its generation; this process then completes each at its due time
   through the store (a plain process of its own, as a worker on another
   machine would), with a status message stamped with the time it was made;
 * the official a2a-sdk server (`peer`, bench/sdk_peer.py, one uvicorn
-  process, InMemoryTaskStore): it has no long-poll, so its nearest hold is a
+  process, InMemoryTaskStore): it has no long-poll, so its nearest wait is a
   blocking SendMessage (A2A 1.0), whose executor waits for the go file and
   completes at the same due time with the same stamp.
 
@@ -23,11 +23,11 @@ The clients (asyncio, httpx, a connection per call, spread over processes:
 --clients, by default one per 1,000 calls) send every call, --open-rate
 a second in all, then report;
 once all are sent and the servers had a moment to read them, the go file
-is written. Printed for each: calls held, answered after their change
-(of the calls), answered early (before their change: a hold that gave up),
+is written. Printed for each: calls waiting, answered after their change
+(of the calls), answered early (before their change: a wait that gave up),
 lost (no answer), answer latency after the change (stamp -> received: p50,
 p99, max) and the serving process's RSS before the calls and with all of
-them held. Aim: 10,000 held by one process under 1 GiB, p99 <= 100 ms.
+them waiting. Aim: 10,000 waiting in one process under 1 GiB, p99 <= 100 ms.
 The load average is printed at the start and the end.
 """
 
@@ -119,13 +119,13 @@ async def _drive(url: str, kind: str, keys: list[str], open_rate: float, conn: A
 
 @dataclass
 class Outcome:
-    held: int
+    waiting: int
     answered: int
     early: int
     lost: int
     latencies: list[float]
     rss_before: int
-    rss_held: int
+    rss_waiting: int
 
 
 def run(
@@ -147,7 +147,7 @@ def run(
     for pipe in pipes:
         assert pipe.recv() == "sent"
     time.sleep(2.0)  # the server reads the last requests
-    held = rss_kib(serving)
+    waiting = rss_kib(serving)
     start = time.time()
     go.write_text(repr(start))
     if change is not None:
@@ -165,18 +165,18 @@ def run(
             f"  {kind}: {len(errors)} errors, {times[0]:.1f}-{times[-1]:.1f} s after go,"
             f" first: {errors[0][1]}"
         )
-    return Outcome(len(keys), len(latencies), early, lost, latencies, before, held)
+    return Outcome(len(keys), len(latencies), early, lost, latencies, before, waiting)
 
 
 def report(kind: str, outcome: Outcome) -> None:
     ms = [1000 * value for value in outcome.latencies]
-    per = (outcome.rss_held - outcome.rss_before) / max(1, outcome.held)
+    per = (outcome.rss_waiting - outcome.rss_before) / max(1, outcome.waiting)
     print(
-        f"{kind:5} held {outcome.held}, answered after the change {outcome.answered},"
+        f"{kind:5} waiting {outcome.waiting}, answered after the change {outcome.answered},"
         f" early {outcome.early}, lost {outcome.lost};"
         f" latency p50 {percentile(ms, 0.5):.1f} ms, p99 {percentile(ms, 0.99):.1f} ms,"
         f" max {max(ms, default=float('nan')):.1f} ms;"
-        f" RSS {outcome.rss_before / 1024:.0f} -> {outcome.rss_held / 1024:.0f} MiB"
+        f" RSS {outcome.rss_before / 1024:.0f} -> {outcome.rss_waiting / 1024:.0f} MiB"
         f" ({per:.1f} KiB a call)"
     )
 
@@ -193,7 +193,7 @@ def ours(args: argparse.Namespace, folder: Path) -> Outcome:
         store = redis_store(store_url)
         keys = []
         for _ in range(args.polls):
-            task_id = store.create(new_task(text_message("user", "hold"))).task["id"]
+            task_id = store.create(new_task(text_message("user", "long-poll"))).task["id"]
             assert transition(store, task_id, to_state(WORKING)).applied  # generation 2
             keys.append(task_id)
         env = {
@@ -227,7 +227,7 @@ def peer(args: argparse.Namespace, folder: Path) -> Outcome:
         Plan(events=1, interval=0.0, phase=LEAD + index / args.rate, go=str(go), poll=1.0).encode()
         for index in range(args.polls)
     ]
-    env = {"BENCH_SDK_AGENT": "held"}
+    env = {"BENCH_SDK_AGENT": "due"}
     server = uvicorn("bench.sdk_peer:create_app", env, 1, "peer")
     try:
         return run("peer", server, keys, args, go, None)
@@ -255,7 +255,7 @@ def main() -> None:
     if "ours" in outcomes:
         mine = outcomes["ours"]
         p99 = 1000 * percentile(mine.latencies, 0.99)
-        met = mine.rss_held < 1024 * 1024 and p99 <= 100 and mine.lost == 0 and mine.early == 0
+        met = mine.rss_waiting < 1024 * 1024 and p99 <= 100 and mine.lost == 0 and mine.early == 0
         print(
             f"aim (under 1 GiB, p99 <= 100 ms, none early or lost): {'met' if met else 'NOT MET'}"
         )
@@ -263,8 +263,8 @@ def main() -> None:
         ratio = percentile(outcomes["peer"].latencies, 0.99) / percentile(
             outcomes["ours"].latencies, 0.99
         )
-        memory = outcomes["peer"].rss_held / max(1, outcomes["ours"].rss_held)
-        print(f"peer/ours: p99 latency x{ratio:.2f}, RSS held x{memory:.2f}")
+        memory = outcomes["peer"].rss_waiting / max(1, outcomes["ours"].rss_waiting)
+        print(f"peer/ours: p99 latency x{ratio:.2f}, RSS waiting x{memory:.2f}")
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 

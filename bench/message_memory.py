@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from shared import Settings
 from shared.stores.memory.store import memory_store
-from tests.support.sizes import held_by
+from tests.support.sizes import kept_by
 from web import create_app
 from worker.engine.agent import load_agent
 from worker.engine.inprocess import InProcessDispatcher
@@ -55,16 +55,16 @@ def main() -> None:
 
     send("warm up")
     gc.collect()
-    before, held_before = rss_bytes(), held_by(store)
+    before, kept_before = rss_bytes(), kept_by(store)
     for n in range(args.messages):
         reply = send(f"{n:06d}" + "x" * (args.size - 6))
         assert "result" in reply, reply
     gc.collect()
     grown = (rss_bytes() - before) / args.messages
-    held = (held_by(store) - held_before) / args.messages
+    kept = (kept_by(store) - kept_before) / args.messages
     print(f"{args.messages} messages of {args.size} characters, agent {args.agent}")
     print(f"  RSS growth per message   {grown / 2**20:.2f} MiB ({grown / args.size:.1f}x)")
-    print(f"  store holds per message  {held / 2**20:.2f} MiB ({held / args.size:.1f}x)")
+    print(f"  store holds per message  {kept / 2**20:.2f} MiB ({kept / args.size:.1f}x)")
     dispatcher.close(timeout=5)
 
 

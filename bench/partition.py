@@ -154,7 +154,7 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=20.0)
     options = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="toolnexus-partition-"))
-    print(f"fleets under {folder}; partition held {options.hold:g} s", flush=True)
+    print(f"fleets under {folder}; partition lasts {options.hold:g} s", flush=True)
     failed = False
     for backend in [name.strip() for name in options.backends.split(",") if name.strip()]:
         here = folder / backend

@@ -12,7 +12,7 @@ A Starlette app with the SDK's DefaultRequestHandler, JSON-RPC routes (and its H
   BENCH_SDK_AGENT  "echo" (an artifact echoing the text, then completed:
                    bench/web.py), "streamer" (bench.agents.Plan: bench/streams.py)
                    "waiting" (a GET on bench/slow_http.py: bench/waiting.py)
-                   or "held" (completed at a plan's due time: bench/long_poll.py)
+                   or "due" (completed at a plan's due time: bench/long_poll.py)
   BENCH_SDK_URL    the URL the agent card names
 
 This is the SDK's own code as its documentation shows it; nothing of the
@@ -88,7 +88,7 @@ class Streamer(Echo):
         await updater.complete(updater.new_agent_message([Part(text="done")]))
 
 
-class Held(Echo):
+class Due(Echo):
     """bench/long_poll.py's change, as an SDK executor: working until the go
     file says, then completed at the plan's due time with a stamped message."""
 
@@ -120,7 +120,7 @@ EXECUTORS: dict[str, type[Echo]] = {
     "echo": Echo,
     "streamer": Streamer,
     "waiting": Waiting,
-    "held": Held,
+    "due": Due,
 }
 
 

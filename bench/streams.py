@@ -2,7 +2,7 @@
 
     python3 bench/streams.py [--streams 1000] [--rate 200] [--seconds 30] [--quick]
 
-Two servers, one after the other, each holding the same N streams of the
+Two servers, one after the other, each serving the same N streams of the
 same events:
 
 * this service: a private redis-server, gunicorn with the packaged
@@ -11,7 +11,7 @@ same events:
   running at once) running `bench.agents:streamer`; or, with
   `--events-by direct`, no worker: one plain process writes the same
   events through the store (bench/direct_writer.py), so that the front
-  end is measured without the workers holding every call beside it;
+  end is measured without the workers running every call beside it;
 * the official a2a-sdk server (bench/sdk_peer.py): one uvicorn process,
   InMemoryTaskStore, the same plan as an SDK executor.
 
@@ -24,7 +24,7 @@ stream has its "ready", the benchmark writes the go file and the tasks emit
 their events, `interval` = N / rate seconds apart, spread evenly, so the
 server delivers `rate` events per second in total for `seconds` seconds;
 each event carries the wall-clock time it was made, just before its save.
-Printed for each server: streams held, events delivered (of expected),
+Printed for each server: streams open, events delivered (of expected),
 streams lost (ended early, with an error, or missing events), delivery
 latency (made -> received by the client: p50, p99, max), the serving
 process's memory per open stream (RSS before opening and with all open;
@@ -34,7 +34,7 @@ while the streams are open. The client's own event-loop lag is printed too:
 latency includes it. For this service also the Redis commands per event
 delivered, from the go signal on (XRANGE: the front end's reads of the
 logs; the total includes what the scripts call). Aim (issue 20): every
-stream held, p99 delivery <= 100 ms at 200 events/s, no stream lost, and
+stream open, p99 delivery <= 100 ms at 200 events/s, no stream lost, and
 the serving process under 1 GiB, at 1,000 and at 10,000 streams (`--streams
 10000`; gunicorn's per-process connection limit is raised to fit); each
 check is printed as met or NOT MET. The load average is printed at the
@@ -429,7 +429,7 @@ def run_ours(args: argparse.Namespace, folder: Path) -> Outcome:
                 ]
             )
         # web.http.gunicorn_conf allows 4,096 connections per process; one process
-        # holding every stream needs more.
+        # keeping every stream open needs more.
         connections = ("--worker-connections", str(max(4096, args.streams + 1000)))
         web = gunicorn("web:create_app()", env, "this service, one gunicorn worker", connections)
         stats = redis.Redis(port=redis_server.port)
@@ -492,15 +492,15 @@ def print_latency_over_time(outcome: Outcome) -> None:
 
 def report(outcome: Outcome, streams: int, rate: float) -> None:
     watched = outcome.streams
-    held = sum(seen.ready for seen in watched)
+    opened = sum(seen.ready for seen in watched)
     delivered = sum(seen.events for seen in watched)
     lost = [seen for seen in watched if not seen.done or seen.events < outcome.expected_events]
     latencies = [value for seen in watched for value in seen.latencies]
-    per_stream = (outcome.rss_open_kib - outcome.rss_before_kib) / max(held, 1)
+    per_stream = (outcome.rss_open_kib - outcome.rss_before_kib) / max(opened, 1)
     gets = outcome.get_latencies
     print(f"\n{outcome.name}")
     print(
-        f"  streams held          {held} of {streams} (opening took {outcome.open_seconds:.1f} s)"
+        f"  streams open          {opened} of {streams} (opening took {outcome.open_seconds:.1f} s)"
     )
     print(f"  events delivered      {delivered} of {streams * outcome.expected_events}")
     print(f"  streams lost          {len(lost)}")
@@ -546,7 +546,7 @@ def report(outcome: Outcome, streams: int, rate: float) -> None:
     if outcome.name == "toolnexus":
         p99 = percentile(latencies, 0.99)
         checks = [
-            (f"{streams} streams held", held == streams, f"{held}"),
+            (f"{streams} streams open", opened == streams, f"{opened}"),
             ("none lost", not lost, f"{len(lost)} lost"),
             (f"p99 delivery <= 100 ms at {rate:g} events/s", p99 <= 0.1, f"{p99 * 1e3:.1f} ms"),
             (
@@ -575,7 +575,7 @@ def main() -> None:
         default="celery",
         help="who writes the tasks' events: Celery workers running the streamer agent"
         " (default), or one plain process writing them to the store (bench/direct_writer.py),"
-        " which measures the front end without the workers holding every call beside it",
+        " which measures the front end without the workers running every call beside it",
     )
     parser.add_argument(
         "--open-timeout", type=float, default=120, help="seconds to open them all (default 120)"

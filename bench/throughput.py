@@ -25,7 +25,7 @@ and measures, one after the other:
    >= 0.8x bare Celery with the same settings, >= 0.5x with Celery's
    defaults.
 2. Latency: tasks sent at a steady pace of half the saturated rate found in
-   1 (open loop: a send is never held back by an earlier one), p50 and p99
+   1 (open loop: a send never waits for an earlier one), p50 and p99
    from just before the send to the task's `completed` status timestamp
    (written by the worker). Beside it, bare Celery with the same reliability
    settings at the same pace, from just before `send_task` to the moment

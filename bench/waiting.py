@@ -12,7 +12,7 @@ redis-server:
   front end does it (store.create, then shared.broker.dispatch's queue), no HTTP;
 - asyncio-http: the same behind gunicorn (web.http.gunicorn_conf), the tasks sent
   as blocking SendMessage requests, like the peer's;
-- asyncio-64: as asyncio, with the store's pool held at 64 connections
+- asyncio-64: as asyncio, with the store's pool kept at 64 connections
   (bench/capped_worker.py), to see what sizing it from the concurrency buys;
 - threads: TOOLNEXUS_POOL=threads with `bench.agents:waiting_blocking`
   (the same GET with urllib);

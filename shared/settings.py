@@ -215,7 +215,7 @@ def _pool(value: str) -> str:
         raise ValueError(
             "gevent is not supported (a warm shutdown on it starts queued work; see"
             " docs/io-workers.md): use threads (blocking agents) or asyncio (async agents),"
-            " which hold as many waiting calls per process"
+            " which run many waiting calls per process"
         )
     if value not in POOLS:
         raise ValueError(f"use one of {', '.join(POOLS)}")
@@ -384,8 +384,8 @@ class Settings:
     # appendfsync): always (every append; a power cut loses nothing
     # acknowledged), everysec (once a second) or no (when the OS will)
     file_fsync: str = _env("FILE_FSYNC", _fsync_policy, "always")
-    # the PostgreSQL store: connections per process (a request or a held call
-    # holds one only for its statement; the server's max_connections, 100 by
+    # the PostgreSQL store: connections per process (a request or an I/O call
+    # takes one only for its statement; the server's max_connections, 100 by
     # default, is shared by every process of the fleet), and whether writes
     # NOTIFY the front ends (false: they poll the watched tasks instead)
     pg_pool: int = _env("PG_POOL", _count, 10)
@@ -471,7 +471,7 @@ class Settings:
     allowed_origins: tuple[str, ...] = _env("ALLOWED_ORIGINS", _origins, ())
     max_body: int = _env("MAX_BODY", _count, 1024 * 1024)
     blocking_timeout: float = _env("BLOCKING_TIMEOUT", _seconds, 30.0)
-    # longest a GetTask with currentGeneration (A2A 1.1) is held, seconds
+    # longest a long-poll GetTask (currentGeneration, A2A 1.1) waits, seconds
     long_poll_timeout: float = _env("LONG_POLL_TIMEOUT", _seconds, 30.0)
     # MiB of finished tasks (as JSON) each front-end process answers GetTask
     # for from its own memory; 0 asks the store every time

@@ -408,7 +408,7 @@ def test_each_principal_sees_only_its_own_tasks(browser: Any, console: Console, 
 def test_a_sign_out_during_a_slow_load_is_not_undone_by_that_load(
     console: Console, tab: Tab
 ) -> None:
-    """A signed-in load's list and counts calls are held in the network
+    """A signed-in load's list and counts calls are paused in the network
     until after the sign-out's own load has shown its refusal; their
     answers, let through then, must not show the list again nor clear the
     refusal (they did: the last answer to arrive won, whichever load it
@@ -425,9 +425,9 @@ def test_a_sign_out_during_a_slow_load_is_not_undone_by_that_load(
         )
         if v
     ]
-    signed: list[Any] = []  # every signed ListTasks of the load, held
+    signed: list[Any] = []  # every signed ListTasks of the load, paused
 
-    def hold_the_signed_in(route: Any) -> None:
+    def pause_the_signed_in(route: Any) -> None:
         if "authorization" in route.request.headers and "ListTasks" in (
             route.request.post_data or ""
         ):
@@ -435,10 +435,10 @@ def test_a_sign_out_during_a_slow_load_is_not_undone_by_that_load(
         else:
             route.continue_()
 
-    page.route(f"{console.base}/", hold_the_signed_in)
+    page.route(f"{console.base}/", pause_the_signed_in)
     page.add_init_script(script=ANSWERS_READ)
     page.reload()
-    # Its list and one count per state, sent with the token, now held (the
+    # Its list and one count per state, sent with the token, now paused (the
     # probe also pumps Playwright's events: route handlers run inside its calls).
     wait_for(
         lambda: len(signed) >= 1 + len(states) or page.wait_for_timeout(20),
@@ -447,11 +447,11 @@ def test_a_sign_out_during_a_slow_load_is_not_undone_by_that_load(
     )
     page.click("#sign-out")
     page.wait_for_selector("#notice:not([hidden])")
-    held = list(signed)
-    stale = {json.loads(route.request.post_data or "{}")["id"] for route in held}
-    for route in held:
+    paused = list(signed)
+    stale = {json.loads(route.request.post_data or "{}")["id"] for route in paused}
+    for route in paused:
         route.continue_()
-    for route in held:
+    for route in paused:
         route.request.response().finished()  # the network has given every stale answer
     # The page's code has read each of them: the rest of its handling (the
     # drop) runs in that same turn of the page's event loop, before this looks.
@@ -530,7 +530,7 @@ def test_the_list_shows_the_callers_tasks_waiting_for_their_turn(
     )
     app = create_app(settings, store=memory_store(), dispatcher=NoBroker())
     with live_server(app) as (base, _):
-        held = Console(base, tmp_path)
+        turns = Console(base, tmp_path)
         for n in range(3):
             message = {
                 "role": "ROLE_USER",
@@ -538,8 +538,8 @@ def test_the_list_shows_the_callers_tasks_waiting_for_their_turn(
                 "parts": [{"text": f"{n}"}],
             }
             params = {"message": message, "configuration": {"returnImmediately": True}}
-            held.call("alice", "SendMessage", params)
-        alice, bob = Tab(browser, held), Tab(browser, held)
+            turns.call("alice", "SendMessage", params)
+        alice, bob = Tab(browser, turns), Tab(browser, turns)
         try:
             alice.sign_in("alice")
             mine = "Your tasks: 2 waiting for their turn, 1 running or queued."

@@ -251,7 +251,7 @@ def test_idle_connections_are_closed_after_the_idle_timeout(serve: Callable[...,
 def test_shutdown_drains_the_queue_without_running_it(
     serve: Callable[..., Served], tmp_path: Path
 ) -> None:
-    # One worker thread, held by a running task; five more queued behind it.
+    # One worker thread, taken by a running task; five more queued behind it.
     # On SIGTERM the running one gets its grace, the queued ones are never
     # run and stay `submitted` in the file store, and the next start runs them.
     runs = str(tmp_path / "runs")

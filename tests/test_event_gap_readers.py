@@ -4,7 +4,7 @@ events it lost, and `toolnexus_event_gaps_total` rises by one for that reader
 (`stream`, `wait`), over real HTTP with an in-process worker.
 
 The store is a memory store that keeps a short log. A reader falls behind
-because its reads of the log are held (`HeldReads`) while the agent writes
+because its reads of the log are paused (`PausedReads`) while the agent writes
 far past what the log keeps, so each test has exactly one gap."""
 
 from __future__ import annotations
@@ -32,28 +32,28 @@ from worker.engine.agent import load_agent
 from worker.engine.inprocess import InProcessDispatcher
 
 KEPT = 7  # the events the store keeps of a task's log
-BURST = 30  # chunks written while the reader is held: far past what is kept
+BURST = 30  # chunks written while the reader is paused: far past what is kept
 READERS = ("stream", "resume", "wait", "push")
 # Events before the burst: submitted, the claim, the progress message.
 BEFORE = 3
 
 
-class HeldReads:
+class PausedReads:
     """The store's log reads, as the follower makes them (a page at a time),
-    held while `holding` is set: the reader stands still, as one that fell
+    paused while `pausing` is set: the reader stands still, as one that fell
     behind does, until the test lets it go (`released`). Other reads of the
     log (all of it, no limit) pass."""
 
     def __init__(self, store: MemoryStore) -> None:
-        self.read = store.events  # the store's own, unheld
-        self.holding = threading.Event()
-        self.held = threading.Event()  # a follower's read is waiting
+        self.read = store.events  # the store's own, never paused
+        self.pausing = threading.Event()
+        self.paused = threading.Event()  # a follower's read is waiting
         self.released = threading.Event()
         self.newest = 0  # the newest event a follower's read has returned
 
     def events(self, task_id: str, after: int, limit: int | None = None) -> list[tuple[int, Event]]:
-        if limit is not None and self.holding.is_set():
-            self.held.set()
+        if limit is not None and self.pausing.is_set():
+            self.paused.set()
             assert self.released.wait(10), "the test never let the reader go"
         page = self.read(task_id, after, limit)
         if limit is not None and page:
@@ -61,24 +61,24 @@ class HeldReads:
         return page
 
 
-Served = tuple[str, MemoryStore, HeldReads]
+Served = tuple[str, MemoryStore, PausedReads]
 GATES: set[str] = set()  # every gate a test made, opened at the end whatever happened
 
 
 @pytest.fixture
 def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
     """The app served with the burst agent over a memory store that keeps
-    only the newest KEPT events of a task, its follower reads held at will."""
+    only the newest KEPT events of a task, its follower reads paused at will."""
     store = memory_store(log_limit=KEPT)
-    held = HeldReads(store)
-    monkeypatch.setattr(store, "events", held.events)
+    reads = PausedReads(store)
+    monkeypatch.setattr(store, "events", reads.events)
     config = Settings(run="tests.support.burst_agent:burst")
     dispatcher = InProcessDispatcher(store, load_agent(config), config, threads=4)
     try:
         with live_server(create_app(config, store=store, dispatcher=dispatcher)) as (url, _):
-            yield url, store, held
+            yield url, store, reads
     finally:
-        held.released.set()
+        reads.released.set()
         for name in list(GATES):
             gate(name)[1].set()
         dispatcher.close(timeout=5)
@@ -104,27 +104,27 @@ def risen(before: dict[str, float], reader: str) -> dict[str, float]:
     return {**before, reader: before[reader] + 1}
 
 
-def burst_behind(store: MemoryStore, held: HeldReads, burst: str, after: str) -> str:
+def burst_behind(store: MemoryStore, reads: PausedReads, burst: str, after: str) -> str:
     """With the agent at its burst gate and the reader up to event BEFORE:
-    hold the reader, let the agent write its burst, wait until the reader's
+    pause the reader, let the agent write its burst, wait until the reader's
     next read waits and the agent stands at its after gate, check the log was
     trimmed past the reader, then let the reader go. The task's id."""
-    held.holding.set()
+    reads.pausing.set()
     gate(burst)[1].set()
     assert gate(after)[0].wait(10), "the agent never finished its burst"
-    wait_for(held.held.is_set, what="the reader's next read")
+    wait_for(reads.paused.is_set, what="the reader's next read")
     (task_id,) = store.all()
-    kept = [seq for seq, _ in held.read(task_id, 0)]
+    kept = [seq for seq, _ in reads.read(task_id, 0)]
     assert kept == list(range(BEFORE + BURST - KEPT + 1, BEFORE + BURST + 1))
-    held.holding.clear()
-    held.released.set()
+    reads.pausing.clear()
+    reads.released.set()
     return task_id
 
 
 def test_a_stream_behind_the_trim_gets_the_task_and_counts_a_stream_gap(
     served: Served, caplog: pytest.LogCaptureFixture
 ) -> None:
-    url, store, held = served
+    url, store, reads = served
     name, burst, after = gates()
     before = gaps()
     caplog.set_level(logging.INFO, logger="shared.store.follow")
@@ -134,8 +134,8 @@ def test_a_stream_behind_the_trim_gets_the_task_and_counts_a_stream_gap(
     shown = [next(events) for _ in range(BEFORE)]
     assert [event.id for event in shown] == [1, 2, 3]
     assert gate(burst)[0].wait(10)
-    assert held.newest == BEFORE
-    task_id = burst_behind(store, held, burst, after)
+    assert reads.newest == BEFORE
+    task_id = burst_behind(store, reads, burst, after)
     # In place of the trimmed events 4 to 26: the task as it stands, at event 33.
     caught_up = next(events)
     assert caught_up.id == BEFORE + BURST
@@ -158,7 +158,7 @@ def test_a_stream_behind_the_trim_gets_the_task_and_counts_a_stream_gap(
 def test_a_blocking_send_behind_the_trim_gets_the_task_and_counts_a_wait_gap(
     served: Served, caplog: pytest.LogCaptureFixture
 ) -> None:
-    url, store, held = served
+    url, store, reads = served
     name, burst, after = gates()
     before = gaps()
     caplog.set_level(logging.INFO, logger="shared.store.follow")
@@ -182,8 +182,8 @@ def test_a_blocking_send_behind_the_trim_gets_the_task_and_counts_a_wait_gap(
     try:
         # The send waits; its follower has read up to the progress message.
         assert gate(burst)[0].wait(10)
-        wait_for(lambda: held.newest == BEFORE, what="the waiting send to read event 3")
-        task_id = burst_behind(store, held, burst, after)
+        wait_for(lambda: reads.newest == BEFORE, what="the waiting send to read event 3")
+        task_id = burst_behind(store, reads, burst, after)
         # The follower takes the task as it stands in place of events 4 to 26.
         wait_for(lambda: gaps() != before, what="the gap to be counted")
         assert gaps() == risen(before, "wait")

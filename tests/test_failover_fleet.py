@@ -278,7 +278,7 @@ CLUSTERS: dict[str, Callable[[], Cluster]] = {
 
 
 # Without confirmed writes a fleet's failover only counts what it lost; that
-# the store follows the promoted node is held more cheaply by the store-alone
+# the store follows the promoted node is checked more cheaply by the store-alone
 # tests (tests/test_sentinel_store.py, tests/test_failover_postgres.py).
 ASYNCHRONOUS: Final = frozenset({"redis-asynchronous", "postgres-asynchronous"})
 

@@ -380,13 +380,13 @@ def _complete_and_die_at_the_rename(directory: str, task_id: str, at_rename: Any
     be killed."""
     rename = os.replace
 
-    def held(source: Any, target: Any) -> None:
+    def stalled(source: Any, target: Any) -> None:
         if Path(target).name == f"{task_id}.json":
             at_rename.set()
             threading.Event().wait()  # the process dies here, by SIGKILL
         rename(source, target)
 
-    os.replace = held  # this process's own os module only
+    os.replace = stalled  # this process's own os module only
     transition(FileStore(directory), task_id, to_state(COMPLETED))
 
 

@@ -164,7 +164,7 @@ def _until(url: str, task_id: str, done: Any, timeout: float = 20) -> dict[str, 
         ]
         if done(task):
             return task
-        # Held until the next change: no sleep, and no change missed.
+        # A long-poll until the next change: no sleep, and no change missed.
         call(url, "GetTask", {"id": task_id, "currentGeneration": task["generation"]})
     raise AssertionError(f"task {task_id} never got there")
 
@@ -226,26 +226,26 @@ def test_a_long_poll_answers_at_once_when_behind_and_when_a_10_peer_asks() -> No
         assert "generation" not in older["result"]
         # A finished task never changes: even "99" is answered at once.
         assert call(url, "GetTask", {"id": task["id"], "currentGeneration": "99"})["result"]
-        assert time.monotonic() - started < 10  # (none of them waited out the 30 s hold)
+        assert time.monotonic() - started < 10  # (none of them waited out the 30 s long-poll)
 
 
-def test_a_long_poll_is_held_until_another_process_changes_the_task(redis_url: str) -> None:
+def test_a_long_poll_waits_until_another_process_changes_the_task(redis_url: str) -> None:
     store = redis_store(redis_url)
     task_id = store.create(new_task(text_message("user", "go"))).task["id"]
     assert transition(store, task_id, to_state(WORKING)).applied
     with serve(store, "examples.agents:echo", long_poll_timeout=0.5) as url:
-        # Nothing changes: the hold ends at TOOLNEXUS_LONG_POLL_TIMEOUT with the task as it stands.
+        # Nothing changes: the wait ends at TOOLNEXUS_LONG_POLL_TIMEOUT with the task as it stands.
         timed_out = call(url, "GetTask", {"id": task_id, "currentGeneration": "2"})["result"]
         assert timed_out["generation"] == "2"
     with serve(store, "examples.agents:echo") as url:
         answered: dict[str, Any] = {}
-        held = threading.Thread(
+        polling = threading.Thread(
             target=lambda: answered.update(
                 call(url, "GetTask", {"id": task_id, "currentGeneration": "2"}, version="1.1")
             )
         )
-        held.start()
-        # REST holds too; the change comes from a plain process of its own.
+        polling.start()
+        # REST long-polls too; the change comes from a plain process of its own.
         rest: dict[str, Any] = {}
         rest_thread = threading.Thread(
             target=lambda: rest.update(
@@ -262,9 +262,9 @@ def test_a_long_poll_is_held_until_another_process_changes_the_task(redis_url: s
             "a = {'artifactId': 'a', 'parts': [{'kind': 'text', 'text': 'x'}]};"
             "assert transition(s, sys.argv[2], lambda t: [artifact_update(t, a)]).applied"
         )
-        time.sleep(0.3)  # both polls are held by now (or answer the change: the same result)
+        time.sleep(0.3)  # both polls wait by now (or answer the change: the same result)
         subprocess.run([sys.executable, "-c", writer, redis_url, task_id], check=True, timeout=30)
-        held.join(30)
+        polling.join(30)
         rest_thread.join(30)
         assert answered["result"]["generation"] == "3"
         assert answered["result"]["artifacts"][0]["parts"] == [{"text": "x"}]
@@ -317,4 +317,4 @@ def test_a_long_poll_is_owner_scoped() -> None:
         asked = {"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": poll}
         headers["Authorization"] = "Bearer tok-b"
         reply = requests.post(f"{url}/", json=asked, headers=headers, timeout=10).json()
-        assert reply["error"]["code"] == -32001  # bob is told of no such task, and not held
+        assert reply["error"]["code"] == -32001  # bob is told of no such task, and it does not wait

@@ -54,14 +54,14 @@ def test_many_jobs_wait_at_once_on_one_thread(loop: asyncio.AbstractEventLoop) -
 
     loop.call_soon_threadsafe(make_event)
 
-    async def held() -> int:
+    async def waits() -> int:
         waiting.release()
         assert release is not None
         await release.wait()
         return 1
 
     def job() -> int:
-        return wait(loop.create_task(held()))
+        return wait(loop.create_task(waits()))
 
     jobs = [start(loop, job) for _ in range(500)]
     for _ in jobs:

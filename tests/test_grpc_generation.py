@@ -2,7 +2,7 @@
 gRPC: the binding on both of this project's gRPC servers (grpc.aio's, what
 the gRPC process serves, and grpcio's synchronous one, the embedded
 server's), with the agent on in-process workers; the gRPC process itself
-holding many long-polls without a thread each; and what a 1.0 caller reads,
+serving many long-polls without a thread each; and what a 1.0 caller reads,
 unchanged byte for byte.
 
 A 1.1 caller here is raw RPCs with the draft's messages (`web.grpc.draft11`)
@@ -57,7 +57,7 @@ SERVICE = draft11.SERVICE.full_name
 V11 = (("a2a-version", "1.1"),)
 V10 = (("a2a-version", "1.0"),)
 SERVERS = ["aio", "sync"]
-# A hold that never times out within a test: a call still held is a bug, and
+# A long-poll that never times out within a test: a call still waiting is a bug, and
 # it shows as the call's own deadline (CALL_TIMEOUT) passing.
 NEVER = 600.0
 CALL_TIMEOUT = 30.0
@@ -281,7 +281,7 @@ def test_a_1_1_caller_sees_the_generation_through_a_whole_life(kind: str) -> Non
         sent = {"message": message(f"wait {name}"), "configuration": {"returnImmediately": True}}
         waiting_id = peer.call("SendMessage", sent).task.id
         try:
-            # held until the worker's claim moves it on: no sleep, no change missed
+            # a long-poll until the worker's claim moves it on: no sleep, no change missed
             working = peer.call("GetTask", {"id": waiting_id, "currentGeneration": 1})
             assert (working.generation, working.status.state) == (
                 2,
@@ -336,7 +336,7 @@ def test_a_long_poll_answers_at_once_when_it_need_not_wait(kind: str) -> None:
     store = resolve_store("memory")
     with serving(kind, store, long_poll_timeout=NEVER) as peer:
         task_id = working_task(store)
-        # Past the generation asked about: at once (a hold would outlast the call's deadline).
+        # Past the generation asked about: at once (a wait would outlast the call's deadline).
         behind = peer.call("GetTask", {"id": task_id, "currentGeneration": 1, "historyLength": 0})
         assert behind.generation == 2 and len(behind.history) == 0
         assert peer.call("GetTask", {"id": task_id, "currentGeneration": 0}).generation == 2
@@ -357,7 +357,7 @@ def test_a_long_poll_answers_at_once_when_it_need_not_wait(kind: str) -> None:
         assert (code, info.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_PARAMS")
 
 
-def _holding(peer: Peer, task_id: str) -> bool:
+def _all_calls_taken(peer: Peer, task_id: str) -> bool:
     """Every call the server takes is in flight (TOOLNEXUS_GRPC_CALLS of them):
     one more is refused."""
     try:
@@ -374,24 +374,24 @@ def _changed_elsewhere(redis_url: str, task_id: str) -> None:
 
 
 @pytest.mark.parametrize("kind", SERVERS)
-def test_a_long_poll_is_held_until_another_process_changes_the_task(
+def test_a_long_poll_waits_until_another_process_changes_the_task(
     kind: str, redis_url: str
 ) -> None:
     store = redis_store(redis_url)
     task_id = working_task(store)
     with serving(kind, store, long_poll_timeout=0.5) as peer:
-        # Nothing changes: the hold ends at TOOLNEXUS_LONG_POLL_TIMEOUT with the task as it stands.
+        # Nothing changes: the wait ends at TOOLNEXUS_LONG_POLL_TIMEOUT with the task as it stands.
         assert peer.call("GetTask", {"id": task_id, "currentGeneration": 2}).generation == 2
     with serving(kind, store, long_poll_timeout=NEVER, grpc_calls=1) as peer:
-        held = peer.later("GetTask", {"id": task_id, "currentGeneration": 2})
-        wait_for(lambda: _holding(peer, task_id), timeout=30, what="the long-poll to be held")
-        assert not held.done()
+        poll = peer.later("GetTask", {"id": task_id, "currentGeneration": 2})
+        wait_for(lambda: _all_calls_taken(peer, task_id), timeout=30, what="the long-poll to wait")
+        assert not poll.done()
         _changed_elsewhere(redis_url, task_id)
-        answered = held.result(CALL_TIMEOUT)
+        answered = poll.result(CALL_TIMEOUT)
         assert answered.generation == 3
         assert [part.text for part in answered.artifacts[0].parts] == ["x"]
         # Its call ended: the one call the server takes is free again.
-        wait_for(lambda: not _holding(peer, task_id), timeout=30, what="the call to end")
+        wait_for(lambda: not _all_calls_taken(peer, task_id), timeout=30, what="the call to end")
 
 
 @pytest.mark.parametrize("kind", SERVERS)
@@ -427,20 +427,20 @@ def test_a_follow_up_expecting_another_generation_is_aborted(kind: str, redis_ur
 
 # --- the gRPC process ------------------------------------------------------------
 
-HOLDS = 64  # long-polls held at once in the gRPC process
+LONG_POLLS = 64  # long-polls waiting at once in the gRPC process
 
 
 @pytest.fixture
 def grpc_process(redis_url: str, tmp_path: Path) -> Iterator[tuple[ServiceProcess, str]]:
     """`python -m web.grpc_process` on the test's Redis, no worker, taking
-    HOLDS calls at once."""
+    LONG_POLLS calls at once."""
     port = free_port()
     env = {
         "TOOLNEXUS_STORE": redis_url,
         "TOOLNEXUS_BROKER_URL": redis_url,
         "TOOLNEXUS_QUEUE": f"grpc-generation-{uuid.uuid4().hex[:8]}",
         "TOOLNEXUS_GRPC_PORT": str(port),
-        "TOOLNEXUS_GRPC_CALLS": str(HOLDS),
+        "TOOLNEXUS_GRPC_CALLS": str(LONG_POLLS),
         "TOOLNEXUS_LONG_POLL_TIMEOUT": str(NEVER),
         "TOOLNEXUS_LOG_LEVEL": "WARNING",
     }
@@ -453,7 +453,7 @@ def threads_of(process: ServiceProcess) -> int:
     return len(os.listdir(f"/proc/{process.process.pid}/task"))
 
 
-def test_the_grpc_process_holds_long_polls_without_a_thread_each(
+def test_the_grpc_process_serves_long_polls_without_a_thread_each(
     grpc_process: tuple[ServiceProcess, str], redis_url: str
 ) -> None:
     process, address = grpc_process
@@ -463,21 +463,26 @@ def test_the_grpc_process_holds_long_polls_without_a_thread_each(
     try:
         assert peer.call("GetTask", {"id": task_id}).generation == 2
         idle = threads_of(process)
-        held = [
-            peer.later("GetTask", {"id": task_id, "currentGeneration": 2}) for _ in range(HOLDS)
+        polls = [
+            peer.later("GetTask", {"id": task_id, "currentGeneration": 2})
+            for _ in range(LONG_POLLS)
         ]
-        wait_for(lambda: _holding(peer, task_id), timeout=60, what="every long-poll held")
-        holding = threads_of(process)
-        # the streams' few step readers at most, not one thread per held call
-        assert holding <= idle + STREAM_THREADS + 4, (idle, holding)
-        assert not any(call.done() for call in held)
+        wait_for(
+            lambda: _all_calls_taken(peer, task_id), timeout=60, what="every long-poll waiting"
+        )
+        waiting = threads_of(process)
+        # the streams' few step readers at most, not one thread per long-poll
+        assert waiting <= idle + STREAM_THREADS + 4, (idle, waiting)
+        assert not any(call.done() for call in polls)
 
-        # A caller that goes away ends its hold: its call's place is free again.
-        held.pop().cancel()
-        wait_for(lambda: not _holding(peer, task_id), timeout=30, what="the hold to end")
+        # A caller that goes away ends its long-poll: its call's place is free again.
+        polls.pop().cancel()
+        wait_for(
+            lambda: not _all_calls_taken(peer, task_id), timeout=30, what="the long-poll to end"
+        )
 
         _changed_elsewhere(redis_url, task_id)
-        answers = [call.result(CALL_TIMEOUT) for call in held]
+        answers = [call.result(CALL_TIMEOUT) for call in polls]
         assert {answer.generation for answer in answers} == {3}
         assert all(answer.artifacts[0].parts[0].text == "x" for answer in answers)
     finally:

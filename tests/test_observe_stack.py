@@ -131,10 +131,10 @@ class Observed:
         return set(reply.json())
 
     def undelivered(self, task_id: str) -> bool:
-        """True once no copy of the task's message is queued or held unacknowledged."""
+        """True once no copy of the task's message is queued or delivered unacknowledged."""
         queued = self.broker.lrange("toolnexus", 0, -1)
-        held = self.broker.hvals("unacked")
-        return not any(task_id.encode() in message for message in [*queued, *held])
+        unacked = self.broker.hvals("unacked")
+        return not any(task_id.encode() in message for message in [*queued, *unacked])
 
     def log_entries(self, name: str) -> list[dict[str, Any]]:
         """The JSON log lines of one service."""

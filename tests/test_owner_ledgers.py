@@ -4,8 +4,8 @@ PostgreSQL by their server's clock, with short real waits.
 
 The token bucket: full at first, one token a take, refilled at its rate and
 never past its size, the wait until the next token told when empty, one
-bucket per owner. The active set: ids up to the cap, the held ids with
-their ages at the cap, a held id reserved again is no new slot, released
+bucket per owner. The active set: ids up to the cap, the reserved ids with
+their ages at the cap, an id reserved again is no new slot, released
 ids free theirs. Both hold under threads racing on separate connections (or
 descriptors: the file store's lock is per open file). `accepted` names the
 task an accepted message made, and nothing once that task is gone.
@@ -136,26 +136,26 @@ def test_racing_takes_through_several_connections_get_the_bucket_once(backend: B
 # --- the active set ------------------------------------------------------------
 
 
-def test_ids_are_reserved_up_to_the_cap_then_the_held_ones_come_back(backend: Backend) -> None:
+def test_ids_are_reserved_up_to_the_cap_then_the_reserved_ones_come_back(backend: Backend) -> None:
     ledger = backend.ledger
     assert ledger.reserve("alice", "t1", 2) is None
     backend.advance(1.0 if backend.clock is not None else 0.2)
     assert ledger.reserve("alice", "t2", 2) is None
-    assert ledger.reserve("alice", "t1", 2) is None  # held already: no second slot
-    held = ledger.reserve("alice", "t3", 2)
-    assert held is not None and set(held) == {"t1", "t2"}
-    assert all(age >= 0 for age in held.values())
+    assert ledger.reserve("alice", "t1", 2) is None  # reserved already: no second slot
+    reserved = ledger.reserve("alice", "t3", 2)
+    assert reserved is not None and set(reserved) == {"t1", "t2"}
+    assert all(age >= 0 for age in reserved.values())
     if backend.clock is not None:
-        assert held == {"t1": pytest.approx(1.0), "t2": pytest.approx(0.0)}
+        assert reserved == {"t1": pytest.approx(1.0), "t2": pytest.approx(0.0)}
     else:
-        assert held["t1"] >= held["t2"] + 0.15
+        assert reserved["t1"] >= reserved["t2"] + 0.15
     assert ledger.reserve("bob", "t9", 2) is None  # another owner's set
-    ledger.release("alice", "t1", "never-held")
+    ledger.release("alice", "t1", "never-reserved")
     assert ledger.reserve("alice", "t3", 2) is None
-    held = ledger.reserve("alice", "t4", 2)
-    assert held is not None and set(held) == {"t2", "t3"}
+    reserved = ledger.reserve("alice", "t4", 2)
+    assert reserved is not None and set(reserved) == {"t2", "t3"}
     ledger.release("alice", "t2", "t3")
-    ledger.release("nobody", "t2")  # an owner with nothing held: no error
+    ledger.release("nobody", "t2")  # an owner with nothing reserved: no error
     assert ledger.reserve("alice", "t4", 1) is None
 
 
@@ -178,8 +178,8 @@ def test_racing_reservations_through_several_connections_fill_the_cap_once(
     for thread in threads:
         thread.join()
     assert len(won) == 7
-    held = backend.ledger.reserve("racer", "one-more", 7)
-    assert held is not None and sorted(held) == sorted(won)
+    reserved = backend.ledger.reserve("racer", "one-more", 7)
+    assert reserved is not None and sorted(reserved) == sorted(won)
 
 
 # --- a message's task ------------------------------------------------------------

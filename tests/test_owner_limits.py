@@ -261,8 +261,8 @@ class InProcess:
         }
         return self.tasks.accept(parse(SEND, {"message": body}), owner)
 
-    def held(self, owner: str) -> list[str]:
-        return held(self.store, owner)
+    def reserved(self, owner: str) -> list[str]:
+        return reserved(self.store, owner)
 
 
 def in_process(**limits: Any) -> InProcess:
@@ -282,7 +282,7 @@ def test_a_follow_up_takes_a_token_but_no_slot() -> None:
     assert followed.task["id"] == first and served.dispatcher.enqueued == [first, first]
     with pytest.raises(OwnerLimitExceeded, match="unfinished tasks"):
         served.send("alice")
-    assert served.held("alice") == [first]
+    assert served.reserved("alice") == [first]
 
     rated = in_process(owner_rate=0.001, owner_burst=2)
     task_id = rated.send("alice").task["id"]
@@ -299,11 +299,11 @@ def test_a_retry_of_an_accepted_message_is_neither_refused_nor_counted_twice() -
     first = served.send("alice", messageId="m-1").task["id"]
     again = served.send("alice", messageId="m-1")  # below the cap
     assert again.repeated and again.task["id"] == first
-    assert served.held("alice") == [first]
+    assert served.reserved("alice") == [first]
     second = served.send("alice", messageId="m-2").task["id"]
     again = served.send("alice", messageId="m-1")  # at the cap
     assert again.repeated and again.task["id"] == first
-    assert served.held("alice") == sorted([first, second])
+    assert served.reserved("alice") == sorted([first, second])
     assert served.dispatcher.enqueued == [first, second]
     # A message id the caller moved on from (canceled) starts a new task: it
     # counts (in the slot its canceled task no longer holds).
@@ -311,7 +311,7 @@ def test_a_retry_of_an_accepted_message_is_neither_refused_nor_counted_twice() -
     time.sleep(ACTIVE_RETRY)  # the check at the retry found nothing finished: not again at once
     renewed = served.send("alice", messageId="m-1")
     assert not renewed.repeated and renewed.task["id"] != first
-    assert served.held("alice") == sorted([second, renewed.task["id"]])
+    assert served.reserved("alice") == sorted([second, renewed.task["id"]])
     with pytest.raises(OwnerLimitExceeded):
         served.send("alice", messageId="m-3")
 
@@ -323,7 +323,7 @@ def test_a_refused_send_saves_and_queues_nothing() -> None:
     with pytest.raises(OwnerLimitExceeded):
         served.send("alice")
     assert served.store.all() == before and served.dispatcher.enqueued == queued
-    assert len(served.held("alice")) == 1  # the refused send reserved nothing
+    assert len(served.reserved("alice")) == 1  # the refused send reserved nothing
 
 
 def test_a_slot_a_create_never_used_is_given_back() -> None:
@@ -331,7 +331,7 @@ def test_a_slot_a_create_never_used_is_given_back() -> None:
     served.send("alice", contextId="ctx-alice")
     with pytest.raises(Exception, match="belongs to another caller"):
         served.send("bob", contextId="ctx-alice")
-    assert served.held("bob") == []
+    assert served.reserved("bob") == []
     served.send("bob")
 
 
@@ -700,7 +700,7 @@ def test_the_active_cap_holds_across_front_ends_and_frees_once_a_task_finishes(
     assert send(fleet.urls[1], "capped")["error"]["code"] == -32029
     # A retry of an accepted message makes no task: not refused, not counted.
     assert send(fleet.urls[1], "capped", "c-1")["result"]["task"]["id"] == first
-    assert held(fleet.store, "capped") == sorted([first, second])
+    assert reserved(fleet.store, "capped") == sorted([first, second])
 
     fleet.stack.start("worker")  # the default agent answers at once
     try:
@@ -713,13 +713,13 @@ def test_the_active_cap_holds_across_front_ends_and_frees_once_a_task_finishes(
         time.sleep(ACTIVE_RETRY)  # a refused owner's tasks are read again no sooner
         third = send(fleet.urls[0], "capped")["result"]["task"]["id"]
         # The finished ids were dropped as the send found the cap full.
-        assert held(fleet.store, "capped") == [third]
+        assert reserved(fleet.store, "capped") == [third]
     finally:
         fleet.stack.stop("worker")
 
 
-def held(store: Store, owner: str) -> list[str]:
-    """The ids holding the owner's slots, read from the store's ledger (a
+def reserved(store: Store, owner: str) -> list[str]:
+    """The reserved ids: those holding the owner's slots, read from the store's ledger (a
     probe no cap admits, given back if it was)."""
     ledger = store.send_ledger()
     assert ledger is not None

@@ -30,11 +30,11 @@ def test_a_port_handed_out_is_in_this_workers_block_and_never_handed_out_again()
 
 
 def test_a_port_something_holds_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
-    with socket.socket() as held, socket.socket() as spare:
-        held.bind(("127.0.0.1", 0))
-        held.listen()
+    with socket.socket() as taken, socket.socket() as spare:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
         spare.bind(("127.0.0.1", 0))
         spare_port = spare.getsockname()[1]
         spare.close()  # free again: the one to be handed out
-        monkeypatch.setattr(ports, "_NEXT", iter([held.getsockname()[1], spare_port]))
+        monkeypatch.setattr(ports, "_NEXT", iter([taken.getsockname()[1], spare_port]))
         assert free_port() == spare_port

@@ -1,4 +1,4 @@
-"""The Redis-outage promises of docs/promises.md, held as written, against
+"""The Redis-outage promises of docs/promises.md, checked as written, against
 compose's own front end (`toolnexus-serve web`: gunicorn, gevent workers)
 and beat on a private Redis (the store on db 1, the broker on db 0) that is
 stopped and started again:

@@ -257,14 +257,14 @@ def test_a_delivery_worker_killed_mid_post_is_taken_over(
     # The task settles first, so the worker killed is busy delivering only.
     task_id = send(stack, "hello")
     last = settled(store, task_id, "input-required")
-    release = receiver.hold_first("/killed")
+    release = receiver.pause_first("/killed")
     rpc(
         stack,
         "CreateTaskPushNotificationConfig",
         {"taskId": task_id, "url": receiver.url("/killed")},
     )
     try:
-        assert receiver.held["/killed"].wait(30), "the first POST never came"
+        assert receiver.paused["/killed"].wait(30), "the first POST never came"
         stack.processes["worker"].kill()  # SIGKILL, mid-POST
         stack.start("worker", as_name="worker-2")
     finally:

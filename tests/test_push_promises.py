@@ -96,7 +96,7 @@ def test_408_is_retried_after_the_backoff_and_503_after_its_retry_after(
 def test_a_receiver_that_never_answers_is_retried(receiver: Receiver) -> None:
     store = MemoryStore()
     policy = replace(Policy.of(SETTINGS), read_timeout=0.3)
-    release = receiver.hold_first("/silent")
+    release = receiver.pause_first("/silent")
     task_id, push = a_task(store, receiver, "/silent")
     try:
         assert deliver(store, push, task_id, "c", "first", policy) == "retrying"
@@ -129,7 +129,7 @@ def test_a_config_deleted_while_its_delivery_runs_is_sent_nothing_more(
     receiver: Receiver,
 ) -> None:
     store = MemoryStore()
-    release = receiver.hold_first("/deleted")
+    release = receiver.pause_first("/deleted")
     task_id, push = a_task(store, receiver, "/deleted")
     outcome: list[str] = []
     delivery = threading.Thread(
@@ -137,7 +137,7 @@ def test_a_config_deleted_while_its_delivery_runs_is_sent_nothing_more(
     )
     delivery.start()
     try:
-        assert receiver.held["/deleted"].wait(10), "the first event was never POSTed"
+        assert receiver.paused["/deleted"].wait(10), "the first event was never POSTed"
         assert push.delete(task_id, "c")  # while event 1's POST is in flight
     finally:
         release.set()

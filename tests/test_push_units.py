@@ -95,12 +95,12 @@ def test_a_lease_held_by_another_is_left_alone(receiver: Receiver) -> None:
     store = MemoryStore()
     push = push_store(store)
     assert push is not None
-    task_id = a_task(store, receiver, "/held")
+    task_id = a_task(store, receiver, "/leased")
     assert push.lease(task_id, "c", "another", 30)  # a delivery running meanwhile
     sent: list[str] = []
     assert sweep(store, push, lambda *message: sent.append(message[2]), 30) == 0
     assert deliver(store, push, task_id, "c", "me", Policy.of(SETTINGS)) == "taken"
-    assert sent == [] and receiver.on("/held") == []
+    assert sent == [] and receiver.on("/leased") == []
 
 
 def test_a_delivery_whose_message_waited_past_its_booking_still_delivers(

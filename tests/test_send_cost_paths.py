@@ -71,7 +71,7 @@ def test_threads_drawing_ids_at_once_never_share_one() -> None:
 
 def test_a_forked_child_draws_none_of_its_parents_unread_bytes() -> None:
     slices = RandomSlices(16)
-    slices.take()  # the block is read: what follows is held in memory
+    slices.take()  # the block is read: what follows is kept in memory
     reading, writing = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - the child reports through the pipe

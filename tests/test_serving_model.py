@@ -182,18 +182,18 @@ def test_a_thousand_idle_connections_cost_no_thread_each(tmp_path: Path) -> None
         for _ in range(1000):
             idle.append(socket.create_connection(served.address, timeout=10))
         # Accepted, each with its handler waiting for a request, not merely queued.
-        wait_for(lambda: sockets_of(pid) >= 1000, timeout=60, interval=0.2, what="1,000 held")
-        held = threads_of(pid)
+        wait_for(lambda: sockets_of(pid) >= 1000, timeout=60, interval=0.2, what="1,000 open")
+        with_open = threads_of(pid)
         reply = requests.get(f"http://127.0.0.1:{served.port}/healthz", timeout=10)
     finally:
         for connection in idle:
             connection.close()
         stop(served)
 
-    print(f"embedded server threads: {before} at start, {held} with 1,000 idle connections")
+    print(f"embedded server threads: {before} at start, {with_open} with 1,000 idle connections")
     assert reply.status_code == 200
-    # werkzeug's threaded server held a thread per connection (310 for 300).
-    assert held - before < 50, (before, held)
+    # werkzeug's threaded server took a thread per connection (310 for 300).
+    assert with_open - before < 50, (before, with_open)
 
 
 def test_the_gevent_hook_for_unreadable_bodies_still_exists() -> None:

@@ -13,7 +13,7 @@ from shared.stores.memory.store import memory_store
 from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, WORKING, new_task, text_message
 from shared.transitions import transition
-from tests.support.sizes import held_by
+from tests.support.sizes import kept_by
 from tests.test_web_support import PlayingDispatcher
 from web import create_app
 
@@ -43,10 +43,10 @@ def test_readyz_warns_when_redis_is_near_its_maxmemory(redis_url: str) -> None:
 
 def test_the_memory_store_holds_each_long_text_once() -> None:
     """A message in the history, a reply that is both the status message and
-    an artifact, and the log of it all: each text is held about once."""
+    an artifact, and the log of it all: each text is kept about once."""
     size = 200_000
     store = memory_store()
-    base = held_by(store)
+    base = kept_by(store)
     task_id = store.create(new_task(text_message("user", "q" * size))).task["id"]
     reply = "r" * size
     assert transition(store, task_id, to_state(WORKING)).applied
@@ -58,7 +58,7 @@ def test_the_memory_store_holds_each_long_text_once() -> None:
     assert transition(store, task_id, change).applied
     task = store.get(task_id)
     assert task is not None and task["history"][-1]["parts"][0]["text"] == reply
-    assert held_by(store) - base < 2.2 * size  # the question and the reply, once each
+    assert kept_by(store) - base < 2.2 * size  # the question and the reply, once each
     # What comes out is a copy: changing it changes nothing stored.
     task["history"][0]["parts"][0]["text"] = "changed"
     assert store.get(task_id)["history"][0]["parts"][0]["text"] == "q" * size  # type: ignore[index]

@@ -112,7 +112,7 @@ def test_a_burst_waits_for_broker_connections_and_an_outage_still_fails_fast(
             answers = Counter(future.result() for future in futures)
         assert answers == {"submitted": SENDS}, answers
         queued = queue.llen(QUEUE)
-        # At least once each: a send whose reply the stall held past the
+        # At least once each: a send whose reply the stall delayed past the
         # socket timeout is retried, and the stalled copy is queued too
         # (harmless: only one delivery claims the task).
         assert queued - queued_before >= SENDS

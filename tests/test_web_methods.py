@@ -64,7 +64,7 @@ def auto_client(store: Any) -> FlaskClient:
     return make_client(store, PlayingDispatcher(store), blocking_timeout=10)
 
 
-class HeldDispatcher(PlayingDispatcher):
+class GatedDispatcher(PlayingDispatcher):
     """Plays each task only once `release` is set."""
 
     def __init__(self, store: Any, release: threading.Event) -> None:
@@ -132,15 +132,15 @@ class TestA2A03:
         assert [m["role"] for m in task["history"]] == ["user", "agent"]
 
     def test_non_blocking_send_answers_before_the_work_is_done(self, store: Any) -> None:
-        # The worker holds every task until released, and the release comes
+        # The worker runs no task until released, and the release comes
         # only once the send has answered: a send that blocked would wait
         # for it (up to a blocking bound far beyond the deadline here).
         release = threading.Event()
-        dispatcher = HeldDispatcher(store, release)
-        held = make_client(store, dispatcher, blocking_timeout=600)
+        dispatcher = GatedDispatcher(store, release)
+        client = make_client(store, dispatcher, blocking_timeout=600)
         params = {"message": user_message("hi"), "configuration": {"blocking": False}}
         with ThreadPoolExecutor(1) as pool:
-            reply = pool.submit(rpc, held, "message/send", params)
+            reply = pool.submit(rpc, client, "message/send", params)
             try:
                 answer = reply.result(timeout=60)
             except TimeoutError:

@@ -312,7 +312,7 @@ def test_many_subscribers_see_the_same_events_and_one_leaving_disturbs_none(
     ]
     assert full[0] == full[1] == full[2]
     assert collected[0] == full[0][:2]  # the one that left saw the same, then went
-    # Everything a subscriber held is let go once it is gone.
+    # Everything a subscriber kept is let go once it is gone.
     wait_for(lambda: len(store._notifier) == 0, timeout=60, what="every watch released")
 
 

@@ -62,8 +62,8 @@ def test_the_celery_registry_the_command_reads_is_where_it_was() -> None:
 def test_every_delivery_of_the_task_is_found_whatever_its_celery_id(app: Celery) -> None:
     first, copy = received(app, TASK, TASK), received(app, TASK, TASK)
     resent, other = received(app, resend_id(TASK), TASK), received(app, "other", "other")
-    held = (first, copy, resent, other)
-    for request in held:
+    requests = (first, copy, resent, other)
+    for request in requests:
         worker_state.task_reserved(request)
     worker_state.task_accepted(first)
     try:
@@ -74,7 +74,7 @@ def test_every_delivery_of_the_task_is_found_whatever_its_celery_id(app: Celery)
         reply = cancel_deliveries(SimpleNamespace(consumer=SimpleNamespace(pool=pool)), TASK)
         assert reply == {"ok": f"terminated 3 delivery(ies) of {TASK}"}
     finally:
-        for request in held:
+        for request in requests:
             worker_state.task_ready(request)
 
 

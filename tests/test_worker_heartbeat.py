@@ -33,7 +33,7 @@ class BeatCounter(MemoryStore):
             raise StoreError("store unavailable")
 
 
-class HeldStore(BeatCounter):
+class BlockingStore(BeatCounter):
     """Its beats block until `release` is set: while one is under way the
     process's beat thread can do nothing else."""
 
@@ -49,23 +49,23 @@ class HeldStore(BeatCounter):
 
 
 def test_tasks_due_together_are_beaten_in_one_call_per_store() -> None:
-    # The beat thread is held inside another store's beat while 200 tasks
+    # The beat thread is stuck inside another store's beat while 200 tasks
     # register and all fall due; released, it finds them due together
     # whatever the scheduler did meanwhile (registering 200 used to race it).
-    held, store, other = HeldStore(), BeatCounter(), BeatCounter()
+    blocking, store, other = BlockingStore(), BeatCounter(), BeatCounter()
     ids = [f"together-{n}" for n in range(200)]
     every = 0.2
     blocks = [heartbeating(store, task_id, every) for task_id in ids]
     blocks.append(heartbeating(other, "elsewhere", every))
-    with heartbeating(held, "holder", 0.01):
-        assert held.inside.wait(30), "the beat thread never beat"
+    with heartbeating(blocking, "blocker", 0.01):
+        assert blocking.inside.wait(30), "the beat thread never beat"
         try:
             for block in blocks:
                 block.__enter__()
             all_due = time.monotonic() + every
             wait_for(lambda: time.monotonic() > all_due, what="every registered task to fall due")
         finally:
-            held.release.set()
+            blocking.release.set()
         try:
             wait_for(lambda: all(store.beats[i] >= 2 for i in ids), timeout=30, what="beats")
             # One call for all 200, not 200 round trips on a real store; the
@@ -111,7 +111,7 @@ def test_many_running_tasks_share_one_thread_and_each_beats() -> None:
 def test_tasks_started_apart_fall_into_step() -> None:
     """Tasks started one after another, spread over a whole interval, are
     soon beaten together: a few store calls an interval for all of them, not
-    one each (a process holding thousands of calls would otherwise wake
+    one each (a process running thousands of I/O calls would otherwise wake
     and call the store for each)."""
     store = BeatCounter()
     ids = [f"spread-{n}" for n in range(40)]

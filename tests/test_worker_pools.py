@@ -1,6 +1,6 @@
 """The I/O modes (TOOLNEXUS_POOL=threads|asyncio) as real `celery -A worker
-worker` subprocesses on a private Redis: many calls held by one process at
-once, the worker's own time limit, a cancel reaching a running coroutine, a
+worker` subprocesses on a private Redis: many I/O calls run by one process
+at once, the worker's own time limit, a cancel reaching a running coroutine, a
 worker SIGKILLed with many calls in flight, warm shutdown, streaming agents'
 events in order, and the loop-lag warning.
 
@@ -137,13 +137,15 @@ class IOFleet:
         return wait_for(probe, timeout=timeout, what=what)
 
     def wait_working(self, ids: list[str], timeout: float = 60) -> None:
-        """Every task claimed and its call started: all held at once."""
+        """Every task claimed and its call started: all running at once."""
 
         def probe() -> bool:
             working = set(self.store.stale(float("inf")))
             return set(ids) <= working and set(ids) <= set(self.marked("started"))
 
-        wait_for(probe, timeout=timeout, what=f"{len(ids)} calls held at once\n{self.logs()}")
+        wait_for(
+            probe, timeout=timeout, what=f"{len(ids)} I/O calls running at once\n{self.logs()}"
+        )
 
     def logs(self) -> str:
         return "\n".join(p.read_text(errors="replace")[-4000:] for p in self.tmp_path.glob("*.log"))
@@ -183,7 +185,7 @@ def reason(task: Task) -> str:
 
 
 @pytest.mark.parametrize(("pool", "kind"), MODES, ids=MODE_IDS)
-def test_one_process_holds_many_calls_at_once(fleet: Any, pool: str, kind: str) -> None:
+def test_one_process_runs_many_io_calls_at_once(fleet: Any, pool: str, kind: str) -> None:
     calls = 40
     io = fleet(pool, TOOLNEXUS_RUN=f"{AGENTS}:gated{kind}", TOOLNEXUS_CONCURRENCY=str(calls))
     io.worker("many")
@@ -191,7 +193,7 @@ def test_one_process_holds_many_calls_at_once(fleet: Any, pool: str, kind: str) 
 
     io.wait_working(ids)
     pool_info = pool_stats(io)
-    assert pool_info["toolnexus-calls-held"] == calls
+    assert pool_info["toolnexus-io-calls"] == calls
     assert pool_info["max-concurrency"] == calls
 
     io.open_gate()
@@ -201,10 +203,10 @@ def test_one_process_holds_many_calls_at_once(fleet: Any, pool: str, kind: str) 
 
 
 @pytest.mark.parametrize("pool", MODE_IDS)
-def test_an_async_agent_s_held_calls_take_no_thread(fleet: Any, pool: str) -> None:
+def test_an_async_agent_s_io_calls_take_no_thread(fleet: Any, pool: str) -> None:
     """Each delivery of an async agent runs as a green job on the loop
     (worker.engine.green_jobs): Celery's executor starts no thread for it,
-    and the process's threads do not grow with the calls it holds."""
+    and the process's threads do not grow with its I/O calls."""
     calls = 120
     io = fleet(pool, TOOLNEXUS_RUN=f"{AGENTS}:gated", TOOLNEXUS_CONCURRENCY=str(calls))
     worker = io.worker("green")
@@ -212,7 +214,7 @@ def test_an_async_agent_s_held_calls_take_no_thread(fleet: Any, pool: str) -> No
 
     io.wait_working(ids)
     pool_info = pool_stats(io)
-    assert pool_info["toolnexus-calls-held"] == calls
+    assert pool_info["toolnexus-io-calls"] == calls
     assert pool_info["threads"] == 0  # no pool thread parked for a call
     os_threads = len(os.listdir(f"/proc/{worker.pid}/task"))
     assert os_threads < calls // 3, os_threads
@@ -304,9 +306,9 @@ def test_a_killed_worker_s_messages_are_redelivered_and_each_task_ends_as_promis
     calls, waiting = 30, 10
     io = fleet(pool, TOOLNEXUS_RUN=f"{AGENTS}:gated{kind}", TOOLNEXUS_CONCURRENCY=str(calls))
     victim = io.worker("victim")
-    held = io.submit(calls)
-    io.wait_working(held)
-    queued = io.submit(waiting)  # the victim holds all it prefetches: these stay queued
+    running = io.submit(calls)
+    io.wait_working(running)
+    queued = io.submit(waiting)  # the victim takes all it prefetches: these stay queued
 
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait(10)
@@ -315,47 +317,47 @@ def test_a_killed_worker_s_messages_are_redelivered_and_each_task_ends_as_promis
     io.beat()
     survivor = io.worker("survivor", visibility=3)
 
-    tasks = io.wait_states(held + queued, *TERMINAL_STATES, timeout=90)
+    tasks = io.wait_states(running + queued, *TERMINAL_STATES, timeout=90)
     lost = {i for i in tasks if i in started}
-    assert set(held) <= lost
+    assert set(running) <= lost
     assert {reason(tasks[i]) for i in lost} == {"worker lost: no heartbeat for 2 s"}
     assert {state_of(tasks[i]) for i in set(tasks) - lost} == {COMPLETED}
 
-    # Every message the victim held came back to the survivor, which found
+    # Every message the victim had taken came back to the survivor, which found
     # its task taken and left it alone.
     log = Path(io.tmp_path / "survivor.log")
 
     def redelivered() -> set[str]:
         text = log.read_text(errors="replace")
-        found = (re.search(rf"task {i}: is (failed|working), not submitted", text) for i in held)
-        return {i for i, match in zip(held, found, strict=True) if match}
+        found = (re.search(rf"task {i}: is (failed|working), not submitted", text) for i in running)
+        return {i for i, match in zip(running, found, strict=True) if match}
 
     wait_for(
-        lambda: redelivered() == set(held),
+        lambda: redelivered() == set(running),
         timeout=60,
-        what=f"the survivor to get every held message again: {len(redelivered())}\n{io.logs()}",
+        what=f"the survivor to get every message again: {len(redelivered())}\n{io.logs()}",
     )
     assert survivor.poll() is None
-    assert io.states(held) == {FAILED: calls}
+    assert io.states(running) == {FAILED: calls}
     assert io.marked("done") == dict.fromkeys(set(tasks) - lost, 1)  # none ran twice
     assert io.store.stale(float("inf")) == []  # none stuck working
 
 
 @pytest.mark.parametrize(("pool", "kind"), MODES, ids=MODE_IDS)
-def test_warm_shutdown_lets_held_calls_finish_and_leaves_the_rest_queued(
+def test_warm_shutdown_lets_io_calls_finish_and_leaves_the_rest_queued(
     fleet: Any, pool: str, kind: str
 ) -> None:
     io = fleet(pool, TOOLNEXUS_RUN=f"{AGENTS}:gated{kind}", TOOLNEXUS_CONCURRENCY="4")
     first = io.worker("leaving")
     ids = io.submit(7, then=0.5)
-    wait_for(lambda: len(io.marked("started")) == 4, timeout=60, what=f"4 held\n{io.logs()}")
-    held = sorted(io.marked("started"))
+    wait_for(lambda: len(io.marked("started")) == 4, timeout=60, what=f"4 running\n{io.logs()}")
+    running = sorted(io.marked("started"))
 
     first.send_signal(signal.SIGTERM)  # Celery's warm shutdown
     io.open_gate()
     assert first.wait(60) == 0
-    assert io.states(held) == {COMPLETED: 4}
-    queued = [i for i in ids if i not in held]
+    assert io.states(running) == {COMPLETED: 4}
+    queued = [i for i in ids if i not in running]
     assert io.states(queued) == {SUBMITTED: 3}  # back in the queue, never started
 
     io.worker("next")
@@ -407,7 +409,7 @@ def test_compose_documents_an_opt_in_worker_for_waiting_agents() -> None:
     assert io_worker["env_file"] == worker["env_file"] == ".env"
     settings = Settings.from_env(container_environment(io_worker, dotenv))
     assert settings.pool == "asyncio" and (settings.concurrency or 0) >= 100
-    # Warm shutdown waits for held calls up to the time limit.
+    # Warm shutdown waits for I/O calls up to the time limit.
     assert io_worker["stop_grace_period"] == worker["stop_grace_period"]
 
 

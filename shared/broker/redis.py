@@ -44,7 +44,7 @@ class _BoundedPubSub(PubSub):
     socket is readable. redis-py reads a blocking reply with no timeout at
     all, not even the socket timeout, so a readiness that brings no whole
     reply (a connection lost in a partition, a socket the poller confused
-    with another across a reconnect) held the worker's event loop for good:
+    with another across a reconnect) blocked the worker's event loop for good:
     no message consumed again, no health check run. Here a blocking read
     waits at most the connection's socket timeout and then answers "no
     reply", which kombu's loop takes as nothing to do; its health checks

@@ -1,6 +1,6 @@
 """Garbage collection for processes that hold many long-lived things.
 
-A front end holding 10,000 open streams, or a worker holding 5,000 waiting
+A front end with 10,000 open streams, or a worker running 5,000 waiting I/O
 calls, keeps millions of objects alive for minutes. CPython's collector
 scans every one of them in each full (generation 2) collection, with the
 whole process stopped: at 10,000 streams those pauses made the delivery
@@ -26,7 +26,7 @@ So a serving process, once started, runs a `Collector`:
 
 `freeze_every` None leaves CPython's collector as it is (nothing runs).
 `thaw_every` None never thaws: for a process whose long-lived objects are
-known to die without cycles; memory held by a cycle among frozen objects
+known to die without cycles; memory kept by a cycle among frozen objects
 is then never returned.
 """
 
@@ -70,7 +70,7 @@ class Collector:
 
     def thaw(self) -> int:
         """Thaw every frozen object and run one full collection: the cyclic
-        garbage found among them (and what it held) is freed; the count found
+        garbage found among them (and what it referred to) is freed; the count found
         is returned."""
         frozen = gc.get_freeze_count()
         began = time.perf_counter()

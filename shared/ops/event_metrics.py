@@ -19,7 +19,7 @@ def event_metrics() -> EventMetrics:
     return EventMetrics(
         gaps=Counter(
             "toolnexus_event_gaps",
-            "Readers (stream, resume, wait, push) that asked for events the log no longer held"
+            "Readers (stream, resume, wait, push) that asked for events the log no longer kept"
             " and were given the Task as it stands instead",
             ["reader"],
         ),

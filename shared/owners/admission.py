@@ -10,7 +10,7 @@ A front end admits each send before anything of it is saved or queued
   seconds until one is free;
 - **max_active** (`TOOLNEXUS_OWNER_MAX_ACTIVE`): a send that would create a
   task reserves a slot for its id among the owner's unfinished tasks; at
-  the cap the held ids are checked against the store (those whose task is
+  the cap the reserved ids are checked against the store (those whose task is
   finished, or gone a while, are dropped) and the reservation tried once
   more, else the send is refused, told to try again in `ACTIVE_RETRY`
   seconds. A follow-up makes no task and takes no slot; a reservation the
@@ -60,7 +60,7 @@ class SendLedger(Protocol):
 
     def reserve(self, owner: str, task_id: str, cap: int) -> Mapping[str, float] | None:
         """Add `task_id` to `owner`'s active ids unless they number `cap`
-        already: None when added (or there already); else the ids held,
+        already: None when added (or there already); else the ids reserved,
         each with the seconds since it was reserved, and nothing added."""
 
     def release(self, owner: str, *task_ids: str) -> None:
@@ -81,7 +81,7 @@ class Admission:
         self.limits = limits
         self.ledger = ledger
         self._clock = clock
-        # owner -> when this process last checked its held ids and freed
+        # owner -> when this process last checked its reserved ids and freed
         # none: at the cap again within ACTIVE_RETRY, it is refused unread.
         self._checked: dict[str, float] = {}
 
@@ -103,18 +103,18 @@ class Admission:
     def reserve(self, owner: str, task_id: str, finished: Finished) -> bool:
         """A slot among `owner`'s unfinished tasks for `task_id`, the task a
         send is about to create: True when reserved (release it if no task
-        is made), False when the owner has no cap. At the cap the held ids
+        is made), False when the owner has no cap. At the cap the reserved ids
         are checked with `finished` and the finished ones dropped, then the
         slot is tried once more; OwnerLimitExceeded when none is free."""
         cap = self.limits.of(owner).max_active
         if cap is None:
             return False
-        held = self.ledger.reserve(owner, task_id, cap)
-        if held is None:
+        reserved = self.ledger.reserve(owner, task_id, cap)
+        if reserved is None:
             return True
-        if self._dropped(owner, held, finished):
-            held = self.ledger.reserve(owner, task_id, cap)
-            if held is None:
+        if self._dropped(owner, reserved, finished):
+            reserved = self.ledger.reserve(owner, task_id, cap)
+            if reserved is None:
                 return True
         raise OwnerLimitExceeded(
             f"too many unfinished tasks: this caller may have {cap} at once;"
@@ -131,8 +131,8 @@ class Admission:
         """The task an accepted message made (see `SendLedger.accepted`)."""
         return self.ledger.accepted(message_key)
 
-    def _dropped(self, owner: str, held: Mapping[str, float], finished: Finished) -> bool:
-        """Drop the held ids whose task is finished, or gone for longer than
+    def _dropped(self, owner: str, reserved: Mapping[str, float], finished: Finished) -> bool:
+        """Drop the reserved ids whose task is finished, or gone for longer than
         GRACE; whether any was. An owner whose check freed nothing is not
         read again for ACTIVE_RETRY seconds (its refusals cost no reads)."""
         now = self._clock()
@@ -140,7 +140,7 @@ class Admission:
         if last is not None and now - last < ACTIVE_RETRY:
             return False
         done = []
-        for task_id, age in held.items():
+        for task_id, age in reserved.items():
             state = finished(task_id)
             if state or (state is None and age > GRACE):
                 done.append(task_id)

@@ -46,12 +46,12 @@ class DocumentLedger:
 
     def reserve(self, owner: str, task_id: str, cap: int) -> Mapping[str, float] | None:
         def change(active: Any, now: float) -> tuple[Any, float | None, Mapping[str, float] | None]:
-            held: dict[str, float] = active if isinstance(active, dict) else {}
-            if task_id in held:
+            reserved: dict[str, float] = active if isinstance(active, dict) else {}
+            if task_id in reserved:
                 return active, None, None
-            if len(held) < cap:
-                return {**held, task_id: now}, None, None
-            return active, None, {held_id: now - float(since) for held_id, since in held.items()}
+            if len(reserved) < cap:
+                return {**reserved, task_id: now}, None, None
+            return active, None, {other: now - float(since) for other, since in reserved.items()}
 
         return step(self._documents, _name("owner-active", owner), change)
 
@@ -59,7 +59,7 @@ class DocumentLedger:
         def change(active: Any, now: float) -> tuple[Any, float | None, None]:
             if not isinstance(active, dict) or not any(i in active for i in task_ids):
                 return active, None, None
-            left = {held: since for held, since in active.items() if held not in task_ids}
+            left = {kept: since for kept, since in active.items() if kept not in task_ids}
             return left or None, None, None
 
         if task_ids:

@@ -79,8 +79,8 @@ class DocumentPush:
 
     def configs(self, task_id: str) -> list[PushConfig]:
         self._ready()
-        held = _parts(self._read(task_id))[0]
-        return [cast(PushConfig, held[key]) for key in sorted(held)]
+        configs = _parts(self._read(task_id))[0]
+        return [cast(PushConfig, configs[key]) for key in sorted(configs)]
 
     def delete(self, task_id: str, config_id: str) -> bool:
         self._ready()

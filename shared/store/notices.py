@@ -79,7 +79,7 @@ class Listener:
 
     def _forked(self) -> None:
         """This process is new (or the listener's first): let go of what the
-        parent's listener held. Nothing by default."""
+        parent's listener kept. Nothing by default."""
 
     def _listen(self, ready: threading.Event) -> None:
         """The thread: set `ready` once no later event can be missed, hand

@@ -49,7 +49,7 @@ def resolve_store(
         `file_fsync` is the file store's fsync policy (`shared.stores.file.log`).
         `connections` sizes a Redis store's connection pool (None: its default);
         a PostgreSQL store's is `postgres_pool` (TOOLNEXUS_PG_POOL) when given,
-        since a server's connections are far fewer than a Redis' and a held call
+        since a server's connections are far fewer than a Redis' and an I/O call
         needs one only for its statement; `postgres_notify` (TOOLNEXUS_PG_NOTIFY)
         False makes it poll instead of LISTEN/NOTIFY, and `postgres_timeout`
     (TOOLNEXUS_PG_TIMEOUT) bounds its every statement. A Redis store takes

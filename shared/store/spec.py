@@ -25,7 +25,7 @@ FSYNC_POLICIES: Final = (ALWAYS, EVERYSEC, NO)
 
 # Connections per process of a store over the network (Redis, PostgreSQL):
 # enough for the commands in flight at once (a waiting request holds none),
-# not one per open request. A worker holding many calls asks for more.
+# not one per open request. A worker running many I/O calls asks for more.
 POOL_SIZE: Final = 64
 # Seconds a PostgreSQL statement may take (TOOLNEXUS_PG_TIMEOUT's default).
 POSTGRES_TIMEOUT: Final = 10.0

@@ -34,7 +34,7 @@ def open_store(
 ) -> Store:
     """`given` (a store object or spec) or else TOOLNEXUS_STORE, with the task
     TTL and the file store's fsync policy; `connections` sizes a Redis store's
-    pool (a worker holding many calls). A store without the whole contract
+    pool (a worker running many I/O calls). A store without the whole contract
     is adapted (`shared.store.adapter.adapt`), which logs what it lacks."""
     spec = settings.store if given is None else given
     store = resolve_store(

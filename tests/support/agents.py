@@ -126,7 +126,7 @@ async def ticking(text: str) -> str:
     """`<path> <seconds>`: append a line to the file at `path` ten times a
     second for `seconds`, so a test sees whether the call still runs (a
     stopped call stops growing the file), in any pool: a killed process, or
-    a held coroutine cancelled at its next await."""
+    an I/O call's coroutine cancelled at its next await."""
     path, _, seconds = text.partition(" ")
     deadline = time.monotonic() + float(seconds or 60)
     while time.monotonic() < deadline:

@@ -6,7 +6,7 @@ connection to the server. Faults, each lasting until `heal()`:
 - `slow(latency, jitter)`: every chunk, each way, waits latency +- jitter;
 - `cut()`: every open connection is reset (new ones go through);
 - `black_hole()`: connections are accepted and kept, but nothing is
-  forwarded either way (held, as TCP holds bytes on a link that drops
+  forwarded either way (kept back, as TCP keeps bytes on a link that drops
   packets: delivered once the link heals, unless a side gave up first);
 - `one_way()`: the server hears the programs, the programs hear nothing;
 - `partition()`: every connection open now, and every one made while it
@@ -68,7 +68,7 @@ class FaultProxy:
         self._rng = random.Random(seed)
         self._changed = threading.Condition()
         self._latency = self._jitter = 0.0
-        self._held_up = self._held_down = False  # to the server / to the programs
+        self._stopped_up = self._stopped_down = False  # to the server / to the programs
         self._partitioned = False
         self._links: set[_Link] = set()
         self._listener: socket.socket | None = None
@@ -86,9 +86,9 @@ class FaultProxy:
         with self._changed:
             if self._partitioned:
                 return "partition"
-            if self._held_up and self._held_down:
+            if self._stopped_up and self._stopped_down:
                 return "black hole"
-            if self._held_down:
+            if self._stopped_down:
                 return "one way"
             return f"latency {self._latency:g} s" if self._latency else ""
 
@@ -107,18 +107,18 @@ class FaultProxy:
 
     def black_hole(self) -> None:
         with self._changed:
-            self._held_up = self._held_down = True
+            self._stopped_up = self._stopped_down = True
 
     def one_way(self) -> None:
         with self._changed:
-            self._held_down = True
+            self._stopped_down = True
 
     def partition(self) -> None:
         with self._changed:
             self._partitioned = True
             for link in self._links:
                 link.lost = True
-            self._changed.notify_all()  # held chunks of the lost links are dropped
+            self._changed.notify_all()  # waiting chunks of the lost links are dropped
 
     def reset_programs(self) -> None:
         """Reset the programs' ends of the connections a partition lost."""
@@ -135,7 +135,7 @@ class FaultProxy:
         """Ends the fault; connections a partition lost stay lost."""
         with self._changed:
             self._latency = self._jitter = 0.0
-            self._held_up = self._held_down = self._partitioned = False
+            self._stopped_up = self._stopped_down = self._partitioned = False
             self._changed.notify_all()
 
     def cut(self) -> None:
@@ -204,7 +204,7 @@ class FaultProxy:
         assert source is not None
         try:
             while data := source.recv(_CHUNK):
-                delay = self._hold(link, upstream)
+                delay = self._wait_to_forward(link, upstream)
                 if delay is None:
                     continue  # lost: dropped
                 if delay:
@@ -227,12 +227,12 @@ class FaultProxy:
                 if all(sock is None or sock.fileno() == -1 for sock in (link.client, link.server)):
                     self._links.discard(link)
 
-    def _hold(self, link: _Link, upstream: bool) -> float | None:
-        """Wait while this direction is held; the delay to add to a chunk
+    def _wait_to_forward(self, link: _Link, upstream: bool) -> float | None:
+        """Wait while this direction is stopped; the delay to add to a chunk
         (None: the link is lost, the chunk dropped)."""
         with self._changed:
             while (
-                (self._held_up if upstream else self._held_down)
+                (self._stopped_up if upstream else self._stopped_down)
                 and not self._closed
                 and not link.lost
             ):

@@ -13,7 +13,7 @@ deployments, every server of it the run's own:
 
 The faulted link runs through a `FaultProxy`: latency with jitter, every
 connection cut, a black hole, one way only, a partition that loses every
-open connection for good (held past PostgreSQL's statement timeout), and a
+open connection for good (lasting past PostgreSQL's statement timeout), and a
 store outage past the workers' slot registrations (the store's link
 refused; on the file store, every lock of the directory held by another
 process). Process faults: a worker

@@ -1,4 +1,4 @@
-"""A seeded schedule of faults, each injected, held a while, then healed.
+"""A seeded schedule of faults, each injected, left a while, then healed.
 
 Every fault of the list comes once first (in an order the seed shuffles,
 however long that takes), then faults drawn at random until the time is up; between two faults the
@@ -24,7 +24,7 @@ Heal = Callable[[], None]
 class Fault:
     name: str
     inject: Callable[[], Heal]  # returns what heals it
-    hold: tuple[float, float] = (1.0, 3.0)  # seconds it lasts, drawn between
+    lasts: tuple[float, float] = (1.0, 3.0)  # seconds it lasts, drawn between
 
 
 @dataclass
@@ -38,7 +38,7 @@ class Nemesis:
 
     def run(self, seconds: float) -> None:
         """Inject every fault once, then more until `seconds` have passed
-        (the fault under way when the time is up is held to its end, then
+        (the fault under way when the time is up lasts to its end, then
         healed)."""
         rng = random.Random(self.seed)
         began = time.monotonic()
@@ -46,18 +46,18 @@ class Nemesis:
         rng.shuffle(first)
         while (first or time.monotonic() - began < seconds) and not self.stop.is_set():
             fault = first.pop(0) if first else rng.choice(list(self.faults))
-            held = rng.uniform(*fault.hold)
+            lasted = rng.uniform(*fault.lasts)
             start = time.monotonic()
             heal = fault.inject()
             try:
-                self.stop.wait(held)
+                self.stop.wait(lasted)
             finally:
                 heal()
-            self.history.record("nemesis", "fault", start, True, fault=fault.name, held=held)
-            self.schedule.append((start - began, fault.name, held))
+            self.history.record("nemesis", "fault", start, True, fault=fault.name, lasted=lasted)
+            self.schedule.append((start - began, fault.name, lasted))
             self.stop.wait(rng.uniform(*self.quiet))
 
     def describe(self) -> str:
         return f"seed {self.seed}: " + ", ".join(
-            f"{at:.1f}s {name} ({held:.1f}s)" for at, name, held in self.schedule
+            f"{at:.1f}s {name} ({lasted:.1f}s)" for at, name, lasted in self.schedule
         )

@@ -9,7 +9,7 @@ from typing import Any
 from shared.stores.memory.store import MemoryStore
 
 
-def held_by(store: MemoryStore) -> int:
+def kept_by(store: MemoryStore) -> int:
     """Bytes of the objects the store keeps for its tasks, each counted once
     however many places share it."""
     seen: set[int] = set()

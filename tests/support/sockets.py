@@ -57,7 +57,7 @@ def tcp_nodelay(sock: socket.socket) -> int:
 def server_end(
     client: socket.socket, server_pid: int, timeout: float = 30
 ) -> Iterator[socket.socket]:
-    """The server's end of `client`'s connection, held by `server_pid` or a
+    """The server's end of `client`'s connection, owned by `server_pid` or a
     process it started (gunicorn's workers), duplicated into this process
     once the server has accepted it; closing the copy leaves the server's
     own descriptor open."""

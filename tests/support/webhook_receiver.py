@@ -1,6 +1,6 @@
 """A real HTTP webhook receiver for the push tests: a threaded server that
 records every request and answers each path from a script (statuses and
-headers, then 200), optionally holding a path's first request until told."""
+headers, then 200), optionally pausing a path's first request until told."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ class Receiver:
     port: int = 0
     hits: list[Hit] = field(default_factory=list)
     scripts: dict[str, list[tuple[int, dict[str, str]]]] = field(default_factory=dict)
-    holds: dict[str, threading.Event] = field(default_factory=dict)
-    held: dict[str, threading.Event] = field(default_factory=dict)
+    pauses: dict[str, threading.Event] = field(default_factory=dict)
+    paused: dict[str, threading.Event] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
 
@@ -83,18 +83,18 @@ class Receiver:
     def script(self, path: str, *answers: tuple[int, dict[str, str]]) -> None:
         self.scripts[path] = list(answers)
 
-    def hold_first(self, path: str) -> threading.Event:
+    def pause_first(self, path: str) -> threading.Event:
         """The path's first request waits until the returned event is set;
-        `held[path]` is set once it arrived."""
-        self.holds[path] = threading.Event()
-        self.held[path] = threading.Event()
-        return self.holds[path]
+        `paused[path]` is set once it arrived."""
+        self.pauses[path] = threading.Event()
+        self.paused[path] = threading.Event()
+        return self.pauses[path]
 
     def _answer(self, path: str) -> tuple[int, dict[str, str]]:
-        hold = self.holds.pop(path, None)
-        if hold is not None:
-            self.held[path].set()
-            hold.wait(30)
+        pause = self.pauses.pop(path, None)
+        if pause is not None:
+            self.paused[path].set()
+            pause.wait(30)
         with self._lock:
             script = self.scripts.get(path)
             if script:

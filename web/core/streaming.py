@@ -6,7 +6,7 @@ event N, then every event after N in order, each a JSON-RPC response with
 the event number as its SSE id. It ends after a terminal state, or when the
 task stops for the peer (input-required, auth-required) during the stream.
 
-- A send stream holds back its first event until the agent's first output:
+- A send stream buffers its first events until the agent's first output:
   if the agent answers with a message, the stream is that message alone.
 - A reconnecting client sends `Last-Event-ID: N` and gets exactly the
   events after N, then live ones (without a Task first: it has it).
@@ -138,16 +138,16 @@ def _events_store(tasks: Tasks) -> Store:
 
 
 def _first_output(store: Store, created: Record, wire: Wire) -> Iterator[Item]:
-    """Hold back until the agent first says something: a direct reply is sent
+    """Buffer until the agent first says something: a direct reply is sent
     alone; anything else is preceded by the Task as it was created."""
     following = _following(store, wire, created.task["id"], created.seq)
-    held: list[tuple[int, Event]] = []
+    buffered: list[tuple[int, Event]] = []
     for item in following:
         if item is None:
             yield None
             continue
         if isinstance(item, Record):
-            # The log moved on past what was held: the task as it stands says it all.
+            # The log moved on past what was buffered: the task as it stands says it all.
             yield wire.task(item)
             if not is_stopped(item.task):
                 yield from _shown(wire, following)
@@ -156,14 +156,14 @@ def _first_output(store: Store, created: Record, wire: Wire) -> Iterator[Item]:
         if event["kind"] == "message" and event.get("role") == "agent":
             yield wire.event(seq, event)
             return
-        held.append(item)
+        buffered.append(item)
         if not _is_claim(event):
             break
     else:
         return
     yield wire.task(created)
-    yield from _shown(wire, held)
-    if not is_final(held[-1][1]):
+    yield from _shown(wire, buffered)
+    if not is_final(buffered[-1][1]):
         yield from _shown(wire, following)
 
 

@@ -155,7 +155,7 @@ class Tasks:
         if not blocking:
             return sent
         try:
-            return self._settle(sent, deadline)
+            return self._wait_for_outcome(sent, deadline)
         except StoreError as error:
             raise TaskError(error, sent.task["id"]) from error
 
@@ -188,7 +188,7 @@ class Tasks:
         task = finished.get(query.task_id) if finished is not None else None
         if task is None:
             if query.current_generation is not None:
-                return self._held(query, owner)
+                return self._long_poll(query, owner)
             task = read_task(query.task_id, self.store.get)
             if finished is not None and task is not None:
                 finished.keep(task)
@@ -198,10 +198,11 @@ class Tasks:
         """Whether `get` answers for the task from this process's memory."""
         return self.finished is not None and self.finished.holds(task_id)
 
-    def _held(self, query: TaskQuery, owner: str) -> Task:
-        """GetTask held until the task's generation passes `current_generation`
-        (at once when it already has, when it keeps none, or when it stopped
-        for good), on the store's watch: the change may come from any process."""
+    def _long_poll(self, query: TaskQuery, owner: str) -> Task:
+        """A long-poll GetTask: it waits until the task's generation passes
+        `current_generation` (answers at once when it already has, when it
+        keeps none, or when it stopped for good), on the store's watch: the
+        change may come from any process."""
         assert query.current_generation is not None
         deadline = time.monotonic() + self.long_poll_timeout
         record = self.store.read(query.task_id)
@@ -212,14 +213,14 @@ class Tasks:
             pass
         return owned(self.store.get(query.task_id), query.task_id, owner)
 
-    def held(
+    def long_poll_steps(
         self, query: TaskQuery, owner: str, deadline: float, nudge: Callable[[], object]
     ) -> Generator[None, None, None]:
         """A long-poll's wait alone, for an event loop to drive: it never
         blocks, but yields None where it would wait, and `nudge` is called
         (from the waking thread) when it may go on (as a stream's follower,
         `shared.store.follow.follow`). It ends once the task's generation is
-        past `current_generation`, at once when `_held` would answer at once
+        past `current_generation`, at once when `_long_poll` would answer at once
         (or the task is not the caller's), or at `deadline`; the answer is
         then GetTask's plain read."""
         assert query.current_generation is not None
@@ -463,7 +464,7 @@ class Tasks:
             return False
         return True
 
-    def _settle(self, sent: Sent, deadline: float) -> Sent:
+    def _wait_for_outcome(self, sent: Sent, deadline: float) -> Sent:
         """Wait until the task is terminal or waits for the peer, or until
         `deadline`; then return it as it stands (and a direct reply, if any)."""
         task_id = sent.task["id"]

@@ -17,8 +17,8 @@ The RPCs are `web.grpc.service`'s, run from an event loop:
   too, where the process hands tasks to a Redis broker (a create and
   a publish, two short round trips; a RabbitMQ publish waits for the
   broker's confirm, and retries, so it stays on the pool);
-- a GetTask a 1.1 caller asks to hold (`current_generation`, the long-poll)
-  holds no thread either: its wait (`A2AGrpcService.hold`) is driven as a
+- a long-poll GetTask (a 1.1 caller's, with `current_generation`) takes no
+  thread either: its wait (`A2AGrpcService.long_poll`) is driven as a
   stream is, below, until the task's generation passes the one it named or
   its deadline comes; then it is answered as any GetTask, a plain read;
 - a stream holds no thread. Its follower is opened with a nudge
@@ -57,7 +57,7 @@ from web.grpc.service import (
     STREAMING,
     UNARY,
     A2AGrpcService,
-    Hold,
+    LongPoll,
     Observed,
     Replies,
     Status,
@@ -87,16 +87,16 @@ READ_AHEAD: Final = frozenset({"GetTask"})
 # and sends are short: a create and a publish, each one round trip.
 ON_LOOP_AT_ONCE: Final = frozenset({"SendMessage"})
 _SEND_REQUEST: Final = a2a_pb2.SendMessageRequest.DESCRIPTOR.full_name
-# Unary calls that may be held (A2A 1.1's long-poll), and the request field
-# that asks for it.
-HELD: Final[Mapping[str, str]] = {"GetTask": "current_generation"}
+# Unary calls that may long-poll (A2A 1.1), and the request field that asks
+# for it.
+LONG_POLLS: Final[Mapping[str, str]] = {"GetTask": "current_generation"}
 # An answer on the loop that took longer than this (a slow or unreachable
 # store) sends the next ones to the pool for COOL_OFF seconds, so a store in
 # trouble stalls the loop, and every stream on it, for one call at most.
 SLOW: Final = 0.005
 COOL_OFF: Final = 1.0
 
-_DONE: Final = object()  # a held GetTask's wait has ended
+_DONE: Final = object()  # a long-poll GetTask's wait has ended
 
 
 class _Turn(Enum):
@@ -165,7 +165,7 @@ class AsyncA2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
         `OnLoop` allows): a read, or a send that returns at once."""
         if name in ON_LOOP:
             # A call that still asks to wait (one the answer refuses) never runs
-            # on the loop, where a hold would stall it.
+            # on the loop, where its wait would stall it.
             return not _asks_to_wait(name, request)
         return self._short_sends and name in ON_LOOP_AT_ONCE and _returns_at_once(request)
 
@@ -193,12 +193,12 @@ class AsyncA2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
         if _asks_to_wait(name, request):
             try:
                 # Off the loop: it checks the caller (a JWT may fetch its issuer's keys).
-                hold = await loop.run_in_executor(
-                    self._steps, self._service.hold, request, metadata
+                poll = await loop.run_in_executor(
+                    self._steps, self._service.long_poll, request, metadata
                 )
-                if hold is not None:
-                    await self._wait(hold)
-                    request.ClearField(HELD[name])  # waited: now the task as it stands
+                if poll is not None:
+                    await self._wait(poll)
+                    request.ClearField(LONG_POLLS[name])  # waited: now the task as it stands
             except asyncio.CancelledError:
                 record(name, "CANCELLED", started)  # the caller went away
                 raise
@@ -222,13 +222,13 @@ class AsyncA2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
             await _abort(context, answer)
         return answer
 
-    async def _wait(self, hold: Hold) -> None:
+    async def _wait(self, poll: LongPoll) -> None:
         """Drive a long-poll's wait, a step at a time on the streams' pool, each
         step once nudged or at the deadline. A step the store fails ends the
         wait: the answer's read then says what is wrong."""
         loop = asyncio.get_running_loop()
         nudged = asyncio.Event()
-        steps = hold.steps(_nudge(loop, nudged))
+        steps = poll.steps(_nudge(loop, nudged))
         step: concurrent.futures.Future[Any] | None = None
         try:
             while True:
@@ -238,9 +238,11 @@ class AsyncA2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
                     if await asyncio.wrap_future(step) is _DONE:
                         return
                 except Exception:
-                    log.warning("a held GetTask's wait failed; answering at once", exc_info=True)
+                    log.warning(
+                        "a long-poll GetTask's wait failed; answering at once", exc_info=True
+                    )
                     return
-                left = hold.deadline - time.monotonic()
+                left = poll.deadline - time.monotonic()
                 if left <= 0:
                     return
                 with contextlib.suppress(TimeoutError):
@@ -315,7 +317,7 @@ def _returns_at_once(request: Any) -> bool:
 
 
 def _asks_to_wait(name: str, request: Any) -> bool:
-    field = HELD.get(name)
+    field = LONG_POLLS.get(name)
     return field is not None and isinstance(request, ProtoMessage) and request.HasField(field)
 
 

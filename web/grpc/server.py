@@ -6,8 +6,8 @@ Both take the gRPC settings: the calls in flight (TOOLNEXUS_GRPC_CALLS; a
 call beyond that is refused RESOURCE_EXHAUSTED, not queued), the largest
 message either way, HTTP/2 keepalive pings. The process serves on grpc.aio
 (`web.grpc.aio`): unary calls on a pool of threads (GetTask, one short read,
-on the loop), streams and 1.1's held GetTasks on the event loop, so an open
-stream or a long-poll, which mostly waits on its task's watch, holds no
+on the loop), streams and 1.1's long-poll GetTasks on the event loop, so an open
+stream or a long-poll, which mostly waits on its task's watch, takes no
 thread. The embedded server, on gevent,
 serves the synchronous servicer with grpcio in its gevent mode, where each
 call is a greenlet. With TOOLNEXUS_GRPC_TLS_CERT and TOOLNEXUS_GRPC_TLS_KEY

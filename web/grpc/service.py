@@ -24,10 +24,10 @@ Streams follow the task's event log (`web.core.streaming`) and end when the
 task is terminal or stops for the peer; a client that cancels its call
 ends its stream at once (the call's done-callback wakes the follower).
 
-A 1.1 GetTask with `current_generation` is held until the task's generation
-passes it (`web.core.tasks`): here, on grpcio's synchronous server, on the
-call's own thread; grpc.aio's binding (`web.grpc.aio`) waits without one,
-by `hold`, and then answers it as a plain read.
+A 1.1 GetTask with `current_generation` long-polls: it waits until the task's
+generation passes it (`web.core.tasks`): here, on grpcio's synchronous server,
+on the call's own thread; grpc.aio's binding (`web.grpc.aio`) waits without
+one, by `long_poll`, and then answers it as a plain read.
 """
 
 from __future__ import annotations
@@ -105,9 +105,9 @@ STREAM_RESPONSES: Final = _replies("StreamResponse")
 
 
 @dataclass(frozen=True)
-class Hold:
+class LongPoll:
     """A long-poll GetTask's wait, for an event loop to drive: `steps(nudge)`
-    is `web.core.tasks.Tasks.held`'s follower, which ends by `deadline`."""
+    is `web.core.tasks.Tasks.long_poll_steps`' follower, which ends by `deadline`."""
 
     deadline: float
     steps: Callable[[Callable[[], object]], Generator[None, None, None]]
@@ -148,7 +148,7 @@ class A2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
         started: float | None = None,
     ) -> ProtoMessage | Status:
         """One unary call, observed and counted (from `started`, when it
-        began before: a held GetTask's wait): its reply in the caller's
+        began before: a long-poll GetTask's wait): its reply in the caller's
         version, or the status it is refused with (for the binding's server
         to abort the call with)."""
         outcome = "ok"
@@ -206,8 +206,8 @@ class A2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
                 web_metrics().streams_open.dec()
                 record(name, outcome, started, events)
 
-    def hold(self, request: ProtoMessage, metadata: Mapping[str, str]) -> Hold | None:
-        """The wait of a GetTask a 1.1 caller asks to hold (`current_generation`),
+    def long_poll(self, request: ProtoMessage, metadata: Mapping[str, str]) -> LongPoll | None:
+        """The wait of a long-poll GetTask (a 1.1 caller's, with `current_generation`),
         for an event loop to drive before it answers the call as a plain read;
         None when there is none to drive: a 1.0 caller's, or a call the
         answer refuses (it says why)."""
@@ -221,7 +221,7 @@ class A2AGrpcService(a2a_pb2_grpc.A2AServiceServicer):
         if query.current_generation is None:
             return None
         deadline = time.monotonic() + self._tasks.long_poll_timeout
-        return Hold(deadline, partial(self._tasks.held, query, call.owner, deadline))
+        return LongPoll(deadline, partial(self._tasks.long_poll_steps, query, call.owner, deadline))
 
     def _call(self, metadata: Mapping[str, str]) -> Call:
         owner = self._authenticator.principal(metadata.get("authorization"))

@@ -5,7 +5,7 @@ disconnects meanwhile would only be noticed at the next write (a keepalive,
 up to TOOLNEXUS_KEEPALIVE seconds later). One thread per process (a greenlet
 under gevent) watches the sockets of all open streams instead: when a peer
 closes its end, that stream's waiter is woken and the stream ends, freeing
-everything it held.
+everything it kept.
 """
 
 from __future__ import annotations

@@ -61,9 +61,9 @@ class JsonErrorHandler(WSGIHandler):  # type: ignore[misc]
     # would still format each request's line (its clock read and printed)
     # only to drop it.
     access_log: bool = True
-    # The response head gevent asked to send, held for the body that follows.
+    # The response head gevent asked to send, buffered for the body that follows.
     _head: bytes | None = None
-    _holding_head = False
+    _buffering_head = False
     # gevent's: the Date header the app gave, None when it gave none.
     provided_date: object
 
@@ -95,19 +95,19 @@ class JsonErrorHandler(WSGIHandler):  # type: ignore[misc]
         super().finalize_headers()
 
     def _write_with_headers(self, data: bytes) -> None:
-        # gevent sends the head, then (if any) the first body chunk: held in
+        # gevent sends the head, then (if any) the first body chunk: buffered in
         # `_sendall` below, they leave together.
-        self._holding_head = True
+        self._buffering_head = True
         try:
             super()._write_with_headers(data)
         finally:
-            self._holding_head = False
+            self._buffering_head = False
             head, self._head = self._head, None
             if head is not None:  # no body came after it (or sending it failed)
                 super()._sendall(head)
 
     def _sendall(self, data: bytes) -> None:
-        if self._holding_head and self._head is None:
+        if self._buffering_head and self._head is None:
             self._head = bytes(data)
             return
         if self._head is not None:

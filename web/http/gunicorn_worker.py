@@ -48,7 +48,7 @@ class HeadWithBody:
     """The client socket as one response writes to it: the head (its first
     write) leaves with the body's first write. A chunked response's head
     leaves at once (a stream's first chunk may be a while), and so does a
-    held head before any other use of the socket (gunicorn's `sendfile`
+    buffered head before any other use of the socket (gunicorn's `sendfile`
     writes the body through the descriptor)."""
 
     __slots__ = ("_head", "_sock", "_started")
@@ -69,7 +69,7 @@ class HeadWithBody:
         self._sock.sendall(data)
 
     def flush(self) -> None:
-        """Send a head still held (the response had no body)."""
+        """Send a head still buffered (the response had no body)."""
         if self._head is not None:
             head, self._head = self._head, None
             self._sock.sendall(head)

@@ -58,7 +58,7 @@ LOG_LEVEL = Flag("--log-level", "TOOLNEXUS_LOG_LEVEL", "level of the service's o
 CONCURRENCY = Flag(
     "--concurrency",
     "TOOLNEXUS_CONCURRENCY",
-    "worker processes (prefork), or calls held (I/O pools)",
+    "worker processes (prefork), or I/O calls at once (I/O pools)",
 )
 POOL = Flag("--pool", "TOOLNEXUS_POOL", "prefork, or threads/asyncio for agents that mostly wait")
 STATE_DIR = Flag("--state-dir", "TOOLNEXUS_STATE_DIR", "where beat keeps its schedule")

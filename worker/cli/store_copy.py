@@ -43,14 +43,14 @@ def copy_tasks(source: Store, target: Store, progress: Callable[[int], None] = p
     """Every task of `source` saved into `target` unless it is there already."""
     result = Copied()
     for n, (task_id, task) in enumerate(sorted(source.all().items()), start=1):
-        held = target.get(task_id)
-        if held is None:
+        existing = target.get(task_id)
+        if existing is None:
             target.save(task)
             result.copied += 1
             state = state_of(task)
             if not is_at_rest(state):
                 result.not_at_rest[state] = result.not_at_rest.get(state, 0) + 1
-        elif held == task:
+        elif existing == task:
             result.same += 1
         else:
             result.different.append(task_id)

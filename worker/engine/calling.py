@@ -6,7 +6,7 @@ yields) and returns its final result. Async code runs through `run`: by
 default on an event loop kept per thread (prefork), so async clients an
 agent caches between calls keep working; a loop that was interrupted (a
 time limit) is replaced. The I/O modes pass their process's one loop
-instead (worker.engine.held_calls).
+instead (worker.engine.io_calls).
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ One delivery of a task id does this:
 3. Save the result as a change *from `working`*, so it loses to a cancel or
    a reaper that made the task terminal meanwhile.
 
-In an I/O mode (`held=True`, TOOLNEXUS_POOL=threads|asyncio) the call is
-held by `worker.engine.held_calls` meanwhile: its coroutines run on the process's
+In an I/O mode (`io_pool=True`, TOOLNEXUS_POOL=threads|asyncio) the call is an
+I/O call (`worker.engine.io_calls`): its coroutines run on the process's
 event loop, and its time limit and a cancel stop it there.
 """
 
@@ -39,7 +39,7 @@ from worker.engine.agent import Agent
 from worker.engine.calling import RunAsync, call, run_async
 from worker.engine.green_jobs import off_loop
 from worker.engine.heartbeat import heartbeating
-from worker.engine.held_calls import CallStopped, holding, watching
+from worker.engine.io_calls import CallStopped, running_io_call, watching
 from worker.engine.results import RunProgress, UnsupportedResult, failed, final_change
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ def fulfil(
     *,
     timeout_errors: tuple[type[BaseException], ...] = (),
     on_run: Callable[[], object] | None = None,
-    held: bool = False,
+    io_pool: bool = False,
     run_async: RunAsync = run_async,
 ) -> str:
     """Run one delivery of `task_id`; return the task's state afterwards ("" if unknown).
@@ -61,15 +61,15 @@ def fulfil(
     `timeout_errors` are the exceptions that mean "out of time" (Celery's
     SoftTimeLimitExceeded); they fail the task saying it timed out.
     `on_run()` is called just before the function runs, if this delivery runs it.
-    `held`: one of many calls in this process, held by `worker.engine.held_calls`.
+    `io_pool`: one of many I/O calls in this process (`worker.engine.io_calls`).
     `run_async`: how async agent code runs (the embedded server's one loop,
-    `worker.engine.green_loop`); a held call runs on its pool's loop instead.
+    `worker.engine.green_loop`); an I/O call runs on its pool's loop instead.
     """
     with ExitStack() as stack:
-        # A held call watches its task from before the claim, so that a
+        # An I/O call watches its task from before the claim, so that a
         # cancel saved right after the claim still reaches it.
         # (Store round trips go off the loop in a green job: `off_loop`.)
-        watch = off_loop(stack.enter_context, watching(store, task_id)) if held else None
+        watch = off_loop(stack.enter_context, watching(store, task_id)) if io_pool else None
         # The claim reads the task itself: no separate load, one round trip
         # fewer (and on a store that claims in one step, no separate read either).
         claimed = off_loop(claim, store, task_id, to=WORKING, from_state=SUBMITTED)
@@ -82,8 +82,10 @@ def fulfil(
             return state
         stack.enter_context(heartbeating(store, task_id, settings.heartbeat))
         run = run_async
-        if held:
-            call = stack.enter_context(holding(store, claimed.record, agent, settings, watch))
+        if io_pool:
+            call = stack.enter_context(
+                running_io_call(store, claimed.record, agent, settings, watch)
+            )
             run = call.run_async
         saved = _run(store, agent, claimed.record, settings, timeout_errors, on_run, run)
     final = state_of(saved.task) if saved.task else ""
@@ -122,7 +124,7 @@ def _run(
             record, produced = saved.record, True
     except timeout_errors:
         finish = failed(f"timed out after {settings.time_limit:g} s")
-    except CallStopped as stopped:  # its time limit or a cancel (worker.engine.held_calls)
+    except CallStopped as stopped:  # its time limit or a cancel (worker.engine.io_calls)
         finish = failed(str(stopped))
     except UnsupportedResult as error:
         finish = failed(str(error))

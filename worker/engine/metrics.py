@@ -17,7 +17,7 @@ class WorkerMetrics:
     reaped: Counter
     resent: Counter
     unanswered: Counter
-    calls_held: Gauge
+    io_calls: Gauge
     loop_lag: Gauge
     running: Gauge
     capacity: Gauge
@@ -49,10 +49,11 @@ def worker_metrics() -> WorkerMetrics:
             "toolnexus_unanswered",
             "Tasks the reaper failed because they waited for input past TOOLNEXUS_INPUT_TIMEOUT",
         ),
-        # The I/O modes (worker.engine.held_calls): one process holds many calls.
-        calls_held=Gauge(
-            "toolnexus_calls_held",
-            "Agent calls a worker process holds now (TOOLNEXUS_POOL=threads|asyncio)",
+        # The I/O modes (worker.engine.io_calls): one process runs many I/O calls.
+        # Called toolnexus_calls_held before.
+        io_calls=Gauge(
+            "toolnexus_io_calls",
+            "I/O calls a worker process runs now (TOOLNEXUS_POOL=threads|asyncio)",
             multiprocess_mode="livesum",
         ),
         loop_lag=Gauge(

@@ -34,7 +34,7 @@ def observed_fulfil(
     settings: Settings,
     *,
     timeout_errors: tuple[type[BaseException], ...] = (),
-    held: bool = False,
+    io_pool: bool = False,
     run_async: RunAsync = run_async,
 ) -> str:
     """`fulfil`, logged and counted when this delivery ran the function."""
@@ -55,7 +55,7 @@ def observed_fulfil(
                 settings,
                 timeout_errors=timeout_errors,
                 on_run=on_run,
-                held=held,
+                io_pool=io_pool,
                 run_async=run_async,
             )
     finally:

@@ -62,9 +62,9 @@ from worker.runtime.outcome import TaskFailed, celery_result
 from worker.runtime.pools import (
     celery_pool,
     concurrency,
-    holds_many,
     run_on_loop,
     store_connections,
+    uses_io_pool,
 )
 from worker.runtime.signals import bind_deliveries
 
@@ -225,7 +225,7 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
     app = Celery("toolnexus", set_as_current=False)
     app.conf.update(celery_config(settings))
     runtime = ProcessRuntime(settings, store)
-    held = holds_many(settings)
+    io_pool = uses_io_pool(settings)
     bind_deliveries()
     register_cancel()
     enable("toolnexus-worker")
@@ -248,7 +248,7 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
                 runtime.agent(),
                 settings,
                 timeout_errors=(SoftTimeLimitExceeded,),
-                held=held,
+                io_pool=io_pool,
             )
             off_loop(runtime.delivered, task_id, state)
             return celery_result(
@@ -264,7 +264,7 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
             )
 
     # An async agent's deliveries wait on the loop, holding no thread.
-    run_on_loop(fulfil_task, lambda: held and runtime.agent().is_async)
+    run_on_loop(fulfil_task, lambda: io_pool and runtime.agent().is_async)
 
     def send(task_id: str) -> None:
         # The reaper's resend: a Celery id of its own, so that a copy never

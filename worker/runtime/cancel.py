@@ -43,14 +43,14 @@ def _snapshot(requests: Iterable[Any]) -> list[Any]:
 
 
 def deliveries_of(task_id: str) -> list[Any]:
-    """The requests this worker holds (reserved or running) to fulfil `task_id`."""
-    held = {
+    """The requests this worker has (reserved or running) to fulfil `task_id`."""
+    requests = {
         *_snapshot(worker_state.reserved_requests),
         *_snapshot(worker_state.active_requests),
     }
     return [
         request
-        for request in held
+        for request in requests
         if request.name == FULFIL_TASK and list(request.args[:1]) == [task_id]
     ]
 

@@ -5,8 +5,8 @@
   running the call (`revoke(terminate=True)`). For CPU-bound agents.
 - `threads` and `asyncio`: Celery's thread pool in one process carries
   TOOLNEXUS_CONCURRENCY messages at once (prefetch stays one per call),
-  and `worker.engine.held_calls` holds each call, its time limit and its
-  cancel kept by the worker. A blocking agent's delivery runs on a pool
+  and each call is an I/O call (`worker.engine.io_calls`), its time limit
+  and its cancel kept by the worker. A blocking agent's delivery runs on a pool
   thread, as in Celery's thread pool. An async agent's delivery (Celery's
   tracer, the claim, the saves, the acknowledgement) runs as a green job on
   the process's event loop (`worker.engine.green_jobs`), so a waiting call
@@ -14,7 +14,7 @@
   machinery today; they say which kind of agent a deployment runs
   (docs/io-workers.md).
 
-The store's connection pool grows with the calls held, so a thousand calls
+The store's connection pool grows with the I/O calls, so a thousand calls
 finishing together do not queue for 64 connections.
 """
 
@@ -32,14 +32,14 @@ from celery.concurrency.thread import ApplyResult, TaskPool
 from shared.settings import Settings
 from shared.store.spec import POOL_SIZE
 from worker.engine.green_jobs import start
-from worker.engine.held_calls import calls_loop, held_count
+from worker.engine.io_calls import calls_loop, io_call_count
 
 log = logging.getLogger(__name__)
 
 IO_POOLS: Final = frozenset({"threads", "asyncio"})
-# Calls one process holds in an I/O mode when TOOLNEXUS_CONCURRENCY is unset.
+# I/O calls one process runs at once when TOOLNEXUS_CONCURRENCY is unset.
 DEFAULT_IO_CONCURRENCY: Final = 100
-# Store connections beyond one per held call: heartbeats, the loop's checks.
+# Store connections beyond one per I/O call: heartbeats, the loop's checks.
 SPARE_CONNECTIONS: Final = 8
 # Celery loads this class by name for the I/O modes (worker_pool).
 IO_POOL_CLASS: Final = "worker.runtime.pools:IOPool"
@@ -53,37 +53,37 @@ def run_on_loop(task: Any, when: Callable[[], bool]) -> None:
     setattr(task, ON_LOOP, when)
 
 
-def holds_many(settings: Settings) -> bool:
-    """True in the I/O modes, where one process holds many calls."""
+def uses_io_pool(settings: Settings) -> bool:
+    """True in the I/O modes, where one process runs many I/O calls."""
     return settings.pool in IO_POOLS
 
 
 def celery_pool(settings: Settings) -> str:
-    return IO_POOL_CLASS if holds_many(settings) else "prefork"
+    return IO_POOL_CLASS if uses_io_pool(settings) else "prefork"
 
 
 def concurrency(settings: Settings) -> int | None:
     """Celery's worker_concurrency: calls at once (None: Celery's default, the CPU count)."""
     if settings.concurrency is not None:
         return settings.concurrency
-    return DEFAULT_IO_CONCURRENCY if holds_many(settings) else None
+    return DEFAULT_IO_CONCURRENCY if uses_io_pool(settings) else None
 
 
 def store_connections(settings: Settings) -> int | None:
     """The Redis pool size a worker process needs (None: the store's default)."""
     calls = concurrency(settings)
-    if not holds_many(settings) or calls is None:
+    if not uses_io_pool(settings) or calls is None:
         return None
     return max(POOL_SIZE, calls + SPARE_CONNECTIONS)
 
 
 class IOPool(TaskPool):  # type: ignore[misc]
     """Celery's thread pool, whose async agents' deliveries run as green jobs
-    on the event loop, telling Flower how many calls it holds.
+    on the event loop, telling Flower how many I/O calls it runs.
 
     A revoke with terminate=True (what CancelTask sends) cannot kill a
     thread; it needs not: the call's watch has already seen the task leave
-    `working` and stopped it (worker.engine.held_calls)."""
+    `working` and stopped it (worker.engine.io_calls)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -123,8 +123,8 @@ class IOPool(TaskPool):  # type: ignore[misc]
             log.error("a delivery on the loop failed: %r", error, exc_info=error)
 
     def on_stop(self) -> None:
-        # Warm shutdown: the consumer has stopped taking messages; the calls
-        # held on the loop finish (or meet their time limit) before the pool
+        # Warm shutdown: the consumer has stopped taking messages; the I/O
+        # calls on the loop finish (or meet their time limit) before the pool
         # stops, as the pool's threads do.
         with self._jobs_lock:
             jobs = list(self._jobs)
@@ -132,12 +132,12 @@ class IOPool(TaskPool):  # type: ignore[misc]
         super().on_stop()
 
     def terminate_job(self, pid: Any, signal: Any = None) -> None:
-        log.debug("terminate request for a held call: its watch stops it")
+        log.debug("terminate request for an I/O call: its watch stops it")
 
     # Celery's BasePool.info calls _get_info for the pool's part of `inspect
     # stats` (Flower's worker page); tests/test_worker_pools.py fails by name
     # if that moves.
     def _get_info(self) -> dict[str, Any]:
         info: dict[str, Any] = super()._get_info()
-        info["toolnexus-calls-held"] = held_count()
+        info["toolnexus-io-calls"] = io_call_count()
         return info

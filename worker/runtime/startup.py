@@ -92,11 +92,11 @@ def install(settings: Settings) -> None:
         if capacity:  # in the main process, whose gauge lives as long as the worker
             worker_metrics().capacity.set(capacity[-1])
         _serve(settings)
-        # The process that holds the calls on the threads and asyncio pools.
+        # The process that runs the I/O calls on the threads and asyncio pools.
         start_collector(settings.gc_freeze_every, settings.gc_thaw_every)
 
     def pool_process_started(**_: Any) -> None:
-        # Each prefork pool process, which holds its own call.
+        # Each prefork pool process, which runs its own call.
         start_collector(settings.gc_freeze_every, settings.gc_thaw_every)
 
     def stopped(**_: Any) -> None:

@@ -277,7 +277,7 @@ class LogFiles:
         log.debug("task store: trimmed the log of task %s to %d events", task_id, events)
 
     def _replace(self, path: Path, data: bytes) -> None:
-        """`path` holds `data` or what it held before, whatever happens."""
+        """`path` holds `data` or what it had before, whatever happens."""
         fd, temp = tempfile.mkstemp(dir=self.folder, prefix=f".{path.name}.", suffix=".tmp")
         try:
             _write_all(fd, data)

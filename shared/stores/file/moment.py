@@ -24,22 +24,22 @@ _MOMENT = struct.Struct("<d")
 
 
 class ListingMoment:
-    """The moment, and a turnstile in front of it: a write passes through
+    """The moment, and the listing gate in front of it: a write passes through
     `.locks/listing` (shared, let go at once) before it takes the moment
-    shared, and a listing holds the turnstile alone while it waits for the
+    shared, and a listing holds the gate alone while it waits for the
     moment. Writes that overlap one another would otherwise keep the moment
     shared for ever, and a listing waiting for it alone would give up; with
-    the turnstile, new writes wait for the listing's short hold, and the
+    the gate, new writes wait for the listing's short hold, and the
     writes in flight finish."""
 
     def __init__(self, locks: Path) -> None:
         self._path = locks / "listed"
-        self._turnstile = locks / "listing"
+        self._gate = locks / "listing"
 
     @contextmanager
-    def held(self) -> Iterator[float]:
+    def pinned(self) -> Iterator[float]:
         """The moment, with no listing able to raise it until the block ends."""
-        with self._through_turnstile(shared=True):
+        with self._through_gate(shared=True):
             pass  # passed through: a listing waiting now goes first
         fd = open_no_link(self._path, os.O_RDWR | os.O_CREAT)
         try:
@@ -55,7 +55,7 @@ class ListingMoment:
         try:
             if _read(fd) >= as_of:
                 return  # raised by a listing whose writes in flight are done
-            with self._through_turnstile(shared=False):  # no new write starts meanwhile
+            with self._through_gate(shared=False):  # no new write starts meanwhile
                 flock_within(fd, self._path)
             if _read(fd) < as_of:
                 os.pwrite(fd, _MOMENT.pack(as_of), 0)
@@ -63,11 +63,11 @@ class ListingMoment:
             unlock(fd)
 
     @contextmanager
-    def _through_turnstile(self, *, shared: bool) -> Iterator[None]:
-        """The block with the turnstile held."""
-        gate = open_no_link(self._turnstile, os.O_RDWR | os.O_CREAT)
+    def _through_gate(self, *, shared: bool) -> Iterator[None]:
+        """The block with the listing gate held."""
+        gate = open_no_link(self._gate, os.O_RDWR | os.O_CREAT)
         try:
-            flock_within(gate, self._turnstile, shared=shared)
+            flock_within(gate, self._gate, shared=shared)
             yield
         finally:
             unlock(gate)

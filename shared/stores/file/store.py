@@ -225,7 +225,7 @@ class FileStore:
 
     def save(self, task: Task) -> Task:
         task_id = require_safe_id(task.get("id"))
-        with self._locked(task_id), self._moment.held() as moment:
+        with self._locked(task_id), self._moment.pinned() as moment:
             (event,), saved = restamped([current_status(task)], task, moment)
             current = self._read(task_id, locked=True)
             last = current.seq if current is not None else self._logs.last(task_id)
@@ -251,7 +251,7 @@ class FileStore:
         # Both stripes at once, in order: taken one inside the other they could
         # be the same stripe (flock then waits on itself) or be taken in the
         # opposite order by another create (each waits on the other).
-        with self._locked(message_key or task_id, task_id), self._moment.held() as moment:
+        with self._locked(message_key or task_id, task_id), self._moment.pinned() as moment:
             if record_path is not None and (earlier := _read_text(record_path)):
                 found = self.get(earlier) if is_safe_id(earlier) else None
                 if found is not None and earlier != supersedes:
@@ -276,7 +276,7 @@ class FileStore:
 
     def commit(self, commit: Commit) -> bool:
         task_id = require_safe_id(commit.task.get("id"))
-        with self._locked(task_id), self._moment.held() as moment:
+        with self._locked(task_id), self._moment.pinned() as moment:
             if self._seq(task_id) != commit.expected:
                 return False
             events, task = restamped(commit.events, commit.task, moment)
@@ -696,15 +696,15 @@ class FileStore:
         """The stripe locks of `names`, each once, in ascending order (so two
         holders of several stripes never wait on each other)."""
         stripes = sorted({zlib.crc32(name.encode()) % _STRIPES for name in names})
-        held: list[int] = []
+        locked: list[int] = []
         try:
             for stripe in stripes:
                 path = self._locks / str(stripe)
-                held.append(open_no_link(path, os.O_RDWR | os.O_CREAT))
-                flock_within(held[-1], path)
+                locked.append(open_no_link(path, os.O_RDWR | os.O_CREAT))
+                flock_within(locked[-1], path)
             yield
         finally:
-            for fd in reversed(held):
+            for fd in reversed(locked):
                 unlock(fd)
 
     # --- telling waiters in this process about other processes' writes ------

@@ -3,7 +3,7 @@ to one process.
 
 Each task is kept as the store's own objects: the task as it stands, folded
 from its events as they are committed, and the log of those events. Folding
-shares what it does not change, so a message or an artifact is held once,
+shares what it does not change, so a message or an artifact is kept once,
 however many of the task's history, status and log entries point to it (a
 1 MiB reply costs about 1 MiB, not one copy per place it appears). Nothing
 the store holds is ever changed in place: what goes in is copied in (as the
@@ -363,7 +363,7 @@ def _copied(value: Any) -> Any:
     return copied(value)[0]
 
 
-# Texts at least this long are held once per write, however often it repeats them.
+# Texts at least this long are kept once per write, however often it repeats them.
 _LONG_TEXT = 1024
 
 

@@ -60,21 +60,21 @@ def page_statement(query: Query, now: float) -> tuple[sql.Composed, dict[str, An
     if query.context_id is not None:
         scope.append(sql.SQL("t.c = %(c)s"))
         params["c"] = digest(query.context_id)
-    settled = [*scope, sql.SQL("t.ts <= %(as_of)s::float8")]
+    unmoved = [*scope, sql.SQL("t.ts <= %(as_of)s::float8")]
     moved = [*scope, sql.SQL("t.ts > %(as_of)s::float8")]
     then: list[sql.Composable] = []
     if query.state is not None:
-        settled.append(sql.SQL("t.state = %(state)s"))
+        unmoved.append(sql.SQL("t.state = %(state)s"))
         then.append(sql.SQL("h.state = %(state)s"))
         params["state"] = query.state
     if query.updated_after is not None:
-        settled.append(sql.SQL("t.ts > %(low)s::float8"))
+        unmoved.append(sql.SQL("t.ts > %(low)s::float8"))
         then.append(sql.SQL("h.ts > %(low)s::float8"))
         params["low"] = query.updated_after
     alive = sql.SQL("alive(t.expires, %(now)s::float8)")
-    settled.append(alive)
+    unmoved.append(alive)
     moved.append(alive)
-    # Below the cursor: a settled task by its own position, a moved one by
+    # Below the cursor: an unmoved task by its own position, a moved one by
     # where it was at the listing's moment.
     below, moved_below = sql.SQL("true"), sql.SQL("")
     if query.after is not None:
@@ -84,7 +84,7 @@ def page_statement(query: Query, now: float) -> tuple[sql.Composed, dict[str, An
         )
         params["after_ts"], params["after_id"] = query.after
     parts = {
-        "settled": sql.SQL(" AND ").join(settled),
+        "unmoved": sql.SQL(" AND ").join(unmoved),
         "moved": sql.SQL(" AND ").join(moved)
         + sql.SQL("").join(sql.SQL(" AND ") + part for part in then),
         "latest": sql.SQL(
@@ -95,13 +95,13 @@ def page_statement(query: Query, now: float) -> tuple[sql.Composed, dict[str, An
     }
     # Counted apart, each branch a scan of its index alone.
     counted = sql.SQL(
-        "SELECT (SELECT count(*) FROM tasks t WHERE {settled})"
+        "SELECT (SELECT count(*) FROM tasks t WHERE {unmoved})"
         " + (SELECT count(*) FROM tasks t{latest} WHERE {moved}) AS n"
     ).format(**parts)
-    # The page: the settled tasks read in their index's order below the
+    # The page: the unmoved tasks read in their index's order below the
     # cursor, no more than a page holds, beside the few that moved; then merged.
     page_of = sql.SQL(
-        "(SELECT t.id, t.ts FROM tasks t WHERE {settled} AND {below}"
+        "(SELECT t.id, t.ts FROM tasks t WHERE {unmoved} AND {below}"
         "  ORDER BY t.ts DESC, t.id DESC LIMIT %(size)s)"
         " UNION ALL (SELECT t.id, h.ts FROM tasks t{latest} WHERE {moved}{moved_below})"
     ).format(below=below, moved_below=moved_below, **parts)

@@ -46,8 +46,8 @@ def take_over(client: redis.Redis, prefix: str, push: DocumentPush) -> int:
 
 
 def _json_values(found: object) -> dict[str, object]:
-    held = cast(dict[bytes, bytes], found)
-    return {key.decode(): json.loads(value) for key, value in held.items()}
+    values = cast(dict[bytes, bytes], found)
+    return {key.decode(): json.loads(value) for key, value in values.items()}
 
 
 def _escaped(prefix: str) -> str:

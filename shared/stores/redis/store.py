@@ -553,7 +553,7 @@ def redis_store(
     are pooled and waited for: a front end holds thousands of requests at
     once, and a burst of them queues for a connection (up to `timeout`, at
     least POOL_WAIT) instead of failing the moment all connections are busy.
-    A worker that holds more calls than that at once asks for more
+    A worker that runs more I/O calls than that at once asks for more
     `connections`. With `min_replicas`, each write waits up to
     `replica_timeout` for that many replicas (`shared.stores.redis.replicas`).
     """

@@ -97,15 +97,15 @@ class Database:
 
     def close(self) -> None:
         """Let go of this thread's connection (the others close with their threads)."""
-        held = getattr(self._local, "connection", None)
-        if held is not None:
-            held[1].close()
+        kept = getattr(self._local, "connection", None)
+        if kept is not None:
+            kept[1].close()
             self._local.connection = None
 
     def _connection(self) -> sqlite3.Connection:
-        held: tuple[int, sqlite3.Connection] | None = getattr(self._local, "connection", None)
-        if held is not None and held[0] == os.getpid():
-            return held[1]
+        kept: tuple[int, sqlite3.Connection] | None = getattr(self._local, "connection", None)
+        if kept is not None and kept[0] == os.getpid():
+            return kept[1]
         # A connection made before a fork belongs to the parent: left alone, never closed here.
         try:
             # Made by this service for its user alone (SQLite makes the WAL

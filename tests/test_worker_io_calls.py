@@ -1,5 +1,5 @@
 """The I/O modes in one process: the watch's callback for event loops on every
-built-in store, held calls' time limit and cancel run through `fulfil`, the
+built-in store, I/O calls' time limit and cancel run through `fulfil`, the
 choice of pool and its sizes, and the pool's info for Flower.
 
 tests/test_worker_pools.py runs the same through real Celery workers.
@@ -26,7 +26,7 @@ from tests.support.polling import wait_for
 from tests.support.store_kinds import Stores
 from worker.engine.agent import Agent
 from worker.engine.fulfil import fulfil
-from worker.engine.held_calls import held_count
+from worker.engine.io_calls import io_call_count
 from worker.runtime.app import celery_config
 from worker.runtime.pools import IO_POOL_CLASS, IOPool, store_connections
 
@@ -74,13 +74,13 @@ def test_a_watch_calls_back_on_every_wake_up_and_at_once_if_already_woken(
         wait_for(lambda: any(logged), timeout=10, what="a call back that reads the cancel")
 
 
-# --- held calls, in process -------------------------------------------------------
+# --- I/O calls, in process --------------------------------------------------------
 
 
-def run_held(store: Any, task_id: str, agent: Agent, settings: Settings) -> list[str]:
+def run_io_call(store: Any, task_id: str, agent: Agent, settings: Settings) -> list[str]:
     outcome: list[str] = []
     thread = threading.Thread(
-        target=lambda: outcome.append(fulfil(store, task_id, agent, settings, held=True))
+        target=lambda: outcome.append(fulfil(store, task_id, agent, settings, io_pool=True))
     )
     thread.start()
     return outcome
@@ -98,35 +98,37 @@ async def sleeps(text: str) -> str:
 seen: list[str] = []
 
 
-def test_a_held_coroutine_past_its_time_limit_is_cancelled_and_fails() -> None:
+def test_an_io_call_s_coroutine_past_its_time_limit_is_cancelled_and_fails() -> None:
     seen.clear()
     store = memory_store()
     task_id = submitted(store, "60")
-    outcome = run_held(store, task_id, Agent(sleeps), Settings(time_limit=0.3))
+    outcome = run_io_call(store, task_id, Agent(sleeps), Settings(time_limit=0.3))
 
-    wait_for(lambda: outcome, timeout=30, what="the held call to end")
+    wait_for(lambda: outcome, timeout=30, what="the I/O call to end")
     task = store.get(task_id)
     assert outcome == [FAILED] and task is not None
     assert task["status"]["message"]["parts"][0]["text"] == "timed out after 0.3 s"
     assert seen == ["cancelled"]
-    wait_for(lambda: held_count() == 0, timeout=10, what="the call released")
+    wait_for(lambda: io_call_count() == 0, timeout=10, what="the call released")
 
 
-def test_a_cancel_stops_a_held_coroutine() -> None:
+def test_a_cancel_stops_an_io_call_s_coroutine() -> None:
     seen.clear()
     store = memory_store()
     task_id = submitted(store, "60")
-    outcome = run_held(store, task_id, Agent(sleeps), Settings(time_limit=120))
-    wait_for(lambda: state_of(store.get(task_id) or {}) == "working" and held_count(), timeout=10)
+    outcome = run_io_call(store, task_id, Agent(sleeps), Settings(time_limit=120))
+    wait_for(
+        lambda: state_of(store.get(task_id) or {}) == "working" and io_call_count(), timeout=10
+    )
     # What /metrics shows meanwhile (a worker serves this registry on TOOLNEXUS_METRICS_PORT).
-    assert REGISTRY.get_sample_value("toolnexus_calls_held") == held_count() == 1
+    assert REGISTRY.get_sample_value("toolnexus_io_calls") == io_call_count() == 1
 
     assert transition(store, task_id, to_state(CANCELED)).applied
     wait_for(lambda: outcome, timeout=30, what="the cancelled call to end")
     assert outcome == [CANCELED]
     assert seen == ["cancelled"]
     assert state_of(store.get(task_id) or {}) == CANCELED
-    wait_for(lambda: REGISTRY.get_sample_value("toolnexus_calls_held") == 0, timeout=10)
+    wait_for(lambda: REGISTRY.get_sample_value("toolnexus_io_calls") == 0, timeout=10)
 
 
 def test_a_blocking_call_past_its_time_limit_is_failed_and_its_result_dropped() -> None:
@@ -138,7 +140,7 @@ def test_a_blocking_call_past_its_time_limit_is_failed_and_its_result_dropped() 
 
     store = memory_store()
     task_id = submitted(store)
-    outcome = run_held(store, task_id, Agent(blocks), Settings(time_limit=0.3))
+    outcome = run_io_call(store, task_id, Agent(blocks), Settings(time_limit=0.3))
     wait_for(lambda: state_of(store.get(task_id) or {}) == FAILED, timeout=30, what="time-out")
     release.set()
     wait_for(lambda: outcome, timeout=30, what="the blocking call to return")
@@ -185,9 +187,9 @@ def test_each_pool_s_celery_settings_and_store_connections(
     assert store_connections(settings) == connections
 
 
-def test_the_io_pool_reports_the_calls_it_holds() -> None:
+def test_the_io_pool_reports_its_io_calls() -> None:
     # The truth is the calls this test started: each one says so as it begins
-    # (inside its hold), and stays until released.
+    # (inside `running_io_call`), and stays until released.
     release = threading.Event()
     begun: list[str] = []
 
@@ -202,13 +204,13 @@ def test_the_io_pool_reports_the_calls_it_holds() -> None:
     pool = IOPool(limit=3)
     try:
         assert pool.info["max-concurrency"] == 3
-        outcomes = [run_held(store, submitted(store, name), agent, settings) for name in "ab"]
+        outcomes = [run_io_call(store, submitted(store, name), agent, settings) for name in "ab"]
         wait_for(lambda: len(begun) == 2, timeout=10, what="both calls to begin")
-        assert pool.info["toolnexus-calls-held"] == 2
+        assert pool.info["toolnexus-io-calls"] == 2
         release.set()
         wait_for(lambda: all(outcomes), timeout=30, what="both calls to end")
         assert outcomes == [[COMPLETED], [COMPLETED]]
-        assert pool.info["toolnexus-calls-held"] == 0
+        assert pool.info["toolnexus-io-calls"] == 0
         pool.terminate_job(None)  # a revoke's terminate: nothing to kill, no error
     finally:
         release.set()

@@ -1,9 +1,9 @@
-"""The idle cost of held calls: thousands of waiting calls in one I/O worker process.
+"""The idle cost of I/O calls: thousands of waiting calls in one I/O worker process.
 
-    python3 bench/held_idle.py [--calls 5000] [--seconds 10] [--hold 90] [--rounds 2]
+    python3 bench/io_calls_idle.py [--calls 5000] [--seconds 10] [--hold 90] [--rounds 2]
 
 Each round runs, one after the other, on a private redis-server, one
-`celery -A worker worker` process per mode, holding --calls calls that
+`celery -A worker worker` process per mode, running --calls I/O calls that
 each wait without doing anything:
 
 - green: TOOLNEXUS_POOL=asyncio with `bench.agents:idle` (an `async def`
@@ -14,11 +14,11 @@ each wait without doing anything:
   modes before the green jobs. The peer in the same run.
 
 Every call waits until --hold seconds after the first send. Once every
-call is held (the store's working index counts --calls), the worker
+call is running (the store's working index counts --calls), the worker
 process's CPU time over --seconds is read from /proc and printed as a share
 of one core, with its OS threads and RSS; then, once the calls have ended,
 how long after their end all were completed, and how many. Aim: under 5% of a core for 5,000
-held calls. The heartbeats (one store call a process every
+I/O calls. The heartbeats (one store call a process every
 TOOLNEXUS_HEARTBEAT) run as a deployment's do.
 """
 
@@ -45,15 +45,15 @@ MODES = {
     "green": ("asyncio", "bench.agents:idle"),
     "threads": ("threads", "bench.agents:idle_blocking"),
 }
-HOLD_TIMEOUT = 300.0
+START_TIMEOUT = 300.0
 
 
 @dataclass
-class Held:
+class Idle:
     mode: str
     calls: int
-    held_after: float  # seconds from the first send until every call was held
-    cpu_share: float  # of one core, while held
+    running_after: float  # seconds from the first send until every call was running
+    cpu_share: float  # of one core, while all run
     threads: int
     rss_mib: float
     completed_after: float  # seconds from the calls' end until all were completed
@@ -61,20 +61,20 @@ class Held:
 
     def line(self) -> str:
         return (
-            f"{self.mode:<8} {self.calls:>6} {self.held_after:8.1f} {100 * self.cpu_share:8.2f}%"
+            f"{self.mode:<8} {self.calls:>6} {self.running_after:8.1f} {100 * self.cpu_share:8.2f}%"
             f" {self.threads:>8} {self.rss_mib:8.1f} {self.completed_after:10.1f}"
             f" {self.completed:>9}"
         )
 
 
-HEADER = "mode      calls  held in   idle CPU  threads  RSS MiB  completed  of calls"
+HEADER = "mode      calls  all in    idle CPU  threads  RSS MiB  completed  of calls"
 
 
-def held_count(settings: dict[str, str]) -> int:
+def working_count(settings: dict[str, str]) -> int:
     return len(open_store(Settings.from_env(settings)).stale(float("inf")))
 
 
-def run(mode: str, calls: int, seconds: float, hold: float) -> Held:
+def run(mode: str, calls: int, seconds: float, hold: float) -> Idle:
     pool, agent = MODES[mode]
     redis = RedisServer().start()
     worker: CeleryWorker | None = None
@@ -92,12 +92,12 @@ def run(mode: str, calls: int, seconds: float, hold: float) -> Held:
         pid = worker.process.pid
         end_at = time.time() + hold
         start, ids = submit_directly(settings, f"{end_at:.6f}", calls)
-        deadline = time.monotonic() + HOLD_TIMEOUT
-        while held_count(settings) < calls:
+        deadline = time.monotonic() + START_TIMEOUT
+        while working_count(settings) < calls:
             if time.monotonic() > deadline or worker.process.poll() is not None:
-                raise RuntimeError(f"{mode}: not all held: {worker.output()[-2000:]}")
+                raise RuntimeError(f"{mode}: not all running: {worker.output()[-2000:]}")
             time.sleep(0.2)
-        held_after = time.time() - start
+        running_after = time.time() - start
         time.sleep(1.0)  # the last claims' saves and acknowledgements settle
         before, at = cpu_seconds(pid), time.monotonic()
         time.sleep(seconds)
@@ -109,7 +109,7 @@ def run(mode: str, calls: int, seconds: float, hold: float) -> Held:
         finished = wait_finished(settings, ids)
         done = sum(1 for task in finished if task is not None and state_of(task) == COMPLETED)
         completed_after = time.time() - end_at
-        return Held(mode, calls, held_after, share, threads, rss, completed_after, done)
+        return Idle(mode, calls, running_after, share, threads, rss, completed_after, done)
     finally:
         if worker is not None:
             worker.stop()

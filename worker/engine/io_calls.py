@@ -1,7 +1,7 @@
-"""The calls a worker process holds at once in an I/O mode (TOOLNEXUS_POOL=threads|asyncio).
+"""I/O calls: the calls a worker process runs at once (TOOLNEXUS_POOL=threads|asyncio).
 
 Celery's consumer and thread pool carry the messages exactly as they do for
-prefork: one message per held call, acknowledged late when its call ends,
+prefork: one message per I/O call, acknowledged late when its call ends,
 so the claim, late acks, redelivery, retries and Flower's events stay
 Celery's own. Each call parks the pool thread that took its message (a
 blocked thread costs memory, not CPU: docs/io-workers.md has the
@@ -59,7 +59,7 @@ T = TypeVar("T")
 LAG_PROBE = 0.25
 LAG_WARNING = 0.5
 WARN_EVERY = 30.0
-# How often the number of held calls is logged while it changes.
+# How often the number of I/O calls is logged while it changes.
 REPORT_EVERY = 60.0
 # Threads for the store calls the loop itself makes (a cancel's check, a
 # time limit's failure): few, since each is one short round trip.
@@ -71,8 +71,8 @@ class CallStopped(Exception):
     is the failure its task gets if nothing else ended it first."""
 
 
-class HeldCall:
-    """One call this process holds: its coroutines run on the loop, and it is
+class IOCall:
+    """One I/O call of this process: its coroutines run on the loop, and it is
     stopped (from any thread) at its time limit or when its task left `working`."""
 
     def __init__(
@@ -216,11 +216,11 @@ class HeldCall:
 
 class CallLoop:
     """The process's event loop in a daemon thread (started on first use:
-    only the I/O modes use it), and the calls it holds."""
+    only the I/O modes use it), and the I/O calls running on it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._held: set[HeldCall] = set()
+        self._calls: set[IOCall] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.store_calls = concurrent.futures.ThreadPoolExecutor(
             max_workers=STORE_THREADS, thread_name_prefix="toolnexus-call-store"
@@ -239,18 +239,18 @@ class CallLoop:
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._held)
+            return len(self._calls)
 
-    def add(self, call: HeldCall) -> None:
+    def add(self, call: IOCall) -> None:
         with self._lock:
-            self._held.add(call)
-            worker_metrics().calls_held.inc()
+            self._calls.add(call)
+            worker_metrics().io_calls.inc()
 
-    def remove(self, call: HeldCall) -> None:
+    def remove(self, call: IOCall) -> None:
         with self._lock:
-            if call in self._held:
-                self._held.discard(call)
-                worker_metrics().calls_held.dec()
+            if call in self._calls:
+                self._calls.discard(call)
+                worker_metrics().io_calls.dec()
 
     def _run(self, loop: asyncio.AbstractEventLoop) -> None:
         asyncio.set_event_loop(loop)
@@ -259,7 +259,7 @@ class CallLoop:
 
     async def _watch_lag(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop's watchdog: measure how late it wakes a sleeper (a
-        coroutine that blocks holds up every other call by that much), and
+        coroutine that blocks delays every other call by that much), and
         stop the calls past their time limit (a sweep every LAG_PROBE
         seconds, not a timer per call set from its pool thread)."""
         warned = reported = -WARN_EVERY - REPORT_EVERY
@@ -271,57 +271,57 @@ class CallLoop:
             lag = max(0.0, now - before - LAG_PROBE)
             worker_metrics().loop_lag.set(lag)
             with self._lock:
-                calls = list(self._held)
+                calls = list(self._calls)
             for call in calls:
                 if call.deadline <= now and call.stopped is None:
                     call.expire()
-            held = len(calls)
+            running = len(calls)
             if lag > LAG_WARNING and now - warned > WARN_EVERY:
                 warned = now
                 log.warning(
-                    "event loop stalled for %.2f s with %d call(s) held: an agent blocks"
+                    "event loop stalled for %.2f s with %d I/O call(s) running: an agent blocks"
                     " the loop (CPU-bound work or a blocking call inside an async def):"
                     " move that work off the loop (asyncio.to_thread), make the agent a"
                     " plain def, or run it with TOOLNEXUS_POOL=prefork",
                     lag,
-                    held,
+                    running,
                 )
-            if held != last_count and now - reported > REPORT_EVERY:
-                reported, last_count = now, held
-                log.info("holding %d call(s)", held)
+            if running != last_count and now - reported > REPORT_EVERY:
+                reported, last_count = now, running
+                log.info("%d I/O call(s) running", running)
 
 
 # The I/O modes run in one process (Celery's thread pool does not fork).
 _calls = CallLoop()
 
 
-def held_count() -> int:
-    """How many calls this process holds now."""
+def io_call_count() -> int:
+    """How many I/O calls this process runs now."""
     return len(_calls)
 
 
 def calls_loop() -> asyncio.AbstractEventLoop:
-    """The process's event loop for held calls (started on first use)."""
+    """The process's event loop for I/O calls (started on first use)."""
     return _calls.loop
 
 
 @contextmanager
 def watching(store: Store, task_id: str) -> Iterator[Watch]:
     """The store's watch of `task_id`: how a cancel from another process
-    reaches a held call."""
+    reaches an I/O call."""
     with store.watch(task_id) as watch:
         yield watch
 
 
 @contextmanager
-def holding(
+def running_io_call(
     store: Store, claimed: Record, agent: Agent, settings: Settings, watch: Watch | None
-) -> Iterator[HeldCall]:
-    """Hold the call of the `claimed` task for the block: count it, keep its
+) -> Iterator[IOCall]:
+    """Run the call of the `claimed` task as an I/O call for the block: count it, keep its
     time limit, and stop it when `watch` (from `watching`, begun before the
     claim) says the task may have left `working`."""
     loop = _calls.loop
-    call = HeldCall(_calls, store, claimed, agent, settings)
+    call = IOCall(_calls, store, claimed, agent, settings)
     with ExitStack() as stack:
         _calls.add(call)
         stack.callback(_calls.remove, call)
