@@ -20,12 +20,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.processes import in_checkout  # noqa: E402
 
 STEPS = ("turn book", "send limit", "create", "progress")
 POLICIES = ("always", "no")
@@ -76,17 +79,8 @@ print(json.dumps(calls / (time.perf_counter() - began)))
 """
 
 
-def in_checkout(checkout: Path, *args: str) -> float:
-    done = subprocess.run(
-        [sys.executable, "-c", _MEASURE, *args],
-        cwd=checkout,
-        env={"PYTHONPATH": str(checkout), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    return float(done.stdout.strip())
+def measured(checkout: Path, *args: str) -> float:
+    return float(in_checkout(checkout, _MEASURE, *args))
 
 
 def main() -> None:
@@ -107,7 +101,7 @@ def main() -> None:
                         folder = Path(scratch) / f"{round_}-{policy}-{step}-{name}".replace(
                             " ", "_"
                         )
-                        rate = in_checkout(
+                        rate = measured(
                             checkouts[name],
                             str(folder),
                             policy,

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -32,6 +31,7 @@ if str(ROOT) not in sys.path:
 
 import psycopg  # noqa: E402
 
+from bench.processes import in_checkout  # noqa: E402
 from tests.support.postgres import admin, url_of  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 
@@ -70,19 +70,6 @@ from shared.stores.postgres import schema
 with psycopg.connect(sys.argv[1], autocommit=True) as conn:
     schema.upgrade(conn, sys.argv[2])
 """
-
-
-def in_checkout(checkout: Path, script: str, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-c", script, *args],
-        cwd=checkout,
-        env={"PYTHONPATH": str(checkout), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    return done.stdout.strip()
 
 
 def main() -> None:

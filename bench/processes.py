@@ -241,3 +241,20 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     ordered = sorted(values)
     rank = min(len(ordered), max(1, math.ceil(fraction * len(ordered))))
     return ordered[rank - 1]
+
+
+def in_checkout(checkout: Path, script: str, *args: str, timeout: float = 600) -> str:
+    """What `script` (Python source) prints, run with `args` in another
+    checkout's directory: its own code first on `sys.path`, this
+    interpreter's dependencies (how a benchmark sets two checkouts side by
+    side)."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=checkout,
+        env={"PYTHONPATH": str(checkout), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=True,
+    )
+    return done.stdout.strip()
