@@ -47,11 +47,13 @@ calls, threads = int(sys.argv[4]), int(sys.argv[5])
 store = FileStore(folder, fsync=policy)
 book, ledger = store.turn_book(), store.send_ledger()
 book.register("worker@bench", 10**6, 3600)
+ARTIFACT = {"artifactId": "a", "parts": [{"text": "x"}]}
+chunk = lambda task: [artifact_update(task, ARTIFACT)]
 mine = {}
 for i in range(threads):
     task = store.create(new_task(text_message("user", "hi"), owner=f"owner-{i}")).task
     transition(store, task["id"], to_state(WORKING))
-    mine[f"owner-{i}"] = store.get(task["id"])
+    mine[f"owner-{i}"] = task["id"]
 start = threading.Barrier(threads + 1)
 def run(owner):
     start.wait()
@@ -65,16 +67,23 @@ def run(owner):
         elif step == "create":
             assert store.create(new_task(text_message("user", "hi"), owner=owner)).created
         else:
-            task = mine[owner]
-            chunk = artifact_update(task, {"artifactId": "a", "parts": [{"text": "x"}]})
-            assert transition(store, task["id"], chunk, from_states={WORKING}).applied
-workers = [threading.Thread(target=run, args=(f"owner-{i}",)) for i in range(threads)]
+            assert transition(store, mine[owner], chunk, from_states={WORKING}).applied
+failed = []
+def guarded(owner):
+    try:
+        run(owner)
+    except BaseException as error:  # a step that fails makes the figure void
+        failed.append(error)
+        raise
+workers = [threading.Thread(target=guarded, args=(f"owner-{i}",)) for i in range(threads)]
 for w in workers:
     w.start()
 start.wait()
 began = time.perf_counter()
 for w in workers:
     w.join()
+if failed:
+    sys.exit(f"a step failed: {failed[0]!r}")
 print(json.dumps(calls / (time.perf_counter() - began)))
 """
 

@@ -266,7 +266,8 @@ class FileStore:
             events, saved = restamped([current_status(task)], task, moment)
             self._place(task_id, saved)
             self._write(task_id, 1, False, events, saved)
-            self._indexed(task_id, SUBMITTED)
+            # Placed already: a new task is in the waiting index alone, since before the write.
+            self._indexed(task_id, SUBMITTED, moved=False)
         return Created(saved, True)
 
     def read(self, task_id: str) -> Record | None:
