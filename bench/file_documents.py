@@ -17,9 +17,6 @@ over the other) the median of the per-round ratios.
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -28,7 +25,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.processes import in_checkout  # noqa: E402
+from bench.processes import (  # noqa: E402
+    in_checkout,
+    print_ratios,
+    side_by_side,
+    side_by_side_options,
+)
 
 STEPS = ("turn book", "send limit", "create", "progress")
 POLICIES = ("always", "no")
@@ -93,43 +95,20 @@ def measured(checkout: Path, *args: str) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("other", type=Path)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--threads", type=int, default=4)
-    options = parser.parse_args()
+    options = side_by_side_options(__doc__.splitlines()[0])
     checkouts = {"this": ROOT, "other": options.other.resolve()}
-    figures: dict[tuple[str, str, str], list[float]] = {}
+    cases = [(policy, step) for policy in POLICIES for step in STEPS]
     with tempfile.TemporaryDirectory(prefix="toolnexus-bench-") as scratch:
-        for round_ in range(options.rounds):
-            order = list(checkouts) if round_ % 2 == 0 else list(reversed(checkouts))
-            for policy in POLICIES:
-                for step in STEPS:
-                    for name in order:
-                        folder = Path(scratch) / f"{round_}-{policy}-{step}-{name}".replace(
-                            " ", "_"
-                        )
-                        rate = measured(
-                            checkouts[name],
-                            str(folder),
-                            policy,
-                            step,
-                            str(options.calls),
-                            str(options.threads),
-                        )
-                        figures.setdefault((policy, step, name), []).append(rate)
+        made = iter(range(10**9))
+
+        def measure(name: str, policy: str, step: str) -> float:
+            folder = Path(scratch) / f"store-{next(made)}"  # a fresh directory each time
+            calls, threads = str(options.calls), str(options.threads)
+            return measured(checkouts[name], str(folder), policy, step, calls, threads)
+
+        figures = side_by_side(checkouts, options.rounds, cases, measure)
     print(f"{options.rounds} rounds, {options.calls} steps on {options.threads} threads each")
-    print(f"{'fsync':8} {'step':12} {'this /s':>10} {'other /s':>10} {'ratio':>6}")
-    for policy in POLICIES:
-        for step in STEPS:
-            this, other = figures[(policy, step, "this")], figures[(policy, step, "other")]
-            ratio = statistics.median(a / b for a, b in zip(this, other, strict=True))
-            print(
-                f"{policy:8} {step:12} {statistics.median(this):10.0f}"
-                f" {statistics.median(other):10.0f} {ratio:6.2f}"
-            )
-    print(json.dumps({f"{p}/{s}/{n}": v for (p, s, n), v in figures.items()}))
+    print_ratios(figures, cases, "fsync")
 
 
 if __name__ == "__main__":

@@ -18,9 +18,6 @@ ratio (this checkout over the other) the median of the per-round ratios.
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
 import sys
 import uuid
 from pathlib import Path
@@ -31,7 +28,12 @@ if str(ROOT) not in sys.path:
 
 import psycopg  # noqa: E402
 
-from bench.processes import in_checkout  # noqa: E402
+from bench.processes import (  # noqa: E402
+    in_checkout,
+    print_ratios,
+    side_by_side,
+    side_by_side_options,
+)
 from tests.support.postgres import admin, url_of  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 
@@ -73,12 +75,7 @@ with psycopg.connect(sys.argv[1], autocommit=True) as conn:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("other", type=Path)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--threads", type=int, default=4)
-    options = parser.parse_args()
+    options = side_by_side_options(__doc__.splitlines()[0])
     checkouts = {"this": ROOT, "other": options.other.resolve()}
     database = f"toolnexus_bench_{uuid.uuid4().hex[:8]}"
     with admin() as conn:
@@ -93,34 +90,16 @@ def main() -> None:
                 conn.execute(f"CREATE SCHEMA {schema_name}")
             in_checkout(checkout, _MIGRATE, url_of(database), schema_name)
             stores[("postgres", name)] = url_of(database, schema_name)
-        figures: dict[tuple[str, str, str], list[float]] = {}
-        for round_ in range(options.rounds):
-            order = list(checkouts) if round_ % 2 == 0 else list(reversed(checkouts))
-            for kind in ("redis", "postgres"):
-                for step in STEPS:
-                    for name in order:
-                        rate = float(
-                            in_checkout(
-                                checkouts[name],
-                                _MEASURE,
-                                stores[(kind, name)],
-                                step,
-                                str(options.calls),
-                                str(options.threads),
-                            )
-                        )
-                        figures.setdefault((kind, step, name), []).append(rate)
+        cases = [(kind, step) for kind in ("redis", "postgres") for step in STEPS]
+
+        def measure(name: str, kind: str, step: str) -> float:
+            calls, threads = str(options.calls), str(options.threads)
+            args = (stores[(kind, name)], step, calls, threads)
+            return float(in_checkout(checkouts[name], _MEASURE, *args))
+
+        figures = side_by_side(checkouts, options.rounds, cases, measure)
         print(f"{options.rounds} rounds, {options.calls} steps on {options.threads} threads each")
-        print(f"{'store':10} {'step':16} {'this /s':>10} {'other /s':>10} {'ratio':>6}")
-        for kind in ("redis", "postgres"):
-            for step in STEPS:
-                this, other = figures[(kind, step, "this")], figures[(kind, step, "other")]
-                ratio = statistics.median(a / b for a, b in zip(this, other, strict=True))
-                print(
-                    f"{kind:10} {step:16} {statistics.median(this):10.0f}"
-                    f" {statistics.median(other):10.0f} {ratio:6.2f}"
-                )
-        print(json.dumps({f"{k}/{s}/{n}": v for (k, s, n), v in figures.items()}))
+        print_ratios(figures, cases, "store")
     finally:
         redis.close()
         with admin() as conn:

@@ -7,11 +7,14 @@ read /proc, so memory is measured without extra packages.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import http.client
+import json
 import math
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -258,3 +261,49 @@ def in_checkout(checkout: Path, script: str, *args: str, timeout: float = 600) -
         check=True,
     )
     return done.stdout.strip()
+
+
+def side_by_side_options(description: str) -> argparse.Namespace:
+    """The command line of a bench that sets this checkout beside another:
+    the other's directory, rounds, calls a measure and the threads making them."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("other", type=Path)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--threads", type=int, default=4)
+    return parser.parse_args()
+
+
+# A measure's place in a side-by-side run: (group, step), e.g. ("redis", "take").
+Case = tuple[str, str]
+
+
+def side_by_side(
+    checkouts: Mapping[str, Path], rounds: int, cases: Sequence[Case], measure: Callable[..., float]
+) -> dict[tuple[str, str, str], list[float]]:
+    """`measure(checkout name, group, step)` for every case in each checkout,
+    `rounds` times, the checkouts' order alternating by round so neither
+    always goes first: (group, step, checkout name) -> one figure a round."""
+    figures: dict[tuple[str, str, str], list[float]] = {}
+    for round_ in range(rounds):
+        order = list(checkouts) if round_ % 2 == 0 else list(reversed(checkouts))
+        for group, step in cases:
+            for name in order:
+                figures.setdefault((group, step, name), []).append(measure(name, group, step))
+    return figures
+
+
+def print_ratios(
+    figures: Mapping[tuple[str, str, str], list[float]], cases: Sequence[Case], heading: str
+) -> None:
+    """Each case's median in "this" and "other" checkouts and the median of
+    the per-round ratios (this over other), then every figure as JSON."""
+    print(f"{heading:10} {'step':16} {'this /s':>10} {'other /s':>10} {'ratio':>6}")
+    for group, step in cases:
+        this, other = figures[(group, step, "this")], figures[(group, step, "other")]
+        ratio = statistics.median(a / b for a, b in zip(this, other, strict=True))
+        print(
+            f"{group:10} {step:16} {statistics.median(this):10.0f}"
+            f" {statistics.median(other):10.0f} {ratio:6.2f}"
+        )
+    print(json.dumps({"/".join(key): value for key, value in figures.items()}))
