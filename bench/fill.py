@@ -1,0 +1,101 @@
+"""Filling a store through the embedded server: the file store beside the
+memory store, interleaved in one run.
+
+    python3 bench/fill.py [--tasks 20000] [--threads 8] [--rounds 2]
+
+Each round starts `toolnexus-serve` (the embedded server: front end and
+worker threads in one process, the default echo agent) once per store, the
+memory store and then a fresh file-store directory (the order alternating
+by round), and sends `--tasks` messages from `--threads` client threads
+over JSON-RPC, each a blocking SendMessage that returns once its task is
+finished. Printed per round: tasks a second on each store and the file
+store's ratio to the memory store's (the aim: at least 0.5x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.support.embedded import embedded_server  # noqa: E402
+
+
+def fill(url: str, tasks: int, threads: int) -> float:
+    """Tasks a second: `tasks` blocking sends from `threads` threads."""
+    numbers = itertools.count()
+    failures: list[str] = []
+
+    def sender() -> None:
+        with requests.Session() as session:
+            while next(numbers) < tasks and not failures:
+                message = {
+                    "role": "ROLE_USER",
+                    "messageId": str(uuid.uuid4()),
+                    "parts": [{"text": "fill"}],
+                }
+                body = {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "SendMessage",
+                    "params": {"message": message},
+                }
+                reply: dict[str, Any] = session.post(
+                    f"{url}/", json=body, headers={"A2A-Version": "1.0"}, timeout=60
+                ).json()
+                state = reply.get("result", {}).get("task", {}).get("status", {}).get("state")
+                if state != "TASK_STATE_COMPLETED":
+                    failures.append(repr(reply)[:300])
+
+    workers = [threading.Thread(target=sender) for _ in range(threads)]
+    began = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    if failures:
+        raise SystemExit(f"a send did not complete: {failures[0]}")
+    return tasks / (time.perf_counter() - began)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=20_000)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=2)
+    options = parser.parse_args()
+    ratios = []
+    for round_ in range(options.rounds):
+        kinds = ["memory", "file"] if round_ % 2 == 0 else ["file", "memory"]
+        rates: dict[str, float] = {}
+        for kind in kinds:
+            with tempfile.TemporaryDirectory(prefix="toolnexus-fill-") as scratch:
+                folder = Path(scratch)
+                store = "memory" if kind == "memory" else f"file:{folder / 'tasks'}"
+                with embedded_server(folder, {"TOOLNEXUS_STORE": store}) as (host, port):
+                    rates[kind] = fill(f"http://{host}:{port}", options.tasks, options.threads)
+        ratio = rates["file"] / rates["memory"]
+        ratios.append(ratio)
+        print(
+            f"round {round_ + 1}: memory {rates['memory']:,.0f} tasks/s,"
+            f" file {rates['file']:,.0f} tasks/s, file/memory {ratio:.2f}x",
+            flush=True,
+        )
+    print(f"file/memory, median of {options.rounds} rounds: {statistics.median(ratios):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
