@@ -332,3 +332,36 @@ def test_a_finished_tasks_push_state_goes_after_the_task_ttl(
 
     wait_for(forgotten, timeout=10, what="t1's configs to go")
     assert pushes.configs("t2") != []  # a task still pushing keeps its own
+
+
+def test_a_config_put_as_the_sweep_lets_its_task_go_is_still_swept(
+    store_kind: str, stores: Stores
+) -> None:
+    """The sweep lets a finished, delivered task go (`done`) while a config
+    is put on it: whichever comes first, the new config is swept."""
+    pushes = stores.open(store_kind).push_store(ttl=3600)
+    pushes.put(config("t1", "a"), cap=5)
+    # The sweep checked "a" alone; "b" came before its `done`: refused.
+    pushes.put(config("t1", "b"), cap=5)
+    assert not pushes.done("t1", ["a"])
+    assert pushes.pushing() == ["t1"]
+    assert pushes.done("t1", ["a", "b"]) and pushes.pushing() == []
+    # A put whose config lands while `done` runs: `done` between its index
+    # entry and its write (the first of its document swaps runs `done`).
+    documents = pushes._documents
+    swapping = documents.swap
+    ran: list[bool] = []
+
+    def swap(name: str, *args: Any, **kwargs: Any) -> bool:
+        if name.startswith("push:") and not ran:
+            ran.append(pushes.done("t1", ["a", "b"]))
+        return bool(swapping(name, *args, **kwargs))
+
+    documents.swap = swap  # type: ignore[method-assign]
+    try:
+        pushes.put(config("t1", "c"), cap=5)
+    finally:
+        del documents.swap
+    assert ran == [True]  # `done` itself saw only what it had checked
+    assert pushes.pushing() == ["t1"]  # and the new config is swept all the same
+    assert [c["id"] for c in pushes.configs("t1")] == ["a", "b", "c"]

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Protocol, TypedDict
 from shared.errors import ToolnexusError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection
 
 
 class Authentication(TypedDict):
@@ -104,8 +104,10 @@ class PushStore(Protocol):
 
     def pushing(self) -> list[str]: ...
 
-    def done(self, task_id: str) -> None:
-        """The task is finished and delivered: no longer swept."""
+    def done(self, task_id: str, checked: Collection[str] | None = None) -> bool:
+        """The task is finished and delivered (to the configs `checked`, where
+        given): no longer swept, unless a config not among them came
+        meanwhile (then False, and it is still swept)."""
 
     def forget(self, task_id: str) -> None:
         """Everything of the task's push state (the task expired)."""

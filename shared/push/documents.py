@@ -5,7 +5,8 @@ store's small documents (`shared.documents`) and scored indexes
 - `push:<digest of the task id>` holds the task's configs and delivery
   cursors, `{"configs": {id: config}, "cursors": {id: cursor}}`, and once
   the task is done, `forget_at`: the store's time when the document goes
-  (every later write keeps that time).
+  (every later write keeps that time), and `done`: the task finished and
+  delivered to every config it has (a config put later clears it).
 - `push-lease:<digest of the task and config ids>` is a pair's lease,
   `{"holder": ...}`, living as long as the lease: one that runs out is
   simply not there any more, by the store's clock.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final, cast
 
 from shared.documents import Documents, step
@@ -69,8 +70,12 @@ class DocumentPush:
                 None,
             )
 
+        # In the index before the config is written (a crash between leaves a
+        # task swept with nothing to send), and again after it: a `done` that
+        # took the task out in between would otherwise leave this config unswept.
         self._indexes.add(PUSHING, task_id, time.time())
         step(self._documents, _name(task_id), change)
+        self._indexes.add(PUSHING, task_id, time.time())
 
     def config(self, task_id: str, config_id: str) -> PushConfig | None:
         self._ready()
@@ -151,17 +156,31 @@ class DocumentPush:
         self._ready()
         return sorted(member for member, _ in self._indexes.range(PUSHING))
 
-    def done(self, task_id: str) -> None:
+    def done(self, task_id: str, checked: Collection[str] | None = None) -> bool:
         self._ready()
         ttl = self._ttl
 
-        def change(state: Any, now: float) -> tuple[Any, float | None, None]:
-            if not isinstance(state, dict) or ttl is None or "forget_at" in state:
-                return state, None, None
-            return {**state, "forget_at": now + ttl}, ttl, None
+        def change(state: Any, now: float) -> tuple[Any, float | None, bool]:
+            if not isinstance(state, dict):
+                return state, None, True  # nothing kept: nothing to deliver
+            if checked is not None and not set(_parts(state)[0]) <= set(checked):
+                return state, None, False  # a config came after the sweep looked
+            if state.get("done"):
+                return state, None, True
+            written = {**state, "done": True}
+            if ttl is None:
+                return written, None, True
+            return {**written, "forget_at": now + ttl}, ttl, True
 
-        step(self._documents, _name(task_id), change)
+        if not step(self._documents, _name(task_id), change):
+            return False
         self._indexes.remove(PUSHING, task_id)
+        # A put that wrote its config after this step cleared `done`: swept again.
+        again = self._read(task_id)
+        if isinstance(again, dict) and not again.get("done"):
+            self._indexes.add(PUSHING, task_id, time.time())
+            return False
+        return True
 
     def forget(self, task_id: str) -> None:
         self._ready()
@@ -211,8 +230,11 @@ def _kept(
     """The document with new configs and cursors, keeping the time it goes
     (a finished task's push state goes when it was to, whatever is written
     after)."""
-    forget_at = state.get("forget_at") if isinstance(state, dict) else None
+    kept = state if isinstance(state, dict) else {}
     written: dict[str, Any] = {"configs": configs, "cursors": cursors}
+    if kept.get("done"):
+        written["done"] = True
+    forget_at = kept.get("forget_at")
     if forget_at is None:
         return written, None, True
     return {**written, "forget_at": forget_at}, max(0.001, float(forget_at) - now), True

@@ -138,7 +138,8 @@ def sweep(store: Store, push: PushStore, send: Send, lease: float) -> int:
             push.forget(task_id)  # the task expired: its webhooks go with it
             continue
         behind = False
-        for config in push.configs(task_id):
+        configs = push.configs(task_id)
+        for config in configs:
             if push.cursor(task_id, config["id"]).delivered >= record.seq:
                 continue
             behind = True
@@ -147,7 +148,7 @@ def sweep(store: Store, push: PushStore, send: Send, lease: float) -> int:
                 send(task_id, config["id"], holder)
                 handed += 1
         if not behind and is_terminal(state_of(record.task)):
-            push.done(task_id)
+            push.done(task_id, [config["id"] for config in configs])
     return handed
 
 
