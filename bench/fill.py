@@ -19,8 +19,6 @@ import itertools
 import statistics
 import sys
 import tempfile
-import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.processes import timed_threads  # noqa: E402
 from tests.support.embedded import embedded_server  # noqa: E402
 
 
@@ -39,7 +38,7 @@ def fill(url: str, tasks: int, threads: int) -> float:
     numbers = itertools.count()
     failures: list[str] = []
 
-    def sender() -> None:
+    def sender(_: int) -> None:
         with requests.Session() as session:
             while next(numbers) < tasks and not failures:
                 message = {
@@ -60,15 +59,10 @@ def fill(url: str, tasks: int, threads: int) -> float:
                 if state != "TASK_STATE_COMPLETED":
                     failures.append(repr(reply)[:300])
 
-    workers = [threading.Thread(target=sender) for _ in range(threads)]
-    began = time.perf_counter()
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    elapsed = timed_threads(sender, threads)
     if failures:
         raise SystemExit(f"a send did not complete: {failures[0]}")
-    return tasks / (time.perf_counter() - began)
+    return tasks / elapsed
 
 
 def main() -> None:

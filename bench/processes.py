@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -307,3 +308,15 @@ def print_ratios(
             f" {statistics.median(other):10.0f} {ratio:6.2f}"
         )
     print(json.dumps({"/".join(key): value for key, value in figures.items()}))
+
+
+def timed_threads(work: Callable[[int], object], count: int) -> float:
+    """Seconds from starting `count` threads, thread `i` running `work(i)`,
+    to the end of the last."""
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(count)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.monotonic() - started

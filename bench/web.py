@@ -58,7 +58,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -68,7 +67,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.processes import Server, exit_on_sigterm, finish_task, gunicorn, uvicorn
+from bench.processes import Server, exit_on_sigterm, finish_task, gunicorn, timed_threads, uvicorn
 from tests.support.redis_server import RedisServer
 
 BASELINE_KEY = "bench:task"
@@ -262,15 +261,9 @@ def load_together(loads: list[Load], seconds: float, connections: int, label: st
             counts[index] += 1
         connection.close()
 
-    threads = [threading.Thread(target=drive, args=(i,)) for i in range(connections)]
-    started = time.monotonic()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    elapsed = timed_threads(drive, connections)
     if failures:
         raise RuntimeError(f"{label}: errors under load: {failures[0]}")
-    elapsed = time.monotonic() - started
     return [sum(counts[i :: len(loads)]) / elapsed for i in range(len(loads))]
 
 
