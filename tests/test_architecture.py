@@ -414,14 +414,12 @@ def test_broker_code_lives_only_in_the_broker_package() -> None:
 
 
 # Where a store's, a turn book's or a dispatcher's abilities are read: the
-# wiring of each, once (and the contract's own check of a whole store, the
-# spec's check of a store object, the adapter's call of a user's `close`).
+# wiring of each, once (and the spec's check that an object it loaded is a
+# store, not a factory to call).
 ABILITIES_READ = {
     "shared/store/wiring.py",
-    "shared/broker/dispatcher.py",
-    "shared/store/contract.py",
+    "shared/broker/wiring.py",
     "shared/store/resolve.py",
-    "shared/store/adapter.py",
 }
 # What names a store, a book, a ledger or a dispatcher in a probe's first argument.
 _PROBED = ("store", "book", "ledger", "dispatcher", "broker", "inner")
@@ -447,7 +445,7 @@ def probes(path: Path) -> Iterator[str]:
 
 def test_abilities_are_read_only_at_the_wiring() -> None:
     """What a store or a dispatcher can do is decided once, at wiring
-    (`shared.store.wiring.abilities_of`, `shared.broker.dispatcher.
+    (`shared.store.wiring.abilities_of`, `shared.broker.wiring.
     dispatcher_abilities`); nothing else asks them by name."""
     found = [
         line

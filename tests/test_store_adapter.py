@@ -16,9 +16,9 @@ import pytest
 from shared import Settings
 from shared.events import artifact_update, status_update
 from shared.store.adapter import Adapted, number_of
-from shared.store.contract import Record, Watch, is_full_store
+from shared.store.contract import Record, Watch
 from shared.store.follow import follow
-from shared.store.wiring import open_store
+from shared.store.wiring import is_full_store, open_store
 from shared.stores.file.store import file_store
 from shared.stores.memory.store import memory_store
 from shared.task import (
@@ -215,3 +215,29 @@ def test_claims_on_memory_and_file_go_through_the_stores_claim(
     assert outcome.applied and calls == [task["id"]]
     assert outcome.record is not None and outcome.record.seq == 2
     assert store.events(task["id"], 1)[0][1]["contextId"] == task["contextId"]
+
+
+def test_an_adapted_store_closes_the_users_store_where_it_can() -> None:
+    """The user's own `close`, found at wiring, is what the adapter's close calls."""
+    closed: list[bool] = []
+
+    class Closing:
+        def __init__(self) -> None:
+            self.tasks: dict[str, Any] = {}
+
+        def get(self, task_id: str) -> Any:
+            return self.tasks.get(task_id)
+
+        def save(self, task: Any) -> Any:
+            self.tasks[task["id"]] = task
+            return task
+
+        def close(self) -> None:
+            closed.append(True)
+
+    class Plain(Closing):
+        close = None  # type: ignore[assignment]  # no close of its own
+
+    open_store(Settings(), Closing()).close()
+    open_store(Settings(), Plain()).close()  # nothing to call, and no error
+    assert closed == [True]

@@ -23,9 +23,8 @@ from shared import InvalidTaskId, StoreError, transition
 from shared.events import Change, artifact_update, message_added, to_state
 from shared.keys import digest
 from shared.settings import Settings
-from shared.store.contract import is_full_store
 from shared.store.resolve import resolve_store
-from shared.store.wiring import open_store
+from shared.store.wiring import is_full_store, open_store
 from shared.stores.file.store import FileStore
 from shared.stores.postgres import PostgresStore, postgres_store
 from shared.stores.redis.store import RedisStore, redis_store

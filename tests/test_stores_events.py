@@ -16,8 +16,9 @@ import redis
 
 from shared.errors import ContextTaken
 from shared.events import artifact_update, state_after, status_update, to_state
-from shared.store.contract import Commit, is_full_store, message_key
+from shared.store.contract import Commit, message_key
 from shared.store.resolve import resolve_store
+from shared.store.wiring import is_full_store
 from shared.stores.file.store import file_store
 from shared.stores.redis.store import redis_store
 from shared.task import (

@@ -17,8 +17,8 @@ from prometheus_client import REGISTRY
 from shared.errors import ConfigError
 from shared.events import to_state
 from shared.settings import Settings
-from shared.store.contract import is_full_store
 from shared.store.spec import POOL_SIZE
+from shared.store.wiring import is_full_store
 from shared.stores.memory.store import memory_store
 from shared.task import CANCELED, COMPLETED, FAILED, new_task, state_of, text_message
 from shared.transitions import transition

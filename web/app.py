@@ -23,7 +23,8 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.wrappers import Response as BaseResponse
 
-from shared.broker.dispatcher import Dispatcher, dispatcher_abilities
+from shared.broker.dispatcher import Dispatcher
+from shared.broker.wiring import dispatcher_abilities
 from shared.codec import encode_bytes
 from shared.errors import StoreError, Unsupported
 from shared.ops.event_metrics import event_metrics

@@ -28,6 +28,7 @@ what a store can do. What the adapter gives it:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Final, cast
 
@@ -86,8 +87,16 @@ class Adapted:
 
     lists_by_scan = True
 
-    def __init__(self, inner: TaskStore, *, poll: float = POLL) -> None:
+    def __init__(
+        self,
+        inner: TaskStore,
+        *,
+        poll: float = POLL,
+        close: Callable[[], object] | None = None,
+    ) -> None:
+        """`close`: the user's store's own, where it has one (read at wiring)."""
         self.inner = inner
+        self._close = close
         self._notifier = Notifier()
         self._poller = Poller(self._notifier, self._stamp, every=poll, name="toolnexus-store-poll")
 
@@ -170,9 +179,8 @@ class Adapted:
         self.inner.get(PROBE_ID)
 
     def close(self) -> None:
-        closing = getattr(self.inner, "close", None)  # the user's own, if it has one
-        if callable(closing):
-            closing()
+        if self._close is not None:
+            self._close()
 
     def push_store(self, ttl: float | None = None) -> PushStore | None:
         return None
@@ -193,8 +201,9 @@ class Adapted:
         return number_of(task) if task is not None else 0
 
 
-def adapt(store: TaskStore) -> Adapted:
-    """`store` with the whole contract; logs once what it lacks."""
+def adapt(store: TaskStore, *, close: Callable[[], object] | None = None) -> Adapted:
+    """`store` with the whole contract; logs once what it lacks. `close`:
+    the store's own, where it has one."""
     name = f"{type(store).__module__}.{type(store).__qualname__}"
     log.warning("task store %s has only get/save: %s", name, "; ".join(LACKS))
-    return Adapted(store)
+    return Adapted(store, close=close)

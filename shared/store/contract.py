@@ -286,10 +286,3 @@ CONTRACT: tuple[str, ...] = (
     "close",
     "push_store",
 )
-
-
-def is_full_store(candidate: object) -> bool:
-    """Whether `candidate` has the whole contract (`lists_by_scan` included)."""
-    return hasattr(candidate, "lists_by_scan") and all(
-        callable(getattr(candidate, name, None)) for name in CONTRACT
-    )

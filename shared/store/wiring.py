@@ -19,7 +19,13 @@ from shared.loading import load_object
 from shared.owners.book import Entry, ReleaseOnCommit, TurnBook
 from shared.settings import Settings
 from shared.store.adapter import adapt
-from shared.store.contract import Created, ReadsOnLoop, Store, TaskReadsOnLoop, is_full_store
+from shared.store.contract import (
+    CONTRACT,
+    Created,
+    ReadsOnLoop,
+    Store,
+    TaskReadsOnLoop,
+)
 from shared.store.resolve import resolve_store
 from shared.task import Task
 from shared.transitions import OnTerminal
@@ -49,7 +55,10 @@ def open_store(
         redis_min_replicas=settings.redis_min_replicas,
         redis_replica_timeout=settings.redis_replica_timeout,
     )
-    return cast(Store, store) if is_full_store(store) else adapt(store)
+    if is_full_store(store):
+        return cast(Store, store)
+    closing = getattr(store, "close", None)  # the user's own, if it has one
+    return adapt(store, close=closing if callable(closing) else None)
 
 
 def load_hook(settings: Settings) -> OnTerminal | None:
@@ -108,4 +117,11 @@ def abilities_of(store: Store) -> Abilities:
         loop_reads=store.loop_reads if isinstance(store, ReadsOnLoop) else None,
         redis_server=getattr(store, "redis_server", None) if on_server else None,
         release_on_commit=getattr(book, "release_on_commit", None),
+    )
+
+
+def is_full_store(candidate: object) -> bool:
+    """Whether `candidate` has the whole contract (`lists_by_scan` included)."""
+    return hasattr(candidate, "lists_by_scan") and all(
+        callable(getattr(candidate, name, None)) for name in CONTRACT
     )

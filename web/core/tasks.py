@@ -23,7 +23,8 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 from shared.broker.along import along_with
-from shared.broker.dispatcher import Dispatcher, dispatcher_abilities
+from shared.broker.dispatcher import Dispatcher
+from shared.broker.wiring import dispatcher_abilities
 from shared.errors import (
     ContextTaken,
     InvalidTransition,
