@@ -1,15 +1,15 @@
-"""Filling a store through the embedded server: the file store beside the
-memory store, interleaved in one run.
+"""Filling a store through the embedded server: the file (or SQLite) store
+beside the memory store, interleaved in one run.
 
-    python3 bench/fill.py [--tasks 20000] [--threads 8] [--rounds 2]
+    python3 bench/fill.py [--tasks 20000] [--threads 8] [--rounds 2] [--stores memory,file,sqlite]
 
 Each round starts `toolnexus-serve` (the embedded server: front end and
 worker threads in one process, the default echo agent) once per store, the
-memory store and then a fresh file-store directory (the order alternating
-by round), and sends `--tasks` messages from `--threads` client threads
+memory store and then a fresh store of each other kind (the order reversed
+every other round), and sends `--tasks` messages from `--threads` client threads
 over JSON-RPC, each a blocking SendMessage that returns once its task is
-finished. Printed per round: tasks a second on each store and the file
-store's ratio to the memory store's (the aim: at least 0.5x).
+finished. Printed per round: tasks a second on each store and each one's
+ratio to the memory store's (the file store's aim: at least 0.5x).
 """
 
 from __future__ import annotations
@@ -65,30 +65,41 @@ def fill(url: str, tasks: int, threads: int) -> float:
     return tasks / elapsed
 
 
+def spec_of(kind: str, folder: Path) -> str:
+    """The TOOLNEXUS_STORE of a fresh store of `kind` under `folder`."""
+    return {
+        "memory": "memory",
+        "file": f"file:{folder / 'tasks'}",
+        "sqlite": f"sqlite:///{folder / 'tasks.db'}",
+    }[kind]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--stores", default="memory,file", help="memory first: the others' peer")
     options = parser.parse_args()
-    ratios = []
+    kinds = options.stores.split(",")
+    if kinds[0] != "memory" or len(kinds) < 2:
+        raise SystemExit("--stores: memory, then the stores to measure against it")
+    ratios: dict[str, list[float]] = {kind: [] for kind in kinds[1:]}
     for round_ in range(options.rounds):
-        kinds = ["memory", "file"] if round_ % 2 == 0 else ["file", "memory"]
         rates: dict[str, float] = {}
-        for kind in kinds:
+        for kind in kinds if round_ % 2 == 0 else kinds[::-1]:
             with tempfile.TemporaryDirectory(prefix="toolnexus-fill-") as scratch:
                 folder = Path(scratch)
-                store = "memory" if kind == "memory" else f"file:{folder / 'tasks'}"
-                with embedded_server(folder, {"TOOLNEXUS_STORE": store}) as (host, port):
+                environment = {"TOOLNEXUS_STORE": spec_of(kind, folder)}
+                with embedded_server(folder, environment) as (host, port):
                     rates[kind] = fill(f"http://{host}:{port}", options.tasks, options.threads)
-        ratio = rates["file"] / rates["memory"]
-        ratios.append(ratio)
-        print(
-            f"round {round_ + 1}: memory {rates['memory']:,.0f} tasks/s,"
-            f" file {rates['file']:,.0f} tasks/s, file/memory {ratio:.2f}x",
-            flush=True,
-        )
-    print(f"file/memory, median of {options.rounds} rounds: {statistics.median(ratios):.2f}x")
+        shown = ", ".join(f"{kind} {rate:,.0f} tasks/s" for kind, rate in rates.items())
+        for kind in ratios:
+            ratios[kind].append(rates[kind] / rates["memory"])
+        against = ", ".join(f"{kind}/memory {ratios[kind][-1]:.2f}x" for kind in ratios)
+        print(f"round {round_ + 1}: {shown}; {against}", flush=True)
+    for kind, found in ratios.items():
+        print(f"{kind}/memory, median of {options.rounds} rounds: {statistics.median(found):.2f}x")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from shared.stores.file.store import FileStore, file_store
     from shared.stores.memory.store import MemoryStore, memory_store
     from shared.stores.redis.store import RedisStore, redis_store
+    from shared.stores.sqlite.store import SqliteStore, sqlite_store
     from shared.transitions import transition
 
 # Each public name -> the module that defines it.
@@ -53,6 +54,8 @@ _HOMES = {
     "memory_store": "shared.stores.memory.store",
     "RedisStore": "shared.stores.redis.store",
     "redis_store": "shared.stores.redis.store",
+    "SqliteStore": "shared.stores.sqlite.store",
+    "sqlite_store": "shared.stores.sqlite.store",
     "transition": "shared.transitions",
 }
 
@@ -67,6 +70,7 @@ __all__ = [
     "Outcome",
     "RedisStore",
     "Settings",
+    "SqliteStore",
     "Store",
     "StoreError",
     "TaskNotCancelable",
@@ -77,6 +81,7 @@ __all__ = [
     "memory_store",
     "redis_store",
     "resolve_store",
+    "sqlite_store",
     "transition",
 ]
 

@@ -142,8 +142,8 @@ def _still_kept(store_kind: str, store: Any, stores: Stores, name: str) -> bool:
     skips an expired one; the purge is what gives its room back)."""
     if store_kind == "memory":
         return name in store.documents._kept
-    if store_kind == "file":
-        found = store._database.read("SELECT 1 FROM documents WHERE name = ?", (name,))
+    if store_kind in ("file", "sqlite"):
+        found = store.database.read("SELECT 1 FROM documents WHERE name = ?", (name,))
         return bool(found)
     rows = execute(stores.url(store_kind), "SELECT 1 FROM documents WHERE name = %s", (name,))
     return bool(rows)

@@ -23,31 +23,33 @@ from pathlib import Path
 import pytest
 
 from tests.support.history import hooked
-from tests.support.history_run import run_history
+from tests.support.history_run import BACKENDS, run_history
 
 pytestmark = [pytest.mark.timeout(400)]
 
 # The servers each deployment SIGKILLs and starts again on their data (the
-# file store is a directory: its broker, Redis, is killed instead).
+# file and SQLite stores are files: their broker, Redis, is killed instead).
 KILLED = {
     "redis": ["store SIGKILL"],
     "postgresql": ["store SIGKILL"],
     "file": ["broker SIGKILL"],
+    "sqlite": ["broker SIGKILL"],
     "amqp": ["store SIGKILL", "broker SIGKILL"],
 }
 # The store's outage: its link refused (Redis, PostgreSQL), every lock of its
-# directory held (the file store); the amqp deployment's store is not on the
-# faulted link.
+# directory held (the file store), the database's write lock held (SQLite);
+# the amqp deployment's store is not on the faulted link.
 OUTAGE = {
     "redis": ["store outage"],
     "postgresql": ["store outage"],
     "file": ["store outage"],
+    "sqlite": ["store outage"],
     "amqp": [],
 }
 SECONDS = 0.0  # every fault once (the nemesis runs each once first): about 30 s of faults
 
 
-@pytest.mark.parametrize("backend", ["redis", "postgresql", "file", "amqp"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_history_under_faults_has_no_anomaly(backend: str, tmp_path: Path) -> None:
     seed = int(os.environ.get("TOOLNEXUS_HISTORY_SEED") or random.SystemRandom().randrange(10**6))
     outcome = run_history(tmp_path, backend, SECONDS, seed)

@@ -19,6 +19,7 @@ from shared.store.wiring import open_store
 from shared.stores.file.store import FileStore
 from shared.stores.memory.store import MemoryStore, memory_store
 from shared.stores.redis.store import RedisStore
+from shared.stores.sqlite.store import SqliteStore
 
 # Targets for the "package.module:attr" form.
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +52,32 @@ def test_file_form(tmp_path: Path) -> None:
     store = resolve_store(f"file:{tmp_path / 'tasks'}")
     assert isinstance(store, FileStore)
     assert store.directory == tmp_path / "tasks"
+
+
+def test_sqlite_forms_name_a_relative_or_an_absolute_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    absolute = resolve_store(f"sqlite:///{tmp_path / 'tasks.db'}")  # sqlite:////tmp/...
+    assert isinstance(absolute, SqliteStore) and absolute.path == tmp_path / "tasks.db"
+    monkeypatch.chdir(tmp_path)
+    relative = resolve_store("sqlite:///here.db")
+    assert isinstance(relative, SqliteStore) and relative.path == Path("here.db")
+    task = relative.save({"id": "t1", "status": {"state": "submitted"}})
+    assert resolve_store(f"sqlite:///{tmp_path / 'here.db'}").get("t1") == task
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["sqlite://", "sqlite:///", "sqlite:///:memory:", "sqlite:///dir/", "sqlite:///a.db?x=1"],
+)
+def test_a_sqlite_url_naming_no_shared_file_is_refused(spec: str) -> None:
+    with pytest.raises(ValueError, match="sqlite"):
+        resolve_store(spec)
+
+
+def test_a_sqlite_database_in_a_missing_folder_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="must exist"):
+        resolve_store(f"sqlite:///{tmp_path / 'nowhere' / 'tasks.db'}")
 
 
 @pytest.mark.parametrize(

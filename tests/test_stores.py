@@ -11,7 +11,6 @@ import json
 import multiprocessing
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -26,8 +25,9 @@ from shared.settings import Settings
 from shared.store.resolve import resolve_store
 from shared.store.wiring import is_full_store, open_store
 from shared.stores.file.store import FileStore
-from shared.stores.postgres import PostgresStore, postgres_store
+from shared.stores.postgres import PostgresStore
 from shared.stores.redis.store import RedisStore, redis_store
+from shared.stores.sqlite.store import SqliteStore
 from shared.task import (
     CANCELED,
     COMPLETED,
@@ -529,6 +529,10 @@ def test_a_change_is_refused_over_corrupt_data(shared_spec: str) -> None:
         store.client.set(f"toolnexus:task:{task['id']}", b"garbage")
     elif isinstance(store, PostgresStore):
         execute(spec, "UPDATE tasks SET doc = 'garbage' WHERE id = %s", (task["id"],))
+    elif isinstance(store, SqliteStore):
+        store.database.write(
+            lambda c: c.execute("UPDATE tasks SET doc = 'garbage' WHERE id = ?", (task["id"],))
+        )
     else:
         assert isinstance(store, FileStore)
         (store.directory / f"{task['id']}.json").write_bytes(b"garbage")
@@ -716,23 +720,9 @@ class FakeClock:
 
 
 @pytest.fixture
-def clocked(builtin_spec: str, tmp_path: Path) -> Iterator[tuple[Any, FakeClock]]:
-    from shared.stores.file.store import file_store
-    from shared.stores.memory.store import memory_store
-
+def clocked(store_kind: str, stores: Stores) -> tuple[Any, FakeClock]:
     clock = FakeClock()
-    if builtin_spec == "memory":
-        yield memory_store(clock), clock
-    elif builtin_spec.startswith("file:"):
-        yield file_store(tmp_path / "clocked", clock), clock
-    elif builtin_spec.startswith("postgres"):
-        pg = postgres_store(builtin_spec, clock=clock)
-        yield pg, clock
-        pg.close()
-    else:
-        store = redis_store(builtin_spec, clock=clock)
-        yield store, clock
-        store.client.close()
+    return stores.open(store_kind, clock=clock), clock
 
 
 def test_stale_enumeration_with_an_injected_clock(clocked: tuple[Any, FakeClock]) -> None:

@@ -17,11 +17,14 @@ from shared.store.spec import (
     POSTGRES_SCHEMES,
     POSTGRES_TIMEOUT,
     REDIS_SCHEMES,
+    SQLITE_SCHEME,
     check_store_spec,
+    sqlite_path,
 )
 from shared.stores.file.store import file_store
 from shared.stores.memory.store import memory_store
 from shared.stores.redis.store import redis_store
+from shared.stores.sqlite.store import sqlite_store
 
 
 def resolve_store(
@@ -37,7 +40,8 @@ def resolve_store(
     redis_min_replicas: int = 0,
     redis_replica_timeout: float = 1.0,
 ) -> Any:
-    """`None`/"memory" -> memory store; "file:<dir>" -> file store; a Redis URL
+    """`None`/"memory" -> memory store; "file:<dir>" -> file store;
+        "sqlite:///<path>" -> SQLite store (`shared.stores.sqlite`); a Redis URL
         -> Redis store; a postgresql:// URL -> PostgreSQL store (`shared.stores.postgres`);
         "package.module:attr" -> that object (called when it is a
         factory, i.e. a class or function rather than a store), refused unless it
@@ -68,6 +72,14 @@ def resolve_store(
         except OSError as error:
             reason = _unusable_folder(folder, error)
             raise ConfigError(f"TOOLNEXUS_STORE={spec!r}: {reason}") from None
+    if spec.startswith(SQLITE_SCHEME):
+        database = Path(sqlite_path(spec))
+        if not database.parent.is_dir():
+            raise ConfigError(
+                f"TOOLNEXUS_STORE={spec!r}: {str(database.parent)!r} is not a directory;"
+                " the database's folder must exist"
+            )
+        return sqlite_store(database, terminal_ttl=terminal_ttl, fsync=file_fsync == ALWAYS)
     if spec.startswith(POSTGRES_SCHEMES):
         return _postgres_store(
             spec, terminal_ttl, postgres_pool or connections, postgres_notify, postgres_timeout

@@ -16,6 +16,8 @@ from shared.redis_nodes.url import SENTINEL_SCHEMES, is_sentinel, parse_sentinel
 
 REDIS_SCHEMES: Final = ("redis://", "rediss://", "unix://", *SENTINEL_SCHEMES)
 POSTGRES_SCHEMES: Final = ("postgresql://", "postgres://")
+# sqlite:///relative/tasks.db or sqlite:////absolute/tasks.db, as SQLAlchemy writes them.
+SQLITE_SCHEME: Final = "sqlite:///"
 
 # The file store's fsync policies (`shared.stores.file.log` applies them).
 ALWAYS: Final = "always"
@@ -31,7 +33,8 @@ POOL_SIZE: Final = 64
 POSTGRES_TIMEOUT: Final = 10.0
 
 ACCEPTED_FORMS: Final = (
-    "'memory' (or unset), 'file:<dir>', a redis://, rediss:// or unix:// URL,"
+    "'memory' (or unset), 'file:<dir>', 'sqlite:///<relative path>' or"
+    " 'sqlite:////<absolute path>', a redis://, rediss:// or unix:// URL,"
     " a redis+sentinel://host:26379,host2:26379/<master name>/<db> URL,"
     " a postgresql:// or postgres:// URL (several host:port, comma-separated, for a"
     " primary and its standbys),"
@@ -64,6 +67,21 @@ def check_store_spec(spec: str | None) -> None:
         return
     if spec.startswith("file:") and spec != "file:":
         return
+    if spec.startswith(SQLITE_SCHEME):
+        sqlite_path(spec)
+        return
     if is_reference(spec):
         return
     raise ValueError(f"unknown store spec {spec!r}; accepted: {ACCEPTED_FORMS}")
+
+
+def sqlite_path(spec: str) -> str:
+    """The database file a sqlite:/// spec names; ValueError for one that
+    names none, or one only this process could see."""
+    path = spec.removeprefix(SQLITE_SCHEME)
+    if not path or path.endswith("/") or "?" in path or path.startswith(":memory:"):
+        raise ValueError(
+            f"{spec!r} names no database file: write sqlite:///relative/tasks.db or"
+            " sqlite:////absolute/tasks.db (for tasks kept in this process alone, 'memory')"
+        )
+    return path

@@ -45,10 +45,14 @@ class TimeIndexes:
     def placed(self, task_id: str, state: str) -> None:
         """The task, now in `state`, in the index of that state (scored now)
         and out of the others, in one step."""
+        self._indexes.place(task_id, self.scores(state))
+
+    def scores(self, state: str) -> dict[str, float | None]:
+        """Where a task now in `state` belongs: its index scored now, None
+        for the others (what `placed` writes, for a store that writes it with
+        the task, in the same transaction)."""
         now = self._clock()
-        self._indexes.place(
-            task_id, {name: now if state in states else None for name, states in STATES.items()}
-        )
+        return {name: now if state in states else None for name, states in STATES.items()}
 
     def waiting_first(self, task_id: str) -> None:
         """The task in the waiting index before a write that leaves it

@@ -15,10 +15,11 @@ from pathlib import Path
 root = Path(sys.argv[1])
 import sqlite3
 from shared.stores.file.store import DATABASE
-files = sorted((root / ".locks").glob("*"))
+files = sorted((root / ".locks").glob("*")) if root.is_dir() else []
 held = []
-# The database's write lock (the documents: the turn book, the send limits, push).
-database = sqlite3.connect(root / DATABASE, isolation_level=None)
+# The database's write lock (the documents: the turn book, the send limits, push;
+# of a SQLite store, given its database, every write).
+database = sqlite3.connect(root / DATABASE if root.is_dir() else root, isolation_level=None)
 database.execute("BEGIN IMMEDIATE")
 held.append(database)
 for path in files:
@@ -34,8 +35,8 @@ while True:
 
 def hold_locks(directory: Path, *, within: float = 30.0) -> subprocess.Popen[str]:
     """A process holding every lock file under `directory` (the stripes, the
-    listing's, the database's write lock); returned
-    once it holds them all."""
+    listing's, the database's write lock), or of a SQLite store's database
+    file, its write lock; returned once it holds them all."""
     holder = subprocess.Popen(
         [sys.executable, "-c", _HOLDER, str(directory)], stdout=subprocess.PIPE, text=True
     )

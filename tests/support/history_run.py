@@ -9,6 +9,7 @@ deployments, every server of it the run's own:
 | redis | a Redis | the same Redis | Redis (store and broker) |
 | postgresql | a PostgreSQL | a Redis | PostgreSQL |
 | file | a directory | a Redis | Redis (the broker) |
+| sqlite | a SQLite database | a Redis | Redis (the broker) |
 | amqp | a Redis | a RabbitMQ | RabbitMQ |
 
 The faulted link runs through a `FaultProxy`: latency with jitter, every
@@ -16,7 +17,7 @@ connection cut, a black hole, one way only, a partition that loses every
 open connection for good (lasting past PostgreSQL's statement timeout), and a
 store outage past the workers' slot registrations (the store's link
 refused; on the file store, every lock of the directory held by another
-process). Process faults: a worker
+process; on SQLite, the database's write lock held by another process). Process faults: a worker
 SIGKILLed (and started again), a prefork pool child SIGKILLed (Celery
 starts another), a worker SIGSTOPped past the stale threshold (then
 SIGCONT), the front end, the gRPC process and beat SIGKILLed (and started
@@ -71,7 +72,7 @@ from tests.support.rabbitmq import NoRabbitMQ, PrivateServer
 from tests.support.redis_server import ci
 from tests.support.webhook_receiver import Receiver
 
-BACKENDS = ("redis", "postgresql", "file", "amqp")
+BACKENDS = ("redis", "postgresql", "file", "sqlite", "amqp")
 STALE_AFTER = 3.0
 # Once healed, the fleet is stuck when no acknowledged task has ended for
 # this long while some have not.
@@ -203,12 +204,14 @@ def history_fleet(folder: Path, backend: str, seed: int) -> Iterator[Fleet]:
             proxy = proxy_for(redis.url, 6379, seed=seed)
             servers["store SIGKILL" if backend == "redis" else "broker SIGKILL"] = redis
         cleanup.enter_context(proxy)  # started
-        redis_url = proxied(redis.url, proxy.port) if backend in ("redis", "file") else redis.url
+        on_redis = backend in ("redis", "file", "sqlite")
+        redis_url = proxied(redis.url, proxy.port) if on_redis else redis.url
         stack = LocalStack(redis_url, folder, dotenv, backends)
         cleanup.callback(stack.close)
-        if backend == "file":
+        local = {"file": f"file:{folder / 'tasks'}", "sqlite": f"sqlite:///{folder / 'tasks.db'}"}
+        if backend in local:
             for environment in stack.environments.values():
-                environment["TOOLNEXUS_STORE"] = f"file:{folder / 'tasks'}"
+                environment["TOOLNEXUS_STORE"] = local[backend]
         fleet = Fleet(stack, proxy, servers, runs, free_port(), backend, folder)
         for name in PROCESSES:
             _start(fleet, name)
@@ -312,6 +315,8 @@ def _faults(fleet: Fleet) -> list[Fault]:
         faults.append(Fault("store outage", refused, OUTAGE))
     elif fleet.backend == "file":
         faults.append(Fault("store outage", _locks_held(fleet.folder / "tasks"), OUTAGE))
+    elif fleet.backend == "sqlite":
+        faults.append(Fault("store outage", _locks_held(fleet.folder / "tasks.db"), OUTAGE))
     for name, server in fleet.servers.items():
         faults.append(Fault(name, _killed_on_its_data(server), (0.5, 2.0)))
     return faults
@@ -319,7 +324,8 @@ def _faults(fleet: Fleet) -> list[Fault]:
 
 def _locks_held(directory: Path) -> Callable[[], Heal]:
     """The file store's outage: another process holds every lock of the
-    directory (as one paused mid-step would), until it is killed."""
+    directory (as one paused mid-step would), until it is killed; of a
+    SQLite store (`directory` its database), the database's write lock."""
 
     def inject() -> Heal:
         holder = hold_locks(directory)

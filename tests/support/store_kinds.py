@@ -22,6 +22,7 @@ from shared.store.contract import LOG_LIMIT
 from shared.stores.file.store import FileStore
 from shared.stores.memory.store import memory_store
 from shared.stores.redis.store import redis_store
+from shared.stores.sqlite.store import sqlite_store
 
 Clock = Callable[[], float]
 
@@ -71,6 +72,15 @@ def _file(url: str, options: Options) -> Any:
     )
 
 
+def _sqlite(url: str, options: Options) -> Any:
+    return sqlite_store(
+        url.removeprefix("sqlite:///"),
+        clock=options.clock or time.time,
+        terminal_ttl=options.terminal_ttl,
+        log_limit=options.log_limit or LOG_LIMIT,
+    )
+
+
 def _redis(url: str, options: Options) -> Any:
     extra: dict[str, Any] = {}
     if options.connections is not None:
@@ -100,6 +110,8 @@ KINDS: Final[dict[str, StoreKind]] = {
     "memory": StoreKind(None, False, expires_itself=False, slow_trials=False, opens=_memory),
     # Each trial's writes fsync.
     "file": StoreKind(None, True, expires_itself=False, slow_trials=True, opens=_file),
+    # Each trial's writes fsync.
+    "sqlite": StoreKind(None, True, expires_itself=False, slow_trials=True, opens=_sqlite),
     "redis": StoreKind("redis_url", True, expires_itself=True, slow_trials=False, opens=_redis),
     # About 1 ms a round trip here, several per trial.
     "postgres": StoreKind(
@@ -134,6 +146,8 @@ class Stores:
         server = KINDS[kind].server
         if server is not None:
             return str(self._request.getfixturevalue(server))
+        if kind == "sqlite":
+            return f"sqlite:///{self._tmp_path / 'tasks.db'}"
         return "memory" if kind == "memory" else f"file:{self._tmp_path / 'tasks'}"
 
     def open(

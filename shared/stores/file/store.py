@@ -153,14 +153,14 @@ class FileStore:
         # Small documents (shared.documents) and scored indexes (shared.indexes),
         # under the features that keep state, in one SQLite database.
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._database = Database(
+        self.database = Database(
             self.directory / DATABASE,
             (*DOCUMENTS_SCHEMA, *INDEXES_SCHEMA),
             fsync=self._durability.inline,
             within=WITHIN,
         )
-        self.documents = SqliteDocuments(self._database, clock)
-        self.indexes = SqliteIndexes(self._database)
+        self.documents = SqliteDocuments(self.database, clock)
+        self.indexes = SqliteIndexes(self.database)
         self._times = TimeIndexes(self.indexes, clock)
         self._messages = self.directory / ".messages"
         self._contexts = self.directory / ".contexts"
@@ -195,8 +195,8 @@ class FileStore:
         self._notifier = Notifier()
         self._push = Once()
         self._turns = DocumentBook(self.documents)
-        take_over_documents(self.directory, self._database, clock)
-        take_over_markers(self.directory, self._database)
+        take_over_documents(self.directory, self.database, clock)
+        take_over_markers(self.directory, self.database)
         self._take_over_the_turn_book()
         self._poller = Poller(
             self._notifier, self._log_stamp, every=_POLL, name="toolnexus-file-events"
@@ -395,7 +395,7 @@ class FileStore:
         return None  # on disk: no memory limit of its own
 
     def close(self) -> None:
-        self._database.close()  # every other file is closed after each call
+        self.database.close()  # every other file is closed after each call
 
     def push_store(self, ttl: float | None = None) -> PushStore:
         return self._push.get(

@@ -74,6 +74,16 @@ class Database:
         connection = self._connection()
         return self._retried(lambda: connection.execute(query, tuple(args)).fetchall())
 
+    def snapshot(self, reads: Callable[[sqlite3.Connection], R]) -> R:
+        """`reads` (several queries) run in one read transaction: every query
+        sees the database as of one moment, and no writer waits for it."""
+        connection = self._connection()
+        self._retried(lambda: connection.execute("BEGIN"))
+        try:
+            return self._retried(lambda: reads(connection))
+        finally:
+            connection.execute("COMMIT")
+
     def _retried(self, step: Callable[[], R]) -> R:
         """`step`, tried again while the database is locked, up to the deadline."""
         deadline = time.monotonic() + self._within

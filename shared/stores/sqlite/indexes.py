@@ -38,20 +38,8 @@ class SqliteIndexes:
             )
 
     def place(self, member: str, scores: Mapping[str, float | None]) -> None:
-        def change(connection: Any) -> None:
-            for name, score in scores.items():
-                if score is None:
-                    connection.execute(
-                        "DELETE FROM indexes WHERE name = ? AND member = ?", (name, member)
-                    )
-                else:
-                    connection.execute(
-                        "INSERT OR REPLACE INTO indexes VALUES (?, ?, ?)",
-                        (name, member, float(score)),
-                    )
-
         if scores:
-            self._database.write(change)
+            self._database.write(lambda c: place_in(c, member, scores))
 
     def rescore(self, name: str, members: Sequence[str], score: float) -> None:
         if members:
@@ -77,3 +65,15 @@ class SqliteIndexes:
             (name, upto, -1 if limit is None else limit),
         )
         return [(str(member), float(score)) for member, score in rows]  # type: ignore[arg-type]
+
+
+def place_in(connection: Any, member: str, scores: Mapping[str, float | None]) -> None:
+    """`place`, as part of a write transaction already begun on `connection`
+    (a store whose tasks share the database places them with their write)."""
+    for name, score in scores.items():
+        if score is None:
+            connection.execute("DELETE FROM indexes WHERE name = ? AND member = ?", (name, member))
+        else:
+            connection.execute(
+                "INSERT OR REPLACE INTO indexes VALUES (?, ?, ?)", (name, member, float(score))
+            )

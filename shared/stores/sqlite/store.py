@@ -1,0 +1,383 @@
+"""SQLite: one database file on one host, shared by its processes.
+
+Each write is one `BEGIN IMMEDIATE` transaction (`shared.stores.sqlite.database`):
+the compare, the append, the listing columns, the time indexes, the log's
+trim commit together, or not at all. A task is its row's document (as of
+event `base`) with the events after it folded over it, read in one
+statement (`shared.stores.sqlite.tables`). Other processes' writes are seen
+by polling each watched task's last event number; this process's wake its
+waiters at once. The turn book, send limits and push state are the features
+written once over the database's small documents and scored indexes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from shared.codec import encode
+from shared.errors import ContextTaken, StoreError
+from shared.events import Event, StatusUpdate, context_of, current_status, fold
+from shared.generation import stamped
+from shared.owners.book import DocumentBook
+from shared.owners.ledger import DocumentLedger
+from shared.push.contract import Once, PushStore
+from shared.push.documents import DocumentPush
+from shared.store.contract import (
+    LOG_LIMIT,
+    Commit,
+    Created,
+    Outcome,
+    Record,
+    is_safe_id,
+    require_safe_id,
+)
+from shared.store.listing import WINDOW, Listing, Query, restamped
+from shared.store.time_indexes import (
+    INTERRUPTED_INDEX,
+    WAITING_INDEX,
+    WORKING_INDEX,
+    TimeIndexes,
+)
+from shared.store.wakeups import Notifier, Poller, Waiter
+from shared.stores.sqlite import documents, indexes, tables
+from shared.stores.sqlite.database import Database
+from shared.stores.sqlite.listing import answer
+from shared.task import IN_FLIGHT, Task, epoch, is_terminal, state_of
+from shared.transitions import SNAPSHOT_EVERY
+
+Clock = Callable[[], float]
+SCHEMA = (*tables.SCHEMA, *documents.SCHEMA, *indexes.SCHEMA)
+_POLL = 0.05  # how often watched tasks are read for other processes' writes, seconds
+_ALIVE = "(expires IS NULL OR expires > ?)"
+_PURGE_BATCH = 1000
+
+
+class SqliteStore:
+    lists_by_scan = False  # ListTasks reads the page from the listing indexes
+
+    def __init__(
+        self,
+        path: str | Path,
+        clock: Clock = time.time,
+        terminal_ttl: float | None = None,
+        *,
+        fsync: bool = True,
+        log_limit: int = LOG_LIMIT,
+    ) -> None:
+        self.path = Path(path)
+        self._clock = clock
+        self._ttl = float(terminal_ttl) if terminal_ttl else 0.0
+        self._log_limit = log_limit
+        self.database = Database(self.path, SCHEMA, fsync=fsync)
+        self.documents = documents.SqliteDocuments(self.database, clock)
+        self.indexes = indexes.SqliteIndexes(self.database)
+        self._times = TimeIndexes(self.indexes, clock)
+        self._turns = DocumentBook(self.documents)
+        self._push = Once()
+        self._notifier = Notifier()
+        self._poller = Poller(self._notifier, self._stamp, every=_POLL, name="toolnexus-sqlite")
+
+    # --- the contract ------------------------------------------------------
+
+    def get(self, task_id: str) -> Task | None:
+        record = self.read(task_id)
+        return record.task if record is not None else None
+
+    def save(self, task: Task) -> Task:
+        require_safe_id(task.get("id"))
+        self._change(lambda c, now: self._written(c, now, task, [current_status(task)], None, True))
+        return task
+
+    def create(
+        self, task: Task, message_key: str | None = None, supersedes: str | None = None
+    ) -> Created:
+        task_id = require_safe_id(task.get("id"))
+        owner, context = task.get("owner", ""), task["contextId"]
+
+        def change(c: Any, now: float) -> Record | Created:
+            if message_key is not None:
+                row = c.execute(
+                    f"SELECT id FROM tasks WHERE mkey = ? AND {_ALIVE}", (message_key, now)
+                ).fetchone()
+                earlier = tables.read_one(c, row[0], now) if row and row[0] != supersedes else None
+                if earlier is not None:
+                    return Created(earlier.task, False)
+                c.execute("UPDATE tasks SET mkey = NULL WHERE mkey = ?", (message_key,))
+            c.execute("INSERT OR IGNORE INTO contexts VALUES (?, ?)", (context, owner))
+            taken = c.execute("SELECT owner FROM contexts WHERE context = ?", (context,)).fetchone()
+            if taken[0] != owner:
+                raise ContextTaken(f"context {context} belongs to another caller")
+            record = self._written(c, now, task, [current_status(task)], None, True)
+            c.execute("UPDATE tasks SET mkey = ? WHERE id = ?", (message_key, task_id))
+            assert record is not None, "a write that compares nothing is made"
+            return record
+
+        done = self._change(change)
+        return done if isinstance(done, Created) else Created(done.task, True)
+
+    def read(self, task_id: str) -> Record | None:
+        if not is_safe_id(task_id):
+            return None
+        return self.database.snapshot(lambda c: tables.read_one(c, task_id, self._clock()))
+
+    def commit(self, commit: Commit) -> bool:
+        require_safe_id(commit.task.get("id"))
+        return (
+            self._change(
+                lambda c, now: self._written(
+                    c, now, commit.task, commit.events, commit.expected, commit.snapshot
+                )
+            )
+            is not None
+        )
+
+    def claim(self, task_id: str, from_state: str, event: StatusUpdate) -> Outcome:
+        if not is_safe_id(task_id):
+            return Outcome(False, None)
+
+        def change(c: Any, now: float) -> Record | Outcome | None:
+            found = tables.read_one(c, task_id, now)
+            if found is None or state_of(found.task) != from_state:
+                return Outcome(False, found)
+            filled: StatusUpdate = {**event, "contextId": found.task.get("contextId", "")}
+            (filled,) = stamped(found.task, [filled])
+            snapshot = found.tail + 1 >= SNAPSHOT_EVERY
+            proposed = fold(found.task, [filled])
+            return self._written(c, now, proposed, [filled], found.seq, snapshot)
+
+        done = self._change(change)
+        return done if isinstance(done, Outcome) else Outcome(done is not None, done)
+
+    def events(self, task_id: str, after: int, limit: int | None = None) -> list[tuple[int, Event]]:
+        if not is_safe_id(task_id):
+            return []
+        rows = self.database.read(
+            "SELECT e.seq, e.body FROM events e JOIN tasks t ON t.id = e.task_id"
+            " WHERE e.task_id = ? AND e.seq > ? AND (t.expires IS NULL OR t.expires > ?)"
+            " ORDER BY e.seq LIMIT ?",
+            (task_id, after, self._clock(), -1 if limit is None else limit),
+        )
+        return tables.events_of(rows)
+
+    def watch(self, task_id: str) -> AbstractContextManager[Waiter]:
+        return self._poller.watch(task_id)
+
+    # --- listing and the time indexes ---------------------------------------
+
+    def all(self) -> dict[str, Task]:
+        now = self._clock()
+
+        def reads(c: Any) -> dict[str, Task]:
+            rows = c.execute(
+                tables.READ.format(ids=f"IN (SELECT id FROM tasks WHERE {_ALIVE})"), (now, now)
+            ).fetchall()
+            return {task_id: record.task for task_id, record in tables.records_of(rows).items()}
+
+        return self.database.snapshot(reads)
+
+    def listing(self, query: Query) -> Listing:
+        if query.as_of > self._listed():
+            # Made known to the writes first: a status stamped at or before the
+            # moment and saved after this is stamped just after it (`restamped`),
+            # and the page, read later, sees every write that was not.
+            self.database.write(
+                lambda c: c.execute(
+                    "INSERT INTO times VALUES ('listed', ?)"
+                    " ON CONFLICT (name) DO UPDATE SET at = max(at, excluded.at)",
+                    (query.as_of,),
+                )
+            )
+        return self.database.snapshot(lambda c: answer(c, query, self._clock()))
+
+    def heartbeat(self, *task_ids: str) -> None:
+        self._times.heartbeat(*task_ids)
+
+    def stale(self, cutoff: float) -> list[str]:
+        return self._times.due(WORKING_INDEX, cutoff)
+
+    def waiting(self, cutoff: float) -> list[str]:
+        return self._times.due(WAITING_INDEX, cutoff)
+
+    def resent(self, task_id: str) -> None:
+        self._times.resent(task_id)
+
+    def interrupted(self, cutoff: float) -> list[str]:
+        return self._times.due(INTERRUPTED_INDEX, cutoff)
+
+    # --- upkeep ----------------------------------------------------------------
+
+    def purge_expired(self) -> int:
+        """Finished tasks past their time, with their logs, histories, message
+        keys (on the row) and contexts no other task uses; up to 1,000 a run."""
+
+        def change(c: Any) -> int:
+            gone = c.execute(
+                "SELECT id, context, owner FROM tasks WHERE expires <= ? ORDER BY expires LIMIT ?",
+                (self._clock(), _PURGE_BATCH),
+            ).fetchall()
+            _forget(c, [task_id for task_id, _, _ in gone])
+            c.executemany(
+                "DELETE FROM contexts WHERE context = ? AND owner = ? AND NOT EXISTS"
+                " (SELECT 1 FROM tasks WHERE context = ? AND owner = ?)",
+                [(context, owner, context, owner) for _, context, owner in gone],
+            )
+            return len(gone)
+
+        purged = self.database.write(change)
+        self.documents.forget_expired()
+        return purged
+
+    def record_beat(self) -> None:
+        self._set_time("reaper")
+
+    def last_beat(self) -> float | None:
+        rows = self.database.read("SELECT at FROM times WHERE name = 'reaper'")
+        return float(rows[0][0]) if rows else None  # type: ignore[arg-type]
+
+    def memory_use(self) -> None:
+        return None  # on disk: no memory limit of its own
+
+    def ping(self) -> None:
+        """A small write: raises StoreError unless the database takes one now."""
+        self._set_time("ready")
+
+    def close(self) -> None:
+        self.database.close()
+
+    def push_store(self, ttl: float | None = None) -> PushStore:
+        return self._push.get(lambda: DocumentPush(self.documents, self.indexes, ttl))
+
+    def send_ledger(self) -> DocumentLedger:
+        return DocumentLedger(self.documents, self._accepted)
+
+    def turn_book(self) -> DocumentBook:
+        return self._turns
+
+    # --- internals -------------------------------------------------------------
+
+    def _change(self, change: Callable[[Any, float], Any]) -> Any:
+        """`change(connection, now)` in one write transaction; then whatever
+        record it wrote wakes its watchers, and ends its turn out of flight."""
+        done = self.database.write(lambda c: change(c, self._clock()))
+        record = done.record if isinstance(done, Outcome) and done.applied else done
+        if isinstance(record, Record):
+            task_id = record.task["id"]
+            self._notifier.notify(task_id, record.seq)
+            if state_of(record.task) not in IN_FLIGHT:
+                self._turns.leave(task_id)
+        return done
+
+    def _written(
+        self,
+        c: Any,
+        now: float,
+        task: Task,
+        events: Sequence[Event],
+        expected: int | None,
+        snapshot: bool,
+    ) -> Record | None:
+        """Inside a write: `events` appended to the task if its last event is
+        still `expected` (None: whatever it is, or a new task), the task
+        written whole when `snapshot`; the task as it then stands, or None."""
+        task_id = task["id"]
+        row = c.execute(
+            f"SELECT seq, base FROM tasks WHERE id = ? AND {_ALIVE}", (task_id, now)
+        ).fetchone()
+        if expected is not None and (row is None or row[0] != expected):
+            return None
+        if row is None:
+            _forget(c, [task_id])
+        moment = c.execute("SELECT at FROM times WHERE name = 'listed'").fetchone()
+        saved, task = restamped(events, task, moment[0] if moment else 0.0)
+        seq, base = (int(row[0]), int(row[1])) if row else (0, 0)
+        moved = False
+        for event in saved:
+            seq += 1
+            c.execute("INSERT INTO events VALUES (?, ?, ?)", (task_id, seq, encode(event)))
+            if event["kind"] == "status-update":
+                status = event["status"]
+                c.execute(
+                    "INSERT INTO history VALUES (?, ?, ?, ?)",
+                    (task_id, seq, epoch(status.get("timestamp", "")), status["state"]),
+                )
+                moved = True
+        state, ts = state_of(task), epoch(task["status"].get("timestamp", ""))
+        expires = now + self._ttl if self._ttl and is_terminal(state) else None
+        if row is None:
+            c.execute(
+                "INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+                (task_id, encode(task), seq, seq, state, ts, task.get("owner", ""),
+                 context_of(task), expires),
+            )  # fmt: skip
+            base = seq
+        elif snapshot:
+            c.execute(
+                "UPDATE tasks SET doc = ?, seq = ?, base = ?, state = ?, ts = ?, expires = ?"
+                " WHERE id = ?",
+                (encode(task), seq, seq, state, ts, expires, task_id),
+            )
+            base = seq
+        else:
+            c.execute(
+                "UPDATE tasks SET seq = ?, state = ?, ts = ?, expires = ? WHERE id = ?",
+                (seq, state, ts, expires, task_id),
+            )
+        c.execute(
+            "DELETE FROM events WHERE task_id = ? AND seq <= ?",
+            (task_id, min(base, seq - self._log_limit)),
+        )
+        if moved:
+            # The last change before the listing window is where the task stood when it began.
+            c.execute(
+                "DELETE FROM history WHERE task_id = ? AND seq < (SELECT max(seq) FROM history"
+                " WHERE task_id = ? AND ts < ?)",
+                (task_id, task_id, now - WINDOW),
+            )
+            indexes.place_in(c, task_id, self._times.scores(state))
+        return Record(task, seq, seq - base)
+
+    def _listed(self) -> float:
+        rows = self.database.read("SELECT at FROM times WHERE name = 'listed'")
+        return float(rows[0][0]) if rows else 0.0  # type: ignore[arg-type]
+
+    def _set_time(self, name: str) -> None:
+        now = self._clock()
+        self.database.write(
+            lambda c: c.execute("INSERT OR REPLACE INTO times VALUES (?, ?)", (name, now))
+        )
+
+    def _stamp(self, task_id: str) -> int | None:
+        """What changes with each write of the task: its last event number."""
+        try:
+            rows = self.database.read("SELECT seq FROM tasks WHERE id = ?", (task_id,))
+        except StoreError:
+            return None
+        return int(rows[0][0]) if rows else 0  # type: ignore[call-overload]
+
+    def _accepted(self, message_key: str) -> str | None:
+        """The task a message made, while it is kept."""
+        rows = self.database.read(
+            f"SELECT id FROM tasks WHERE mkey = ? AND {_ALIVE}", (message_key, self._clock())
+        )
+        return str(rows[0][0]) if rows else None
+
+
+def _forget(c: Any, task_ids: list[str]) -> None:
+    """The tasks gone, with their logs and histories (inside a write)."""
+    for table, column in (("tasks", "id"), ("events", "task_id"), ("history", "task_id")):
+        c.executemany(f"DELETE FROM {table} WHERE {column} = ?", [(i,) for i in task_ids])
+
+
+def sqlite_store(
+    path: str | Path,
+    *,
+    terminal_ttl: float | None = None,
+    fsync: bool = True,
+    clock: Clock = time.time,
+    log_limit: int = LOG_LIMIT,
+) -> SqliteStore:
+    return SqliteStore(path, clock, terminal_ttl, fsync=fsync, log_limit=log_limit)
