@@ -9,18 +9,16 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
 from shared import Settings
-from shared.events import artifact_update, to_state
+from shared.events import to_state
 from shared.generation import generation_of
 from shared.store.contract import Store
 from shared.store.resolve import resolve_store
-from shared.stores.file.store import FileStore
 from shared.stores.redis.store import redis_store
 from shared.task import INPUT_REQUIRED, WORKING, agent_message, new_task, text_message
 from shared.transitions import transition
@@ -291,18 +289,6 @@ def test_a_refused_follow_up_is_409_aborted_on_http_json(redis_url: str) -> None
             f"{url}/message:send", json=body, headers={"A2A-Version": "1.0"}, timeout=10
         )
         assert older.status_code == 200
-
-
-def test_the_file_store_says_unknown_after_a_reboot(tmp_path: Path) -> None:
-    store = FileStore(tmp_path)
-    task_id = store.create(new_task(text_message("user", "go"))).task["id"]
-    assert transition(store, task_id, to_state(WORKING)).applied
-    assert generation_of(store.get(task_id) or {}) == 2
-    rebooted = FileStore(tmp_path, booted=time.time() + 5)  # every file predates this boot
-    artifact = {"artifactId": "a-1", "parts": [{"kind": "text", "text": "after"}]}
-    assert transition(rebooted, task_id, lambda t: [artifact_update(t, artifact)]).applied  # type: ignore[arg-type]
-    assert generation_of(rebooted.get(task_id) or {}) == 0
-    assert generation_of(rebooted.events(task_id, 0)[-1][1]) == 0
 
 
 def test_a_long_poll_is_owner_scoped() -> None:

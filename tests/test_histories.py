@@ -36,9 +36,9 @@ KILLED = {
     "sqlite": ["broker SIGKILL"],
     "amqp": ["store SIGKILL", "broker SIGKILL"],
 }
-# The store's outage: its link refused (Redis, PostgreSQL), every lock of its
-# directory held (the file store), the database's write lock held (SQLite);
-# the amqp deployment's store is not on the faulted link.
+# The store's outage: its link refused (Redis, PostgreSQL), its database's
+# write lock held (the file and SQLite stores); the amqp deployment's store
+# is not on the faulted link.
 OUTAGE = {
     "redis": ["store outage"],
     "postgresql": ["store outage"],

@@ -1,10 +1,11 @@
-"""Issue 12, finding 5: planted symbolic links in a file store directory.
+"""Planted symbolic links in a file store directory.
 
 Someone who can write into the store's directory (but should not reach
-beyond it) plants links: a task file pointing at a file elsewhere, lock
-files pointing where a save would create files. The store follows none of
-them: a planted task reads as missing (and is logged), a planted lock makes
-the write fail instead of creating anything outside.
+beyond it) plants links: a task file pointing at a file elsewhere, the
+database pointing where the store would write. The store follows none of
+them: a planted task reads as missing (and is logged), a write replaces a
+planted task file rather than writing through it, and a planted database
+or store folder is refused when the store opens.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import json
 import logging
 import os
 import stat
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +23,11 @@ from flask.testing import FlaskClient
 from shared import Settings
 from shared.errors import StoreError
 from shared.stores.file.store import FileStore
-from shared.task import new_id, new_task, text_message
+from shared.task import text_message
 from tests.test_web_support import PlayingDispatcher, rpc, user_message
 from web import create_app
-from web.core.tasks import message_key
 
 SECRET = "SENTINEL-OUTSIDE-THE-STORE"
-STRIPES = 64
 
 
 def outside_task(task_id: str) -> dict[str, Any]:
@@ -82,9 +80,7 @@ def test_a_planted_task_link_reads_as_missing_and_is_logged(
     planted = json.dumps(outside_task("planted"))
     (outside / "secret.json").write_text(planted)
     (store_dir / "planted.json").symlink_to(outside / "secret.json")
-    (store_dir / ".log" / "planted.jsonl").symlink_to(outside / "secret.json")
     caplog.set_level(logging.WARNING, logger="shared.stores.file.store")
-    caplog.set_level(logging.WARNING, logger="shared.stores.file.log")
 
     for version in (None, "1.0"):
         error = rpc(client, "GetTask", {"id": "planted"}, version=version)["error"]
@@ -98,43 +94,33 @@ def test_a_planted_task_link_reads_as_missing_and_is_logged(
     assert (outside / "secret.json").read_text() == planted
 
 
-def test_planted_lock_links_create_nothing_outside(
-    layout: tuple[Path, Path], caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_planted_task_file_link_is_replaced_never_followed(layout: tuple[Path, Path]) -> None:
     store_dir, outside = layout
     store = FileStore(store_dir)
     client = client_on(store)
     earlier = rpc(client, "SendMessage", {"message": user_message()})["result"]["id"]
-    locks = store_dir / ".locks"
-    for path in locks.iterdir():
-        path.unlink()
-    for stripe in range(STRIPES):
-        (locks / str(stripe)).symlink_to(outside / f"created-{stripe}")
-    before = tree(outside)
-    caplog.set_level(
-        logging.WARNING, logger="shared.stores.file.log"
-    )  # the lock files are the log's
-
-    reply = rpc(client, "SendMessage", {"message": user_message()})
-    assert reply["error"]["code"] == -32603, reply  # the store refuses to write
-    assert reply["error"]["message"] == "task store unavailable"
-    canceled = rpc(client, "CancelTask", {"id": earlier})
-    assert canceled["error"]["code"] == -32603, canceled
-    with pytest.raises(StoreError):
-        store.save(new_task(text_message("user", "direct")))
-
-    assert tree(outside) == before == {}
-    assert all((locks / str(stripe)).is_symlink() for stripe in range(STRIPES))
-    assert any("refusing to follow" in r.message for r in caplog.records)
-    # Reads take no lock: the earlier task is still served as it was.
+    task = store.get(earlier)
+    assert task is not None
+    (outside / "target.json").write_text("untouched")
+    (store_dir / f"{earlier}.json").unlink()
+    (store_dir / f"{earlier}.json").symlink_to(outside / "target.json")
+    assert rpc(client, "GetTask", {"id": earlier})["error"]["code"] == -32001  # a link: unknown
+    store.save(task)  # the write renames its file over the link
+    assert (outside / "target.json").read_text() == "untouched"
+    assert not (store_dir / f"{earlier}.json").is_symlink()
     assert rpc(client, "GetTask", {"id": earlier})["result"]["id"] == earlier
+    assert [content for _, content in tree(outside).values()] == [b"untouched"]
 
 
 def test_a_linked_store_folder_is_refused(layout: tuple[Path, Path]) -> None:
     store_dir, outside = layout
-    (store_dir / ".locks").symlink_to(outside, target_is_directory=True)
+    (store_dir / ".store.db").symlink_to(outside / "planted.db")
     with pytest.raises(StoreError, match="symbolic link"):
         FileStore(store_dir)
+    (store_dir / ".store.db").unlink()
+    (store_dir / "linked").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(StoreError, match="symbolic link"):
+        FileStore(store_dir / "linked")
     assert list(outside.iterdir()) == []
 
 
@@ -143,26 +129,8 @@ def test_what_the_store_creates_only_its_user_can_read(layout: tuple[Path, Path]
     store = FileStore(store_dir / "made-by-the-store")
     client = client_on(store)
     task_id = rpc(client, "SendMessage", {"message": user_message()})["result"]["id"]
-    for folder in (".log", ".locks", ".messages", ".contexts"):
-        mode = stat.S_IMODE((store.directory / folder).stat().st_mode)
-        assert mode & 0o077 == 0, (folder, oct(mode))
-    made = [store.directory / f"{task_id}.json", store.directory / ".log" / f"{task_id}.jsonl"]
-    made += list((store.directory / ".locks").iterdir())
+    made = [store.directory, store.directory / f"{task_id}.json"]
     made += list(store.directory.glob(".store.db*"))  # the database, its WAL and shared memory
-    assert len(made) >= 5
+    assert len(made) >= 4
     for path in made:
         assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, (path, oct(path.stat().st_mode))
-
-
-def test_create_whose_message_and_task_share_a_lock_stripe_completes(tmp_path: Path) -> None:
-    """create used to take the message's stripe lock, then the task's inside
-    it: the same stripe (1 create in 64) waited on itself for ever."""
-    store = FileStore(tmp_path / "store")
-    key = message_key("alice", "m-1")
-    task = new_task(text_message("user", "hi"))
-    while zlib.crc32(task["id"].encode()) % STRIPES != zlib.crc32(key.encode()) % STRIPES:
-        task = {**task, "id": new_id()}
-    created = store.create(task, key)
-    assert created.created and store.get(task["id"]) is not None
-    again = store.create({**task, "id": new_id()}, key)  # the same message: the same task
-    assert not again.created and again.task["id"] == task["id"]

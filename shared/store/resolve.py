@@ -50,7 +50,7 @@ def resolve_store(
         lacks part of the contract: `shared.store.wiring.open_store` does.
 
         `terminal_ttl` (seconds) lets the store expire finished tasks;
-        `file_fsync` is the file store's fsync policy (`shared.stores.file.log`).
+        `file_fsync` is the file and SQLite stores' fsync policy (`shared.stores.file.store`).
         `connections` sizes a Redis store's connection pool (None: its default);
         a PostgreSQL store's is `postgres_pool` (TOOLNEXUS_PG_POOL) when given,
         since a server's connections are far fewer than a Redis' and an I/O call

@@ -19,7 +19,7 @@ POSTGRES_SCHEMES: Final = ("postgresql://", "postgres://")
 # sqlite:///relative/tasks.db or sqlite:////absolute/tasks.db, as SQLAlchemy writes them.
 SQLITE_SCHEME: Final = "sqlite:///"
 
-# The file store's fsync policies (`shared.stores.file.log` applies them).
+# The file and SQLite stores' fsync policies (`shared.stores.file.store` applies them).
 ALWAYS: Final = "always"
 EVERYSEC: Final = "everysec"
 NO: Final = "no"

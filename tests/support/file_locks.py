@@ -1,7 +1,7 @@
-"""Another process holding every lock of a file store's directory, as a
-process paused in the middle of a step would: until it is killed, every
-step of every other process waits for a lock, and gives up after its
-deadline (`shared.stores.file.locking`)."""
+"""Another process holding the write lock of a file or SQLite store's
+database, as a process paused in the middle of a write would: until it is
+killed, every write of every other process waits for it, and gives up
+after its deadline (`shared.stores.sqlite.database`)."""
 
 from __future__ import annotations
 
@@ -10,33 +10,21 @@ import sys
 from pathlib import Path
 
 _HOLDER = """
-import fcntl, os, sys, time
+import sqlite3, sys, time
 from pathlib import Path
 root = Path(sys.argv[1])
-import sqlite3
 from shared.stores.file.store import DATABASE
-files = sorted((root / ".locks").glob("*")) if root.is_dir() else []
-held = []
-# The database's write lock (the documents: the turn book, the send limits, push;
-# of a SQLite store, given its database, every write).
 database = sqlite3.connect(root / DATABASE if root.is_dir() else root, isolation_level=None)
 database.execute("BEGIN IMMEDIATE")
-held.append(database)
-for path in files:
-    if path.exists():
-        fd = os.open(path, os.O_RDWR)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        held.append(fd)
-print(len(held), flush=True)
+print("held", flush=True)
 while True:
     time.sleep(60)
 """
 
 
 def hold_locks(directory: Path, *, within: float = 30.0) -> subprocess.Popen[str]:
-    """A process holding every lock file under `directory` (the stripes, the
-    listing's, the database's write lock), or of a SQLite store's database
-    file, its write lock; returned once it holds them all."""
+    """A process holding the write lock of the file store in `directory`, or
+    of the SQLite store whose database `directory` is; returned once it holds it."""
     holder = subprocess.Popen(
         [sys.executable, "-c", _HOLDER, str(directory)], stdout=subprocess.PIPE, text=True
     )
@@ -46,7 +34,7 @@ def hold_locks(directory: Path, *, within: float = 30.0) -> subprocess.Popen[str
     except BaseException:
         holder.kill()
         raise
-    if not line.strip().isdigit():
+    if line.strip() != "held":
         holder.kill()
         raise AssertionError(f"the lock holder said {line!r}")
     return holder

@@ -16,8 +16,8 @@ The faulted link runs through a `FaultProxy`: latency with jitter, every
 connection cut, a black hole, one way only, a partition that loses every
 open connection for good (lasting past PostgreSQL's statement timeout), and a
 store outage past the workers' slot registrations (the store's link
-refused; on the file store, every lock of the directory held by another
-process; on SQLite, the database's write lock held by another process). Process faults: a worker
+refused; on the file and SQLite stores, the database's write lock held by
+another process). Process faults: a worker
 SIGKILLed (and started again), a prefork pool child SIGKILLed (Celery
 starts another), a worker SIGSTOPped past the stale threshold (then
 SIGCONT), the front end, the gRPC process and beat SIGKILLed (and started
@@ -323,9 +323,9 @@ def _faults(fleet: Fleet) -> list[Fault]:
 
 
 def _locks_held(directory: Path) -> Callable[[], Heal]:
-    """The file store's outage: another process holds every lock of the
-    directory (as one paused mid-step would), until it is killed; of a
-    SQLite store (`directory` its database), the database's write lock."""
+    """The file or SQLite store's outage: another process holds the
+    database's write lock (as one paused mid-write would), until it is
+    killed (`directory`: the file store's, or the SQLite store's database)."""
 
     def inject() -> Heal:
         holder = hold_locks(directory)

@@ -21,7 +21,7 @@ from typing import Any
 from shared.codec import encode
 from shared.errors import ContextTaken, StoreError
 from shared.events import Event, StatusUpdate, context_of, current_status, fold
-from shared.generation import stamped
+from shared.generation import stamped, withdrawn
 from shared.owners.book import DocumentBook
 from shared.owners.ledger import DocumentLedger
 from shared.push.contract import Once, PushStore
@@ -44,6 +44,7 @@ from shared.store.time_indexes import (
 )
 from shared.store.wakeups import Notifier, Poller, Waiter
 from shared.stores.sqlite import documents, indexes, tables
+from shared.stores.sqlite.boot import booted_at
 from shared.stores.sqlite.database import Database
 from shared.stores.sqlite.listing import answer
 from shared.task import IN_FLIGHT, Task, epoch, is_terminal, state_of
@@ -58,6 +59,7 @@ _PURGE_BATCH = 1000
 
 class SqliteStore:
     lists_by_scan = False  # ListTasks reads the page from the listing indexes
+    SCHEMA: tuple[str, ...] = SCHEMA
 
     def __init__(
         self,
@@ -67,12 +69,15 @@ class SqliteStore:
         *,
         fsync: bool = True,
         log_limit: int = LOG_LIMIT,
+        booted: float | None = None,
     ) -> None:
+        """`fsync`: each transaction synced as it commits (`synchronous=FULL`);
+        `booted`: when this machine booted (default: as Linux says)."""
         self.path = Path(path)
         self._clock = clock
         self._ttl = float(terminal_ttl) if terminal_ttl else 0.0
         self._log_limit = log_limit
-        self.database = Database(self.path, SCHEMA, fsync=fsync)
+        self.database = Database(self.path, self.SCHEMA, fsync=fsync)
         self.documents = documents.SqliteDocuments(self.database, clock)
         self.indexes = indexes.SqliteIndexes(self.database)
         self._times = TimeIndexes(self.indexes, clock)
@@ -80,6 +85,8 @@ class SqliteStore:
         self._push = Once()
         self._notifier = Notifier()
         self._poller = Poller(self._notifier, self._stamp, every=_POLL, name="toolnexus-sqlite")
+        self._synced = fsync
+        self._after_boot(booted_at() if booted is None else booted)
 
     # --- the contract ------------------------------------------------------
 
@@ -220,6 +227,7 @@ class SqliteStore:
                 (self._clock(), _PURGE_BATCH),
             ).fetchall()
             _forget(c, [task_id for task_id, _, _ in gone])
+            self._purged(c, [task_id for task_id, _, _ in gone])
             c.executemany(
                 "DELETE FROM contexts WHERE context = ? AND owner = ? AND NOT EXISTS"
                 " (SELECT 1 FROM tasks WHERE context = ? AND owner = ?)",
@@ -285,7 +293,7 @@ class SqliteStore:
         written whole when `snapshot`; the task as it then stands, or None."""
         task_id = task["id"]
         row = c.execute(
-            f"SELECT seq, base FROM tasks WHERE id = ? AND {_ALIVE}", (task_id, now)
+            f"SELECT seq, base, lineage FROM tasks WHERE id = ? AND {_ALIVE}", (task_id, now)
         ).fetchone()
         if expected is not None and (row is None or row[0] != expected):
             return None
@@ -294,6 +302,12 @@ class SqliteStore:
         moment = c.execute("SELECT at FROM times WHERE name = 'listed'").fetchone()
         saved, task = restamped(events, task, moment[0] if moment else 0.0)
         seq, base = (int(row[0]), int(row[1])) if row else (0, 0)
+        snapshot = snapshot or (row is not None and self._copy_differs(c, task_id))
+        if row is not None and row[2]:
+            # A new lineage: numbers the lost transactions may have handed out are never reused.
+            seq = max(seq, int(now * 1_000_000))
+            task, saved = withdrawn(task, saved)
+            snapshot = True  # nothing before the new base to fold the task from
         moved = False
         for event in saved:
             seq += 1
@@ -309,18 +323,20 @@ class SqliteStore:
         expires = now + self._ttl if self._ttl and is_terminal(state) else None
         if row is None:
             c.execute(
-                "INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+                "INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, 0)",
                 (task_id, encode(task), seq, seq, state, ts, task.get("owner", ""),
                  context_of(task), expires),
             )  # fmt: skip
             base = seq
+            self._wrote_whole(c, task)
         elif snapshot:
             c.execute(
-                "UPDATE tasks SET doc = ?, seq = ?, base = ?, state = ?, ts = ?, expires = ?"
-                " WHERE id = ?",
+                "UPDATE tasks SET doc = ?, seq = ?, base = ?, state = ?, ts = ?, expires = ?,"
+                " lineage = 0 WHERE id = ?",
                 (encode(task), seq, seq, state, ts, expires, task_id),
             )
             base = seq
+            self._wrote_whole(c, task)
         else:
             c.execute(
                 "UPDATE tasks SET seq = ?, state = ?, ts = ?, expires = ? WHERE id = ?",
@@ -339,6 +355,39 @@ class SqliteStore:
             )
             indexes.place_in(c, task_id, self._times.scores(state))
         return Record(task, seq, seq - base)
+
+    def _wrote_whole(self, c: Any, task: Task) -> None:
+        """Inside the write that stored the task whole (a store that keeps a
+        copy of it elsewhere writes that copy here)."""
+
+    def _copy_differs(self, c: Any, task_id: str) -> bool:
+        """Inside a write: whether the copy `_wrote_whole` keeps is not the one
+        it last wrote (then this write writes the task whole)."""
+        return False
+
+    def _purged(self, c: Any, task_ids: list[str]) -> None:
+        """Inside the purge that forgot these tasks."""
+
+    def _after_boot(self, booted: float) -> None:
+        """Each task's next write starts a new lineage when the machine went
+        down since the database was last opened and its transactions are not
+        synced as they commit (`synchronous=NORMAL`: a power cut may have
+        taken the last ones, and the numbers they handed out)."""
+
+        def change(c: Any) -> None:
+            row = c.execute("SELECT at FROM times WHERE name = 'boot'").fetchone()
+            unsynced = c.execute("SELECT 1 FROM times WHERE name = 'unsynced'").fetchone()
+            if row is None or row[0] != booted:
+                # Any process that wrote unsynced since the last boot, this one included.
+                if row is not None and (unsynced or not self._synced):
+                    c.execute("UPDATE tasks SET lineage = 1")
+                c.execute("INSERT OR REPLACE INTO times VALUES ('boot', ?)", (booted,))
+                c.execute("DELETE FROM times WHERE name = 'unsynced'")
+                unsynced = None
+            if not self._synced and not unsynced:
+                c.execute("INSERT INTO times VALUES ('unsynced', ?)", (booted,))
+
+        self.database.write(change)
 
     def _listed(self) -> float:
         rows = self.database.read("SELECT at FROM times WHERE name = 'listed'")
@@ -379,5 +428,6 @@ def sqlite_store(
     fsync: bool = True,
     clock: Clock = time.time,
     log_limit: int = LOG_LIMIT,
+    booted: float | None = None,
 ) -> SqliteStore:
-    return SqliteStore(path, clock, terminal_ttl, fsync=fsync, log_limit=log_limit)
+    return SqliteStore(path, clock, terminal_ttl, fsync=fsync, log_limit=log_limit, booted=booted)

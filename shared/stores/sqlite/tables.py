@@ -2,13 +2,15 @@
 
   tasks     id, doc (the task as JSON, as of event `base`), seq (its last
             event), state, ts (its status time), owner, context, mkey
-            (unique: one task per message key), expires
+            (unique: one task per message key), expires, lineage (1: its
+            next write starts a new lineage: the machine went down since)
   events    (task_id, seq) -> one JSON event: the log, and the tail after
             `base` that a read folds over `doc`
   history   (task_id, seq) -> (ts, state): status changes, for listings
   contexts  context -> owner
   times     named times: the reaper's last run (`reaper`), the latest
-            moment a listing read as of (`listed`)
+            moment a listing read as of (`listed`), the boot of the machine
+            that last opened it (`boot`)
 
 The small documents and scored indexes of `shared.stores.sqlite.documents`
 and `.indexes` share the database.
@@ -26,7 +28,8 @@ from shared.task import Task
 SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS tasks (id TEXT PRIMARY KEY, doc TEXT NOT NULL,"
     " seq INTEGER NOT NULL, base INTEGER NOT NULL, state TEXT NOT NULL, ts REAL NOT NULL,"
-    " owner TEXT NOT NULL, context TEXT NOT NULL, mkey TEXT UNIQUE, expires REAL)",
+    " owner TEXT NOT NULL, context TEXT NOT NULL, mkey TEXT UNIQUE, expires REAL,"
+    " lineage INTEGER NOT NULL DEFAULT 0)",
     "CREATE INDEX IF NOT EXISTS tasks_listed ON tasks (owner, ts, id)",
     "CREATE INDEX IF NOT EXISTS tasks_in_context ON tasks (owner, context, ts, id)",
     "CREATE INDEX IF NOT EXISTS tasks_expiring ON tasks (expires) WHERE expires IS NOT NULL",

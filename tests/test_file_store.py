@@ -1,0 +1,246 @@
+"""The file store: the SQLite store inside a directory, each task also a
+`<id>.json` file that is the task itself; a directory an earlier version
+wrote is taken over whole when the store opens."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.events import artifact_update, to_state
+from shared.generation import generation_of
+from shared.store.contract import message_key
+from shared.store.listing import Query, list_by_scan
+from shared.stores.file.store import FileStore, file_store
+from shared.stores.sqlite.store import sqlite_store
+from shared.task import new_task, text_message
+from shared.transitions import transition
+
+EARLIER = Path(__file__).parent / "data" / "file-store-ea656d4.tar.gz"
+
+
+def a_task(owner: str = "alice") -> Any:
+    task = new_task(text_message("user", "hello"), owner=owner)
+    task["owner"] = owner
+    return task
+
+
+def test_the_file_is_the_task_itself_after_each_whole_write(tmp_path: Path) -> None:
+    store = file_store(tmp_path)
+    task = store.create(a_task()).task
+    path = tmp_path / f"{task['id']}.json"
+    assert json.loads(path.read_text()) == task
+    assert '\n  "status": {' in path.read_text()  # pretty-printed: greppable
+    assert transition(store, task["id"], to_state("working")).applied
+    artifact = {"artifactId": "a", "parts": [{"kind": "text", "text": "chunk"}]}
+    assert transition(store, task["id"], lambda t: [artifact_update(t, artifact)]).applied
+    assert transition(store, task["id"], to_state("completed")).applied  # at rest: written whole
+    assert json.loads(path.read_text()) == store.get(task["id"])
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("content", [None, b"{truncated", b"[1, 2]", b'{"id": "x"}', b""])
+def test_a_missing_or_corrupt_file_reads_as_an_unknown_task(
+    tmp_path: Path, content: bytes | None
+) -> None:
+    store = file_store(tmp_path)
+    task_id = store.create(a_task()).task["id"]
+    path = tmp_path / f"{task_id}.json"
+    if content is None:
+        path.unlink()
+    else:
+        path.write_bytes(content)
+    assert store.get(task_id) is None
+    assert not transition(store, task_id, to_state("working")).applied
+    assert file_store(tmp_path).get(task_id) is None  # another process reads the same
+
+
+def test_a_file_written_by_hand_is_adopted_with_its_status_as_the_next_event(
+    tmp_path: Path,
+) -> None:
+    store = file_store(tmp_path)
+    task = store.create(a_task()).task
+    edited = {**task, "status": {"state": "canceled", "timestamp": "2030-01-01T00:00:00Z"}}
+    (tmp_path / f"{task['id']}.json").write_text(json.dumps(edited))
+    assert store.get(task["id"]) == edited
+    assert [event["status"]["state"] for _, event in store.events(task["id"], 0)] == [
+        "submitted",
+        "canceled",
+    ]
+    assert store.read(task["id"]).seq == 2  # type: ignore[union-attr]
+    seed = {"id": "seed-task", "status": {"state": "submitted"}}  # the seed's store wrote these
+    (tmp_path / "seed-task.json").write_text(json.dumps(seed))
+    assert store.get("seed-task") == seed
+    assert transition(store, "seed-task", to_state("working")).applied
+
+
+def test_bare_task_files_are_listed_once_the_store_opens(tmp_path: Path) -> None:
+    for n in range(3):
+        task = {"id": f"t{n}", "status": {"state": "completed", "timestamp": f"2026-01-0{n + 1}"}}
+        (tmp_path / f"t{n}.json").write_text(json.dumps(task))
+    store = file_store(tmp_path)
+    query = Query("", None, None, None, 10, time.time(), None)
+    assert [t["id"] for t in store.listing(query).tasks] == ["t2", "t1", "t0"]
+
+
+def test_a_purged_task_takes_its_file_with_it(tmp_path: Path) -> None:
+    now = [time.time()]
+    store = file_store(tmp_path, lambda: now[0], terminal_ttl=10)
+    task_id = store.create(a_task()).task["id"]
+    assert transition(store, task_id, to_state("canceled")).applied
+    now[0] += 11
+    assert store.get(task_id) is None
+    assert store.purge_expired() == 1
+    assert not (tmp_path / f"{task_id}.json").exists()
+
+
+def test_time_index_markers_of_an_earlier_version_are_taken_over(tmp_path: Path) -> None:
+    """A directory whose time indexes were marker files (`.working/<id>` and
+    the like, scored by their mtime): they read back as the same indexes,
+    with the same scores, and the folders go."""
+    for folder, task_id, when in (
+        (".working", "t-working", 1_000.0),
+        (".waiting", "t-waiting", 2_000.0),
+        (".interrupted", "t-interrupted", 3_000.0),
+    ):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / task_id).touch()
+        os.utime(tmp_path / folder / task_id, (when, when))
+    store = file_store(tmp_path)
+    assert store.indexes.range("working") == [("t-working", 1_000.0)]
+    assert store.indexes.range("waiting") == [("t-waiting", 2_000.0)]
+    assert store.indexes.range("interrupted") == [("t-interrupted", 3_000.0)]
+    assert not any((tmp_path / folder).exists() for folder in (".working", ".waiting"))
+    assert not (tmp_path / ".interrupted").exists()
+
+
+def test_a_directory_written_by_ea656d4_reads_back_whole(tmp_path: Path) -> None:
+    """The directory `tests/data/make_file_store_ea656d4.py` wrote with the
+    file store of ea656d4 (tasks in every state, long logs with several
+    snapshots, a message key, push state, a heartbeat, the reaper's beat, a
+    bare file of the seed's), opened by today's store: every read gives what
+    that store read, and the earlier layout's files go."""
+    with tarfile.open(EARLIER) as archive:
+        archive.extractall(tmp_path, filter="tar")
+    expected = json.loads((tmp_path / "expected.json").read_text())
+    directory = tmp_path / "tasks"
+    store = FileStore(directory, terminal_ttl=10 * 365 * 86400.0)
+    ids: dict[str, str] = expected["ids"]
+    for name, task_id in ids.items():
+        assert store.get(task_id) == expected["tasks"][name], name
+        assert [[n, e] for n, e in store.events(task_id, 0)] == expected["events"][name], name
+    assert sorted(store.stale(math.inf)) == sorted(expected["stale"])
+    assert sorted(store.waiting(math.inf)) == sorted(expected["waiting"])
+    assert sorted(store.interrupted(math.inf)) == sorted(expected["interrupted"])
+    assert store.last_beat() == expected["beat"]
+    push = store.push_store(ttl=10 * 365 * 86400.0)
+    assert push.configs(ids["working"]) == expected["push"]
+    assert vars(push.cursor(ids["working"], "hook")) == expected["cursor"]
+    assert push.pushing() == expected["pushing"]
+    again = a_task()
+    made = store.create(again, "message-key-1")  # the earlier message key still names its task
+    assert not made.created and made.task["id"] == ids["submitted"]
+    query = Query("alice", None, None, None, 50, time.time(), None)
+    listed = store.listing(query)
+    assert listed.total == 7
+    assert listed == list_by_scan(store.all().values(), lambda _: [], query)
+    assert not any((directory / name).exists() for name in (".log", ".messages", ".expires"))
+    # Another process opening it now finds it taken, and reads the same.
+    assert FileStore(directory).get(ids["long"]) == expected["tasks"]["long"]
+
+
+@pytest.mark.parametrize("synced", [False, True])
+def test_after_a_boot_unsynced_numbers_start_a_new_lineage(tmp_path: Path, synced: bool) -> None:
+    """A database whose transactions are not synced as they commit may have
+    lost its last ones to a power cut, and with them numbers a client holds:
+    each task's first write after the boot numbers on from the clock in
+    microseconds (a resume from an older id then gets the Task), and its
+    generation is unknown from then on. Synced, numbers run on by one."""
+    path = tmp_path / "tasks.db"
+    before = sqlite_store(path, fsync=synced, booted=1_000.0)
+    task_id = before.create(a_task()).task["id"]
+    assert transition(before, task_id, to_state("working")).applied
+    assert before.read(task_id).seq == 2  # type: ignore[union-attr]
+    after = sqlite_store(path, fsync=synced, booted=2_000.0)  # the machine went down between
+    assert transition(after, task_id, to_state("completed")).applied
+    record = after.read(task_id)
+    assert record is not None and record.task["status"]["state"] == "completed"
+    if synced:
+        assert record.seq == 3 and generation_of(record.task) == 3
+    else:
+        assert record.seq > time.time() * 1_000_000 - 60_000_000
+        assert generation_of(record.task) == 0  # unknown
+    assert sqlite_store(path, fsync=synced, booted=2_000.0).read(task_id) == record
+
+
+def _cut_before_its_commit(store: FileStore, task_id: str) -> None:
+    """What a create cut off between its file's rename and its commit leaves:
+    the file, and nothing of the create in the database (its transaction
+    rolled back: the row, its log and history, its time index, its context)."""
+    statements = [
+        f"DELETE FROM {table} WHERE {column} = ?"
+        for table, column in (
+            ("tasks", "id"),
+            ("events", "task_id"),
+            ("history", "task_id"),
+            ("files", "id"),
+            ("indexes", "member"),
+        )
+    ]
+    store.database.write(
+        lambda c: (
+            [c.execute(statement, (task_id,)) for statement in statements]
+            + [c.execute("DELETE FROM contexts")]
+        )
+    )
+
+
+@pytest.mark.parametrize("retried_first", [False, True])
+def test_a_create_cut_off_before_its_commit_leaves_one_task_for_its_send(
+    tmp_path: Path, retried_first: bool
+) -> None:
+    """The send was never acknowledged; its sender retries with the same
+    messageId. Whichever comes first, the retry or a process that opens the
+    directory (or reads the file), one task stands for the send."""
+    store = file_store(tmp_path)
+    task = a_task()
+    key = message_key("alice", task["history"][0]["messageId"])
+    orphan = store.create(task, key).task["id"]
+    _cut_before_its_commit(store, orphan)
+    retry = {**a_task(), "history": task["history"]}
+    if retried_first:
+        made = store.create(retry, key)
+        assert made.created
+        assert file_store(tmp_path).get(orphan) is None  # another process opens: not taken in
+        assert store.get(orphan) is None
+        assert store.create(a_task(), key).task["id"] == retry["id"]
+    else:
+        assert file_store(tmp_path).get(orphan) == task  # taken in when a process opens
+        made = store.create(retry, key)
+        assert not made.created and made.task["id"] == orphan
+    assert store.waiting(math.inf) == [made.task["id"]]  # the one beat sends on
+
+
+def test_a_file_left_by_a_write_that_rolled_back_is_written_over_by_the_next(
+    tmp_path: Path,
+) -> None:
+    """A write killed between its file's rename and its commit leaves a file
+    the database did not record; a write that does not read the file first
+    (a worker's claim) writes the task whole over it, so the file is the task
+    as committed again."""
+    store = file_store(tmp_path)
+    task = store.create(a_task()).task
+    path = tmp_path / f"{task['id']}.json"
+    rolled_back = {**task, "status": {"state": "canceled", "timestamp": "2030-01-01T00:00:00Z"}}
+    path.write_text(json.dumps(rolled_back))
+    claimed = store.claim(task["id"], "submitted", to_state("working")(task)[0])
+    assert claimed.applied
+    assert json.loads(path.read_text()) == claimed.task == store.get(task["id"])
+    assert store.get(task["id"])["status"]["state"] == "working"  # type: ignore[index]
