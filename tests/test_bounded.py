@@ -126,5 +126,5 @@ def test_a_task_left_waiting_for_input_is_failed_after_the_timeout_and_nothing_e
 def test_a_store_opened_from_the_settings_has_the_default_ttl(tmp_path: Path) -> None:
     store: Any = open_store(Settings(store=f"file:{tmp_path / 'tasks'}"))
     done = a_task(store, WORKING, COMPLETED)
-    marker = tmp_path / "tasks" / ".expires" / done  # its mtime: when it expires
-    assert marker.stat().st_mtime > store._clock() + 7 * DAY - 60
+    ((expires,),) = store.database.read("SELECT expires FROM tasks WHERE id = ?", (done,))
+    assert expires > store._clock() + 7 * DAY - 60

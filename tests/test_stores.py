@@ -33,7 +33,6 @@ from shared.task import (
     COMPLETED,
     FAILED,
     INPUT_REQUIRED,
-    SUBMITTED,
     TERMINAL_STATES,
     WORKING,
     new_task,
@@ -304,22 +303,38 @@ def test_a_task_directory_of_the_older_format_keeps_working(tmp_path: Path) -> N
     assert store.all() == {task["id"]: record.task}
 
 
-_CREATOR = """
+_KILLED = """
 import os, signal, sys
 from shared.stores.file.store import FileStore
-from shared.task import new_task, text_message
 store = FileStore(sys.argv[1])
-dies_in = sys.argv[2]
-setattr(store, dies_in, lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL))
+dies_in, when = sys.argv[2].split(":")
+method = getattr(store, dies_in)
+
+def killed(*args, **kwargs):
+    if when == "after":
+        method(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def arm():
+    setattr(store, dies_in, killed)
+"""
+
+_CREATOR = (
+    _KILLED
+    + """
+from shared.task import new_task, text_message
 task = new_task(text_message("user", "hi"))
 print(task["id"], flush=True)
+arm()
 store.create(task)
 """
+)
 
 
 def _killed_in(script: str, folder: Path, dies_in: str) -> str:
     """Run `script` on a file store in `folder` until it is SIGKILLed in the
-    store's method `dies_in`; the id of the task it printed."""
+    store's method `dies_in` (`name:before` or `name:after` it runs); the
+    id of the task it printed."""
     import subprocess
     import sys
 
@@ -333,38 +348,37 @@ def _killed_in(script: str, folder: Path, dies_in: str) -> str:
     return ran.stdout.strip()
 
 
-@pytest.mark.parametrize("dies_in", ["_write", "_indexed"])
+@pytest.mark.parametrize("dies_in", ["_wrote_whole:before", "_wrote_whole:after"])
 def test_a_creator_killed_mid_create_leaves_no_task_the_re_sender_misses(
     tmp_path: Path, dies_in: str
 ) -> None:
-    """SIGKILLed before it wrote the task, or after: a written task is
-    marked waiting (the re-sender finds it); a task never written leaves no
-    marker behind."""
+    """SIGKILLed inside the create's transaction, before its task file is
+    renamed into place or after (before the commit): a file left behind is
+    the task, waiting (the re-sender finds it); with none, nothing is left."""
     task_id = _killed_in(_CREATOR, tmp_path, dies_in)
     store = FileStore(tmp_path)
     later = time.time() + 60
-    if dies_in == "_indexed":  # the task was written: it waits, and is found
+    if dies_in.endswith(":after"):  # the file is there: it is the task, and it waits
         assert store.get(task_id) is not None
         assert store.waiting(later) == [task_id]
-    else:  # nothing was written: nothing is sent, and the marker goes
+    else:  # nothing was written: nothing is sent
         assert store.get(task_id) is None
         assert store.waiting(later) == []
         assert store.indexes.score("waiting", task_id) is None
 
 
-_REPLIER = """
-import os, signal, sys
+_REPLIER = (
+    _KILLED
+    + """
 from shared import transition
 from shared.events import message_added, status_update, to_state
-from shared.stores.file.store import FileStore
 from shared.task import INPUT_REQUIRED, INTERRUPTED_STATES, SUBMITTED, WORKING
 from shared.task import new_task, text_message
-store = FileStore(sys.argv[1])
 task_id = store.create(new_task(text_message("user", "ask: which?"))).task["id"]
 transition(store, task_id, to_state(WORKING))
 transition(store, task_id, to_state(INPUT_REQUIRED))
 print(task_id, flush=True)
-setattr(store, sys.argv[2], lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL))
+arm()
 reply = text_message("user", "this one")
 transition(  # the front end's follow-up (web.core.tasks)
     store,
@@ -373,29 +387,25 @@ transition(  # the front end's follow-up (web.core.tasks)
     from_states=INTERRUPTED_STATES,
 )
 """
+)
 
 
-@pytest.mark.parametrize("dies_in", ["_write", "_indexed"])
+@pytest.mark.parametrize("dies_in", ["_written:before", "_written:after"])
 def test_a_front_end_killed_mid_follow_up_leaves_no_task_the_re_sender_misses(
     tmp_path: Path, dies_in: str
 ) -> None:
-    """A reply to a task waiting for input, its writer SIGKILLed before it
-    wrote the reply or after: a written reply leaves the task `submitted` and
-    marked waiting (the re-sender finds it: the peer's retry of the reply,
-    already applied, queues nothing); one never written leaves the task
-    waiting for input, and nothing to re-send."""
+    """A reply to a task waiting for input, its writer SIGKILLed inside the
+    reply's transaction, before its statements or after them (before the
+    commit): the transaction is rolled back whole, so the task still waits
+    for the peer, in no waiting index (the peer's retry of the reply then
+    applies it)."""
     task_id = _killed_in(_REPLIER, tmp_path, dies_in)
     store = FileStore(tmp_path)
     task = store.get(task_id)
     assert task is not None
-    later = time.time() + 60
-    if dies_in == "_indexed":  # the reply was written: it waits, and is found
-        assert state_of(task) == SUBMITTED
-        assert store.waiting(later) == [task_id]
-    else:  # nothing was written: the task still waits for the peer
-        assert state_of(task) == INPUT_REQUIRED
-        assert store.waiting(later) == []
-        assert store.indexes.score("waiting", task_id) is None
+    assert state_of(task) == INPUT_REQUIRED
+    assert store.waiting(time.time() + 60) == []
+    assert store.indexes.score("waiting", task_id) is None
 
 
 def test_a_task_file_replaced_out_of_band_is_adopted(tmp_path: Path) -> None:

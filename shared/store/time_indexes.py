@@ -79,3 +79,26 @@ class TimeIndexes:
     def forget(self, task_id: str) -> None:
         """The task out of every time index (it is gone)."""
         self._indexes.place(task_id, dict.fromkeys(STATES))
+
+
+class TimeIndexed:
+    """The store methods of the time indexes (`heartbeat`, `stale`,
+    `waiting`, `resent`, `interrupted`), for a store that keeps them as
+    `TimeIndexes` in `_times`."""
+
+    _times: TimeIndexes
+
+    def heartbeat(self, *task_ids: str) -> None:
+        self._times.heartbeat(*task_ids)
+
+    def stale(self, cutoff: float) -> list[str]:
+        return self._times.due(WORKING_INDEX, cutoff)
+
+    def waiting(self, cutoff: float) -> list[str]:
+        return self._times.due(WAITING_INDEX, cutoff)
+
+    def resent(self, task_id: str) -> None:
+        self._times.resent(task_id)
+
+    def interrupted(self, cutoff: float) -> list[str]:
+        return self._times.due(INTERRUPTED_INDEX, cutoff)

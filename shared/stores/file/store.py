@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,7 +45,6 @@ from shared.documents import ABSENT
 from shared.errors import StoreError
 from shared.events import Event, current_status, fold
 from shared.owners.book import DocumentBook
-from shared.push.contract import PushStore
 from shared.push.documents import DocumentPush
 from shared.store.contract import LOG_LIMIT, Record, is_safe_id, message_key
 from shared.store.spec import ALWAYS, FSYNC_POLICIES, NO
@@ -116,15 +116,22 @@ class FileStore(SqliteStore):
         )
         return record if recorded == _digest(raw) else self._adopted(task_id)
 
-    def push_store(self, ttl: float | None = None) -> PushStore:
-        return self._push.get(
-            lambda: DocumentPush(
-                self.documents,
-                self.indexes,
-                ttl,
-                upgrade=lambda push: take_over_push(self.directory, push),
-            )
-        )
+    def _push_upgrade(self) -> Callable[[DocumentPush], object]:
+        return lambda push: take_over_push(self.directory, push)
+
+    def ping(self) -> None:
+        """Raise StoreError unless the directory is there and writable, and
+        the database takes a write (an open database outlives its folder)."""
+        probe = self.directory / f".ping.{os.getpid()}.{threading.get_ident()}"
+        try:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o600))
+            os.unlink(probe)
+        except OSError as error:
+            raise StoreError(
+                f"task store unavailable: {self.directory}: {error.strerror}",
+                f"the task directory is not writable ({error.strerror})",
+            ) from None
+        super().ping()
 
     # --- the task files ------------------------------------------------------
 
@@ -203,6 +210,7 @@ class FileStore(SqliteStore):
         c: Any,
         task_id: str,
         task: Task,
+        base: int,
         after: list[tuple[int, Event]],
         logged: list[tuple[int, Event]],
         expires: float | None,
@@ -215,8 +223,7 @@ class FileStore(SqliteStore):
         unlogged = len(logged) == len(after) == 1
         if unlogged and _replaced(c, task):
             return
-        seq = logged[-1][0] if logged else 0
-        base = after[0][0] - 1 if after else seq
+        seq = after[-1][0] if after else base
         now_task = fold(task, [event for _, event in after])
         state = state_of(now_task)
         ts = epoch(now_task["status"].get("timestamp", ""))
@@ -241,10 +248,13 @@ class FileStore(SqliteStore):
         placed = c.execute("SELECT 1 FROM indexes WHERE member = ? LIMIT 1", (task_id,)).fetchone()
         if placed is None:
             indexes.place_in(c, task_id, self._times.scores(state))
-        c.execute(
-            "INSERT OR REPLACE INTO files VALUES (?, ?, ?)",
-            (task_id, _digest(raw), _stat(self._file(task_id))),
-        )
+        if json.loads(raw) == task:
+            c.execute(
+                "INSERT OR REPLACE INTO files VALUES (?, ?, ?)",
+                (task_id, _digest(raw), _stat(self._file(task_id))),
+            )
+        else:  # an older wrapper around the task: rewritten as the task itself
+            self._wrote_whole(c, task)
         if unlogged:
             _claim_its_message(c, now_task)
 

@@ -37,9 +37,10 @@ EARLIER = (".log", ".messages", ".contexts", ".expires", ".listing", ".locks", "
 
 # What the store does with a taken task: write its row, events and indexes
 # inside the transaction (connection, task id, task as the file holds it,
-# the events after it, every logged event, expiry, the file's bytes).
+# the event it holds the task at, the events after it, every logged event,
+# expiry, the file's bytes).
 Logged = list[tuple[int, Event]]
-Adopt = Callable[[Any, str, Task, Logged, Logged, Any, bytes], None]
+Adopt = Callable[[Any, str, Task, int, Logged, Logged, Any, bytes], None]
 
 
 def earlier_layout(directory: Path) -> bool:
@@ -62,15 +63,15 @@ def take_over(
         if raw is None or task is None:
             continue  # unreadable: it reads as an unknown task, as it did
         logged = _logged(directory / ".log" / f"{task_id}.jsonl")
-        base = next((n for n, name in logged.markers if name == digest(raw)), None)
+        base = next((n for n, name in logged.markers if name == digest(raw)), _wrapped_at(raw))
         after: Logged
         if base is None:
-            last = logged.events[-1][0] if logged.events else 0
-            after = [(last + 1, current_status(task))]
+            base = logged.events[-1][0] if logged.events else 0
+            after = [(base + 1, current_status(task))]
         else:
             after = [(n, e) for n, e in logged.events if n > base]
         expiry = _mtime(directory / ".expires" / task_id)
-        adopt(connection, task_id, task, after, [*logged.events, *after], expiry, raw)
+        adopt(connection, task_id, task, base, after, [*logged.events, *after], expiry, raw)
         taken += 1
     for path in sorted((directory / ".messages").glob("*")):
         task_id = (_bytes(path) or b"").decode(errors="replace")
@@ -118,6 +119,16 @@ def _logged(path: Path) -> _Log:
         elif isinstance(entry.get("snapshot"), dict):
             found.markers.append((entry["seq"], str(entry["snapshot"].get("digest"))))
     return found
+
+
+def _wrapped_at(raw: bytes) -> int | None:
+    """The number an older wrapper file `{"seq": n, "task": {...}}` holds its task at."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    wrapped = isinstance(value, dict) and "status" not in value and "task" in value
+    return value["seq"] if wrapped and isinstance(value.get("seq"), int) else None
 
 
 def task_in(raw: bytes | None, task_id: str) -> Task | None:

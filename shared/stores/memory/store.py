@@ -27,9 +27,7 @@ from shared.errors import ContextTaken
 from shared.events import Event, StatusUpdate, current_status, fold
 from shared.generation import stamped
 from shared.owners.book import LocalBook
-from shared.owners.ledger import DocumentLedger
-from shared.push.contract import Once, PushStore
-from shared.push.documents import DocumentPush
+from shared.push.contract import Once
 from shared.store.contract import (
     LOG_LIMIT,
     Commit,
@@ -39,14 +37,10 @@ from shared.store.contract import (
     is_safe_id,
     require_safe_id,
 )
+from shared.store.features import KeptInDocuments
 from shared.store.listing import Listing, Query, stamp_after, trimmed
 from shared.store.ordered import OrderedIndex
-from shared.store.time_indexes import (
-    INTERRUPTED_INDEX,
-    WAITING_INDEX,
-    WORKING_INDEX,
-    TimeIndexes,
-)
+from shared.store.time_indexes import TimeIndexed, TimeIndexes
 from shared.store.wakeups import Notifier, Waiter
 from shared.stores.memory.documents import MemoryDocuments
 from shared.stores.memory.indexes import MemoryIndexes
@@ -76,7 +70,8 @@ class _Entry:
     statuses: list[tuple[float, str]] = field(default_factory=list)
 
 
-class MemoryStore:
+class MemoryStore(TimeIndexed, KeptInDocuments):
+    documents: MemoryDocuments
     lists_by_scan = False  # ListTasks reads the page from ordered indexes
 
     def __init__(
@@ -102,7 +97,6 @@ class MemoryStore:
         self.documents = MemoryDocuments(clock)
         self.indexes = MemoryIndexes()
         self._times = TimeIndexes(self.indexes, clock)
-        self._ledger = DocumentLedger(self.documents, self._accepted)
         self._order = OrderedIndex()
         # The latest moment a listing is read as of (shared.store.listing): a status
         # saved after it must not carry a timestamp at or before it.
@@ -263,21 +257,6 @@ class MemoryStore:
             status.update(stamped)
         return seconds
 
-    def heartbeat(self, *task_ids: str) -> None:
-        self._times.heartbeat(*task_ids)
-
-    def stale(self, cutoff: float) -> list[str]:
-        return self._times.due(WORKING_INDEX, cutoff)
-
-    def waiting(self, cutoff: float) -> list[str]:
-        return self._times.due(WAITING_INDEX, cutoff)
-
-    def resent(self, task_id: str) -> None:
-        self._times.resent(task_id)
-
-    def interrupted(self, cutoff: float) -> list[str]:
-        return self._times.due(INTERRUPTED_INDEX, cutoff)
-
     def record_beat(self) -> None:
         self._beat = self._clock()
 
@@ -325,12 +304,6 @@ class MemoryStore:
 
     def close(self) -> None:
         pass
-
-    def push_store(self, ttl: float | None = None) -> PushStore:
-        return self._push.get(lambda: DocumentPush(self.documents, self.indexes, ttl))
-
-    def send_ledger(self) -> DocumentLedger:
-        return self._ledger
 
     def _accepted(self, message_key: str) -> str | None:
         """The task a message made, while it is kept."""

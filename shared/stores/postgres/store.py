@@ -41,9 +41,7 @@ from shared.events import Event, StatusUpdate, context_of, current_status
 from shared.keys import digest
 from shared.ops.store_metrics import count_failover
 from shared.owners.book import DocumentBook
-from shared.owners.ledger import DocumentLedger
-from shared.push.contract import Once, PushStore
-from shared.push.documents import DocumentPush
+from shared.push.contract import Once
 from shared.store.claim_text import claim_text
 from shared.store.contract import (
     LOG_LIMIT,
@@ -54,6 +52,7 @@ from shared.store.contract import (
     is_safe_id,
     require_safe_id,
 )
+from shared.store.features import KeptInDocuments
 from shared.store.listing import WINDOW, Listing, Query
 from shared.store.spec import POSTGRES_TIMEOUT
 from shared.store.wakeups import Waiter
@@ -115,7 +114,8 @@ SELECT count(*) FROM gone
 """
 
 
-class PostgresStore:
+class PostgresStore(KeptInDocuments):
+    documents: PostgresDocuments
     lists_by_scan = False  # ListTasks reads the page from the indexes
 
     def __init__(
@@ -342,12 +342,6 @@ class PostgresStore:
 
     def close(self) -> None:
         self._pool.close()
-
-    def push_store(self, ttl: float | None = None) -> PushStore:
-        return self._push.get(lambda: DocumentPush(self.documents, self.indexes, ttl))
-
-    def send_ledger(self) -> DocumentLedger:
-        return DocumentLedger(self.documents, self._accepted)
 
     def _accepted(self, message_key: str) -> str | None:
         """The task a message made, while it is kept."""

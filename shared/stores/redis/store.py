@@ -37,9 +37,8 @@ from shared.generation import UNKNOWN, generation_of, withdrawn
 from shared.keys import digest
 from shared.ops.store_metrics import count_failover, count_unreplicated
 from shared.owners.book import Entry
-from shared.owners.ledger import DocumentLedger
 from shared.pooling import POOL_WAIT
-from shared.push.contract import Once, PushStore
+from shared.push.contract import Once
 from shared.push.documents import DocumentPush
 from shared.redis_nodes.pools import blocking_pool, node_of, server_of
 from shared.store.claim_text import claim_text
@@ -52,6 +51,7 @@ from shared.store.contract import (
     is_safe_id,
     require_safe_id,
 )
+from shared.store.features import KeptInDocuments
 from shared.store.listing import Listing, Query
 from shared.store.spec import POOL_SIZE
 from shared.store.wakeups import Waiter
@@ -78,7 +78,7 @@ from shared.task import IN_FLIGHT, Task, epoch, is_terminal, state_of
 Clock = Callable[[], float]
 
 
-class RedisStore:
+class RedisStore(KeptInDocuments):
     lists_by_scan = False
 
     def __init__(
@@ -396,18 +396,8 @@ class RedisStore:
     def close(self) -> None:
         pass  # the pool's connections close with the process; a listener thread is a daemon
 
-    def push_store(self, ttl: float | None = None) -> PushStore:
-        return self._push.get(
-            lambda: DocumentPush(
-                self.documents,
-                self.indexes,
-                ttl,
-                upgrade=lambda push: take_over_push(self.client, self._prefix, push),
-            )
-        )
-
-    def send_ledger(self) -> DocumentLedger:
-        return DocumentLedger(self.documents, self._accepted)
+    def _push_upgrade(self) -> Callable[[DocumentPush], object]:
+        return lambda push: take_over_push(self.client, self._prefix, push)
 
     def _accepted(self, message_key: str) -> str | None:
         """The task a message made, while it is kept."""

@@ -23,9 +23,7 @@ from shared.errors import ContextTaken, StoreError
 from shared.events import Event, StatusUpdate, context_of, current_status, fold
 from shared.generation import stamped, withdrawn
 from shared.owners.book import DocumentBook
-from shared.owners.ledger import DocumentLedger
-from shared.push.contract import Once, PushStore
-from shared.push.documents import DocumentPush
+from shared.push.contract import Once
 from shared.store.contract import (
     LOG_LIMIT,
     Commit,
@@ -35,29 +33,28 @@ from shared.store.contract import (
     is_safe_id,
     require_safe_id,
 )
+from shared.store.features import KeptInDocuments
 from shared.store.listing import WINDOW, Listing, Query, restamped
-from shared.store.time_indexes import (
-    INTERRUPTED_INDEX,
-    WAITING_INDEX,
-    WORKING_INDEX,
-    TimeIndexes,
-)
+from shared.store.time_indexes import TimeIndexed, TimeIndexes
 from shared.store.wakeups import Notifier, Poller, Waiter
-from shared.stores.sqlite import documents, indexes, tables
+from shared.stores.sqlite import indexes, tables
 from shared.stores.sqlite.boot import booted_at
 from shared.stores.sqlite.database import Database
+from shared.stores.sqlite.documents import SCHEMA as DOCUMENTS
+from shared.stores.sqlite.documents import SqliteDocuments
 from shared.stores.sqlite.listing import answer
 from shared.task import IN_FLIGHT, Task, epoch, is_terminal, state_of
 from shared.transitions import SNAPSHOT_EVERY
 
 Clock = Callable[[], float]
-SCHEMA = (*tables.SCHEMA, *documents.SCHEMA, *indexes.SCHEMA)
+SCHEMA = (*tables.SCHEMA, *DOCUMENTS, *indexes.SCHEMA)
 _POLL = 0.05  # how often watched tasks are read for other processes' writes, seconds
 _ALIVE = "(expires IS NULL OR expires > ?)"
 _PURGE_BATCH = 1000
 
 
-class SqliteStore:
+class SqliteStore(TimeIndexed, KeptInDocuments):
+    documents: SqliteDocuments
     lists_by_scan = False  # ListTasks reads the page from the listing indexes
     SCHEMA: tuple[str, ...] = SCHEMA
 
@@ -78,7 +75,7 @@ class SqliteStore:
         self._ttl = float(terminal_ttl) if terminal_ttl else 0.0
         self._log_limit = log_limit
         self.database = Database(self.path, self.SCHEMA, fsync=fsync)
-        self.documents = documents.SqliteDocuments(self.database, clock)
+        self.documents = SqliteDocuments(self.database, clock)
         self.indexes = indexes.SqliteIndexes(self.database)
         self._times = TimeIndexes(self.indexes, clock)
         self._turns = DocumentBook(self.documents)
@@ -200,21 +197,6 @@ class SqliteStore:
             )
         return self.database.snapshot(lambda c: answer(c, query, self._clock()))
 
-    def heartbeat(self, *task_ids: str) -> None:
-        self._times.heartbeat(*task_ids)
-
-    def stale(self, cutoff: float) -> list[str]:
-        return self._times.due(WORKING_INDEX, cutoff)
-
-    def waiting(self, cutoff: float) -> list[str]:
-        return self._times.due(WAITING_INDEX, cutoff)
-
-    def resent(self, task_id: str) -> None:
-        self._times.resent(task_id)
-
-    def interrupted(self, cutoff: float) -> list[str]:
-        return self._times.due(INTERRUPTED_INDEX, cutoff)
-
     # --- upkeep ----------------------------------------------------------------
 
     def purge_expired(self) -> int:
@@ -255,12 +237,6 @@ class SqliteStore:
 
     def close(self) -> None:
         self.database.close()
-
-    def push_store(self, ttl: float | None = None) -> PushStore:
-        return self._push.get(lambda: DocumentPush(self.documents, self.indexes, ttl))
-
-    def send_ledger(self) -> DocumentLedger:
-        return DocumentLedger(self.documents, self._accepted)
 
     def turn_book(self) -> DocumentBook:
         return self._turns
