@@ -16,7 +16,7 @@ from flask.testing import FlaskClient
 from shared import Settings
 from shared.events import to_state
 from shared.store.contract import message_key
-from shared.store.listing import stamp_after
+from shared.store.listing import Query, history_of, list_by_scan, stamp_after
 from shared.stores.redis.store import redis_store
 from shared.task import epoch, new_task, text_message
 from shared.transitions import transition
@@ -297,3 +297,39 @@ def test_a_status_is_indexed_by_the_time_it_is_saved_with() -> None:
     assert restamped is not status and seconds > own
     assert seconds == epoch(restamped["timestamp"])
     assert stamp_after({"state": "working"}, own) == ({"state": "working"}, 0.0)
+
+
+def test_totals_equal_a_scans_with_tasks_moved_and_expired(store_kind: str, stores: Stores) -> None:
+    """Each filter's total (owner, context, state) as a scan of every task
+    counts it, with tasks in several states and contexts, some changed
+    after the listing's moment, one finished and expired but not yet
+    purged, and after the purge."""
+    now = [time.time()]
+    store = stores.open(store_kind, clock=lambda: now[0], terminal_ttl=30)
+    ids = fill(store, 4, "alice", "ctx-a") + fill(store, 3, "alice", "ctx-b")
+    ids += fill(store, 2, "bob")
+    for task_id in ids[:5]:
+        assert transition(store, task_id, to_state("working")).applied
+    assert transition(store, ids[2], to_state("canceled")).applied
+    assert transition(store, ids[4], to_state("input-required")).applied
+    now[0] += 40  # the canceled task has expired; nothing has purged it yet
+    as_of = time.time()
+    time.sleep(0.01)
+    assert transition(store, ids[0], to_state("completed")).applied  # after the moment
+
+    def check() -> None:
+        tasks = list(store.all().values())
+        for owner in ("alice", "bob", "nobody"):
+            for context in (None, "ctx-a", "ctx-b"):
+                for state in (None, "working", "submitted", "completed", "canceled"):
+                    query = Query(owner, context, state, None, 2, as_of, None)
+                    scan = list_by_scan(tasks, lambda i: _history(store, i), query)
+                    assert store.listing(query).total == scan.total, query
+
+    check()
+    store.purge_expired()
+    check()
+
+
+def _history(store: Any, task_id: str) -> list[tuple[float, str]]:
+    return history_of(store.events(task_id, 0))

@@ -2,7 +2,7 @@
 
 A task sits where its status time was at the listing's moment (see
 `shared.store.listing`): the tasks whose status time is at or before that
-moment are read in index order (`tasks_listed`, or `tasks_in_context`),
+moment are read in index order (`tasks_by_owner`, or `tasks_by_context`),
 below the cursor, one page at most; the few that changed since are placed
 by their last status change before the moment (`history`) and merged in.
 """
@@ -30,8 +30,10 @@ def answer(connection: Any, query: Query, now: float) -> Listing:
         unmoved.append("ts > ?")
         unmoved_args.append(query.updated_after)
     where = " AND ".join(unmoved)
-    count = f"SELECT count(*) FROM tasks WHERE {where}"
-    (total,) = connection.execute(count, unmoved_args).fetchone()
+    total = _counted(connection, query, now)
+    if total is None:
+        count = f"SELECT count(*) FROM tasks WHERE {where}"
+        (total,) = connection.execute(count, unmoved_args).fetchone()
     below, below_args = "", []
     if query.after is not None:
         below, below_args = " AND (ts, id) < (?, ?)", list(query.after)
@@ -47,6 +49,38 @@ def answer(connection: Any, query: Query, now: float) -> Listing:
     records = read_many(connection, [task_id for _, task_id in page], now)
     tasks = [records[task_id].task for _, task_id in page if task_id in records]
     return Listing(tasks, int(total) + len(moved), page[-1] if more and page else None)
+
+
+def _counted(connection: Any, query: Query, now: float) -> int | None:
+    """The tasks a listing counts as they stood at its moment, from the kept
+    counts: the owner's (in the context, in the state) less those that
+    changed since the moment (placed apart, by their history) and those
+    expired but not yet purged; None where the query filters by time."""
+    if query.updated_after is not None:
+        return None
+    context = "*" if query.context_id is None else f"={query.context_id}"
+    state = "*" if query.state is None else f"={query.state}"
+    row = connection.execute(
+        "SELECT n FROM counts WHERE owner = ? AND context = ? AND state = ?",
+        (query.owner, context, state),
+    ).fetchone()
+    match, args = ["owner = ?"], [query.owner]
+    if query.context_id is not None:
+        match.append("context = ?")
+        args.append(query.context_id)
+    if query.state is not None:
+        match.append("state = ?")
+        args.append(query.state)
+    where = " AND ".join(match)
+    (later,) = connection.execute(
+        f"SELECT count(*) FROM tasks WHERE {where} AND ts > ?", [*args, query.as_of]
+    ).fetchone()
+    (expired,) = connection.execute(
+        f"SELECT count(*) FROM tasks INDEXED BY tasks_expiring WHERE expires <= ? AND {where}"
+        " AND ts <= ?",
+        [now, *args, query.as_of],
+    ).fetchone()
+    return (int(row[0]) if row else 0) - int(later) - int(expired)
 
 
 def _moved(connection: Any, where: str, args: list[object], query: Query) -> list[Position]:
