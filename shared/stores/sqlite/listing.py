@@ -17,11 +17,9 @@ from shared.stores.sqlite.tables import read_many
 
 def answer(connection: Any, query: Query, now: float) -> Listing:
     """The page of `query`, read on `connection` inside one read transaction."""
-    scope = ["owner = ?", "(expires IS NULL OR expires > ?)"]
-    args: list[object] = [query.owner, now]
-    if query.context_id is not None:
-        scope.append("context = ?")
-        args.append(query.context_id)
+    scope, args = _filters(query, state=False)
+    scope.append("(expires IS NULL OR expires > ?)")
+    args.append(now)
     unmoved, unmoved_args = [*scope, "ts <= ?"], [*args, query.as_of]
     if query.state is not None:
         unmoved.append("state = ?")
@@ -64,13 +62,7 @@ def _counted(connection: Any, query: Query, now: float) -> int | None:
         "SELECT n FROM counts WHERE owner = ? AND context = ? AND state = ?",
         (query.owner, context, state),
     ).fetchone()
-    match, args = ["owner = ?"], [query.owner]
-    if query.context_id is not None:
-        match.append("context = ?")
-        args.append(query.context_id)
-    if query.state is not None:
-        match.append("state = ?")
-        args.append(query.state)
+    match, args = _filters(query, state=True)
     where = " AND ".join(match)
     (later,) = connection.execute(
         f"SELECT count(*) FROM tasks WHERE {where} AND ts > ?", [*args, query.as_of]
@@ -81,6 +73,20 @@ def _counted(connection: Any, query: Query, now: float) -> int | None:
         [now, *args, query.as_of],
     ).fetchone()
     return (int(row[0]) if row else 0) - int(later) - int(expired)
+
+
+def _filters(query: Query, *, state: bool) -> tuple[list[str], list[object]]:
+    """The conditions (and their arguments) on the owner, the context and,
+    with `state`, the state a query asks for."""
+    where: list[str] = ["owner = ?"]
+    args: list[object] = [query.owner]
+    if query.context_id is not None:
+        where.append("context = ?")
+        args.append(query.context_id)
+    if state and query.state is not None:
+        where.append("state = ?")
+        args.append(query.state)
+    return where, args
 
 
 def _moved(connection: Any, where: str, args: list[object], query: Query) -> list[Position]:
