@@ -244,3 +244,14 @@ def test_a_file_left_by_a_write_that_rolled_back_is_written_over_by_the_next(
     assert claimed.applied
     assert json.loads(path.read_text()) == claimed.task == store.get(task["id"])
     assert store.get(task["id"])["status"]["state"] == "working"  # type: ignore[index]
+
+
+def test_tasks_without_their_counts_are_counted_when_the_store_opens(tmp_path: Path) -> None:
+    """A database whose tasks were written before their counts were kept."""
+    path = tmp_path / "tasks.db"
+    store = sqlite_store(path)
+    for _ in range(3):
+        store.create(a_task())
+    store.database.write(lambda c: c.execute("DELETE FROM counts"))
+    query = Query("alice", None, "submitted", None, 10, time.time(), None)
+    assert sqlite_store(path).listing(query).total == 3

@@ -83,7 +83,7 @@ class SqliteStore(TimeIndexed, KeptInDocuments):
         self._notifier = Notifier()
         self._poller = Poller(self._notifier, self._stamp, every=_POLL, name="toolnexus-sqlite")
         self._synced = fsync
-        self._after_boot(booted_at() if booted is None else booted)
+        self._opened(booted_at() if booted is None else booted)
 
     # --- the contract ------------------------------------------------------
 
@@ -344,11 +344,13 @@ class SqliteStore(TimeIndexed, KeptInDocuments):
     def _purged(self, c: Any, task_ids: list[str]) -> None:
         """Inside the purge that forgot these tasks."""
 
-    def _after_boot(self, booted: float) -> None:
-        """Each task's next write starts a new lineage when the machine went
-        down since the database was last opened and its transactions are not
-        synced as they commit (`synchronous=NORMAL`: a power cut may have
-        taken the last ones, and the numbers they handed out)."""
+    def _opened(self, booted: float) -> None:
+        """As the store opens, in one write: the counts of tasks written
+        before counts were kept, and each task's next write starting a new
+        lineage when the machine went down since the database was last
+        opened and its transactions are not synced as they commit
+        (`synchronous=NORMAL`: a power cut may have taken the last ones, and
+        the numbers they handed out)."""
 
         def change(c: Any) -> None:
             row = c.execute("SELECT at FROM times WHERE name = 'boot'").fetchone()
@@ -362,6 +364,7 @@ class SqliteStore(TimeIndexed, KeptInDocuments):
                 unsynced = None
             if not self._synced and not unsynced:
                 c.execute("INSERT INTO times VALUES ('unsynced', ?)", (booted,))
+            tables.recount(c)
 
         self.database.write(change)
 

@@ -63,6 +63,23 @@ SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS times (name TEXT PRIMARY KEY, at REAL NOT NULL) WITHOUT ROWID",
 )
 
+_RECOUNT: Final = (
+    "INSERT INTO counts SELECT owner, c, s, count(*) FROM ("
+    " SELECT owner, '*' AS c, '*' AS s FROM tasks"
+    " UNION ALL SELECT owner, '*', '=' || state FROM tasks"
+    " UNION ALL SELECT owner, '=' || context, '*' FROM tasks"
+    " UNION ALL SELECT owner, '=' || context, '=' || state FROM tasks)"
+    " GROUP BY owner, c, s"
+)
+
+
+def recount(connection: Any) -> None:
+    """Inside a write: the counts of tasks written before counts were kept
+    (none kept yet, tasks there); else nothing."""
+    if connection.execute("SELECT 1 FROM counts LIMIT 1").fetchone() is None:
+        connection.execute(_RECOUNT)
+
+
 # A task's row and the events after its `base`, in one statement (so as of
 # one moment): one row per event of the tail, or one with no event.
 READ: Final = (
