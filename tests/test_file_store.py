@@ -255,3 +255,51 @@ def test_tasks_without_their_counts_are_counted_when_the_store_opens(tmp_path: P
     store.database.write(lambda c: c.execute("DELETE FROM counts"))
     query = Query("alice", None, "submitted", None, 10, time.time(), None)
     assert sqlite_store(path).listing(query).total == 3
+
+
+def test_processes_forked_while_threads_write_open_their_own_and_corrupt_nothing(
+    tmp_path: Path,
+) -> None:
+    """A Celery pool child is forked from a worker whose threads write the
+    store (heartbeats, the slot keeper): whenever the fork comes, the child
+    opens its own connection at once (no mutex of SQLite's left held in it)
+    and writes, and the parent's connections, never closed in the child, lose
+    nothing of the database."""
+    import signal
+    import sqlite3
+    import threading
+
+    path = tmp_path / "tasks.db"
+    store = sqlite_store(path, fsync=False)
+    stop = threading.Event()
+
+    def writer() -> None:
+        while not stop.wait(0.001):  # busy, yet leaving the lock to others now and then
+            task_id = store.create(a_task()).task["id"]
+            transition(store, task_id, to_state("working"))
+
+    threads = [threading.Thread(target=writer) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    store.get("the-main-threads-connection")
+    made = []
+    try:
+        for _ in range(20):
+            child = os.fork()
+            if child == 0:  # the child: a deadline of its own, then a write
+                ok = False
+                try:
+                    signal.alarm(10)
+                    task_id = store.create(a_task()).task["id"]
+                    ok = transition(store, task_id, to_state("working")).applied
+                finally:
+                    os._exit(0 if ok else 1)  # never back into pytest
+            _, status = os.waitpid(child, 0)
+            made.append(status)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+    assert made == [0] * 20  # each child wrote and exited, none killed by its alarm
+    assert sqlite3.connect(path).execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert len(sqlite_store(path).all()) >= 20

@@ -17,18 +17,112 @@ holds the lock (SIGSTOP, a stalled VM) stops no one for longer.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Final, TypeVar
 
 from shared.errors import StoreError
 
 R = TypeVar("R")
+
+
+class _Connection(sqlite3.Connection):
+    """A connection this process opened (a subclass, to be weakly referenced)."""
+
+
+# Every connection open in this process, and those held across a fork.
+_OPEN: weakref.WeakSet[_Connection] = weakref.WeakSet()
+_FORKED: list[_Connection] = []
+
+
+class _Gate:
+    """No thread of this process is inside SQLite, or inside a transaction,
+    when it forks: each call and each transaction passes the gate (any number
+    at once); a fork closes it, waits for those inside to end, and opens it
+    again on both sides. Forked inside SQLite, a child would keep the
+    library's mutexes held, and its first connection wait for ever; forked
+    inside a transaction, it would keep the parent's record of that
+    transaction's locks (SQLite keeps one per process), and wait on them."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition(threading.Lock())
+        self._inside = 0
+        self._closed = False
+        self._depth = threading.local()
+
+    @contextmanager
+    def passed(self) -> Iterator[None]:
+        depth = getattr(self._depth, "n", 0)
+        if depth == 0:
+            with self._condition:
+                while self._closed:
+                    self._condition.wait()
+                self._inside += 1
+        self._depth.n = depth + 1
+        try:
+            yield
+        finally:
+            self._depth.n = depth
+            if depth == 0:
+                with self._condition:
+                    self._inside -= 1
+                    if self._inside == 0:
+                        self._condition.notify_all()
+
+    def close(self) -> None:
+        with self._condition:
+            self._closed = True
+            while self._inside:
+                self._condition.wait()
+
+    def open(self) -> None:
+        with self._condition:
+            self._closed = False
+            self._condition.notify_all()
+
+    def reset(self) -> None:
+        """In the child: only the forking thread is left, outside SQLite."""
+        self._condition = threading.Condition(threading.Lock())
+        self._inside, self._closed = 0, False
+        self._depth = threading.local()
+
+
+_GATE = _Gate()
+
+
+def _before_fork() -> None:
+    _GATE.close()
+    _FORKED[:] = list(_OPEN)  # alive across the fork, whichever thread opened them
+
+
+def _after_fork_in_parent() -> None:
+    _FORKED.clear()
+    _GATE.open()
+
+
+def _after_fork_in_child() -> None:
+    """The parent's connections are never closed in the child: closing one
+    there (as freeing it does) may checkpoint or reset the write-ahead log
+    from a copy of the parent's state, under the processes using it, and
+    lose pages. Each is given a reference the child never lets go of
+    (CPython's C API, `Py_IncRef`), so it is never freed: the child opens its own."""
+    for connection in _FORKED:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(connection))
+    _FORKED.clear()
+    _GATE.reset()
+
+
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+)
 
 # Long enough for any writer that is running; a paused one is a fault.
 WITHIN: Final = 2.0
@@ -58,16 +152,17 @@ class Database:
         """`change` run in one write transaction, committed when it returns
         (rolled back when it raises)."""
         connection = self._connection()
-        self._retried(lambda: connection.execute("BEGIN IMMEDIATE"))
-        try:
-            result = change(connection)
-            connection.execute("COMMIT")
-            return result
-        except BaseException as error:
-            connection.execute("ROLLBACK")
-            if isinstance(error, sqlite3.Error):
-                raise _failed(self.path, error) from error
-            raise
+        with _GATE.passed():  # the whole transaction: no fork in the middle of one
+            self._retried(lambda: connection.execute("BEGIN IMMEDIATE"))
+            try:
+                result = change(connection)
+                connection.execute("COMMIT")
+                return result
+            except BaseException as error:
+                connection.execute("ROLLBACK")
+                if isinstance(error, sqlite3.Error):
+                    raise _failed(self.path, error) from error
+                raise
 
     def read(self, query: str, args: Iterable[object] = ()) -> list[tuple[object, ...]]:
         """The rows of one query, read as of one moment (outside any write)."""
@@ -78,11 +173,12 @@ class Database:
         """`reads` (several queries) run in one read transaction: every query
         sees the database as of one moment, and no writer waits for it."""
         connection = self._connection()
-        self._retried(lambda: connection.execute("BEGIN"))
-        try:
-            return self._retried(lambda: reads(connection))
-        finally:
-            connection.execute("COMMIT")
+        with _GATE.passed():
+            self._retried(lambda: connection.execute("BEGIN"))
+            try:
+                return self._retried(lambda: reads(connection))
+            finally:
+                connection.execute("COMMIT")
 
     def _retried(self, step: Callable[[], R]) -> R:
         """`step`, tried again while the database is locked, up to the deadline."""
@@ -90,7 +186,8 @@ class Database:
         pause = _PAUSE
         while True:
             try:
-                return step()
+                with _GATE.passed():
+                    return step()
             except sqlite3.OperationalError as error:
                 if not _busy(error):
                     raise _failed(self.path, error) from error
@@ -108,35 +205,58 @@ class Database:
     def close(self) -> None:
         """Let go of this thread's connection (the others close with their threads)."""
         kept = getattr(self._local, "connection", None)
-        if kept is not None:
-            kept[1].close()
-            self._local.connection = None
+        if kept is not None and kept[0] == os.getpid():
+            with _GATE.passed():
+                kept[1].close()
+        self._local.connection = None
 
     def _connection(self) -> sqlite3.Connection:
         kept: tuple[int, sqlite3.Connection] | None = getattr(self._local, "connection", None)
         if kept is not None and kept[0] == os.getpid():
             return kept[1]
-        # A connection made before a fork belongs to the parent: left alone, never closed here.
+        # One made before a fork is the parent's: never used here, nor closed
+        # (`_after_fork_in_child`).
+        _made_for_its_user(self.path)
         try:
-            # Made by this service for its user alone (SQLite makes the WAL
-            # and shared-memory files with the same mode), never through a link.
-            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600))
-        except OSError as error:
-            raise StoreError(
-                f"task store: {self.path}: {error.strerror}", "the task database cannot be opened"
-            ) from error
-        try:
-            connection = sqlite3.connect(
-                self.path, isolation_level=None, timeout=0, check_same_thread=True
-            )
+            with _GATE.passed():
+                connection = sqlite3.connect(
+                    self.path,
+                    isolation_level=None,
+                    timeout=0,
+                    check_same_thread=True,
+                    factory=_Connection,
+                )
+            _OPEN.add(connection)
         except sqlite3.Error as error:
             raise _failed(self.path, error) from error
         self._retried(lambda: connection.execute("PRAGMA journal_mode=WAL"))
-        connection.execute(f"PRAGMA synchronous={self._synchronous}")
+        self._retried(lambda: connection.execute(f"PRAGMA synchronous={self._synchronous}"))
         self._local.connection = (os.getpid(), connection)
         if self._schema:
             self.write(lambda c: [c.execute(statement) for statement in self._schema])
         return connection
+
+
+def _made_for_its_user(path: Path) -> None:
+    """The database file made by this service for its user alone, if it is
+    not there yet (SQLite makes the WAL and shared-memory files with the same
+    mode); a symbolic link there is refused. Made only when new: opening and
+    closing an existing database outside SQLite would drop every POSIX lock
+    this process's connections hold on it (a close drops them all), and let
+    another process checkpoint or reset the log under them."""
+    if os.path.islink(path):
+        raise StoreError(
+            f"task store: {path} is a symbolic link; refusing it",
+            "the task database cannot be opened",
+        )
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    except FileExistsError:
+        pass  # there already (made by another process, or a link made meanwhile: SQLite's to open)
+    except OSError as error:
+        raise StoreError(
+            f"task store: {path}: {error.strerror}", "the task database cannot be opened"
+        ) from error
 
 
 def _busy(error: sqlite3.OperationalError) -> bool:
