@@ -165,8 +165,40 @@ SLOW_OPT_IN = (
 )
 
 
+# The files that take longest, handed to the suite's workers first (a
+# history beside a shorter file, so no two fleets of faults start at once):
+# begun last, one of them would run on alone while the other workers wait.
+# Every other file follows, the ones with more tests first.
+LONGEST_FIRST = (
+    "test_histories_amqp.py",
+    "test_worker_pools.py",
+    "test_histories.py",
+    "test_broker_partition.py",
+    "test_histories_postgresql.py",
+    "test_newcomer.py",
+    "test_histories_on_one_host.py",
+    "test_worker_process.py",
+    "test_failover_fleet.py",
+    "test_reliability_retries.py",
+    "test_fair_share.py",
+    "test_reliability_worker_killed.py",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked `slow` run only when asked for (`-m slow`), as the docker ones."""
+    """The longest files first (`LONGEST_FIRST`); tests marked `slow` run only
+    when asked for (`-m slow`), as the docker ones."""
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item.path.name] = counts.get(item.path.name, 0) + 1
+
+    def order(item: pytest.Item) -> tuple[int, int, str]:
+        name = item.path.name
+        if name in LONGEST_FIRST:
+            return LONGEST_FIRST.index(name), 0, name
+        return len(LONGEST_FIRST), -counts[name], name
+
+    items.sort(key=order)  # stable: a file's own tests keep their order
     if "slow" in (config.getoption("markexpr") or ""):
         return
     for item in items:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_histories import ONE_HOST, check_history
+from tests.support.history_check import check_history
 
 pytestmark = [pytest.mark.timeout(400)]
 
@@ -16,9 +16,6 @@ pytestmark = [pytest.mark.timeout(400)]
 # The file store is the SQLite store with each task also a file: its history
 # runs every step of the SQLite store's, and the SQLite store's own history
 # (a minute of the suite's budget) is opt-in.
-@pytest.mark.parametrize(
-    "backend",
-    [pytest.param(b, marks=[pytest.mark.slow] if b == "sqlite" else []) for b in ONE_HOST],
-)
+@pytest.mark.parametrize("backend", ["file", pytest.param("sqlite", marks=pytest.mark.slow)])
 def test_a_history_under_faults_has_no_anomaly(backend: str, tmp_path: Path) -> None:
     check_history(backend, tmp_path)
