@@ -66,6 +66,9 @@ BACKENDS = (
     "shared.stores.postgres",
     "shared.stores.sqlite",
 )
+# What several backends share (the SQL of PostgreSQL and SQLite): not a
+# backend itself, it imports none, and only backends import it.
+SHARED_BY_BACKENDS = ("shared.stores.sql",)
 # The only modules that import a backend: turning a spec into a store, the
 # package's public constructors (on first use), and the `db` command, which
 # migrates PostgreSQL's schema.
@@ -362,7 +365,15 @@ def test_the_embedded_server_loads_no_celery() -> None:
 def test_the_backend_list_names_every_backend() -> None:
     stores = [module for module in modules() if under(module, ("shared.stores",))]
     assert sorted(set(BACKENDS) - set(stores)) == []
-    assert [m for m in stores if m != "shared.stores" and not under(m, BACKENDS)] == []
+    others = (*BACKENDS, *SHARED_BY_BACKENDS)
+    assert [m for m in stores if m != "shared.stores" and not under(m, others)] == []
+
+
+def test_what_the_backends_share_imports_no_backend_and_only_they_import_it() -> None:
+    shared = [m for m in modules() if under(m, SHARED_BY_BACKENDS)]
+    assert shared
+    assert [(m, n) for m in shared for n in imports(m) if under(n, BACKENDS)] == []
+    assert importers(SHARED_BY_BACKENDS, outside=("shared/stores/",)) == set()
 
 
 def test_only_the_wiring_imports_a_store_backend() -> None:

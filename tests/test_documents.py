@@ -65,7 +65,8 @@ def test_a_document_with_a_time_to_live_is_gone_after_it(store_kind: str, stores
     documents = documents_of(stores.open(store_kind, clock=clock))
     assert documents.swap("test:brief", ABSENT, {"n": 1}, ttl=0.5)
     assert documents.swap("test:kept", ABSENT, {"n": 1})
-    assert documents.document("test:brief").value == {"n": 1}
+    first = documents.document("test:brief")
+    assert first.value == {"n": 1}
     if clock is not None:
         clock.now += 0.6
     else:  # the server's own clock
@@ -76,6 +77,9 @@ def test_a_document_with_a_time_to_live_is_gone_after_it(store_kind: str, stores
         )
     gone = documents.document("test:brief")
     assert (gone.version, gone.value) == (ABSENT, None)
+    # Expired is absent: a swap against the version it had changes nothing.
+    assert not documents.swap("test:brief", first.version, {"n": 3})
+    assert not documents.swap("test:brief", first.version, None)
     assert documents.swap("test:brief", ABSENT, {"n": 2})  # written anew over the expired one
     assert documents.document("test:brief").value == {"n": 2}
     assert documents.document("test:kept").value == {"n": 1}

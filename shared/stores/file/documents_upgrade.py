@@ -1,6 +1,6 @@
 """Small documents an earlier version kept as files, `.documents/<name>.json`
 ({"version", "value", "expires"}), taken over once by the store's database
-(`shared.stores.sqlite.documents`): the turn book and each task's push state
+(`shared.stores.sql.documents`): the turn book and each task's push state
 keep their place; an index kept as a document (`index:<name>`, {member:
 score}) becomes the rows of that index. Each file goes once taken over, the
 folder once empty (its lock files with it)."""

@@ -52,7 +52,10 @@ from shared.stores.file.documents_upgrade import take_over as take_over_document
 from shared.stores.file.documents_upgrade import take_over_markers
 from shared.stores.file.push_upgrade import take_over as take_over_push
 from shared.stores.file.takeover import clear_earlier, earlier_layout, take_over, task_in
-from shared.stores.sqlite import indexes, tables
+from shared.stores.sql.dialects import SQLITE
+from shared.stores.sql.indexes import place_in
+from shared.stores.sql.runner import Transaction
+from shared.stores.sqlite import tables
 from shared.stores.sqlite.store import SqliteStore
 from shared.task import Task, epoch, state_of
 
@@ -247,7 +250,7 @@ class FileStore(SqliteStore):
         )
         placed = c.execute("SELECT 1 FROM indexes WHERE member = ? LIMIT 1", (task_id,)).fetchone()
         if placed is None:
-            indexes.place_in(c, task_id, self._times.scores(state))
+            place_in(Transaction(c, SQLITE), task_id, self._times.scores(state))
         if json.loads(raw) == task:
             c.execute(
                 "INSERT OR REPLACE INTO files VALUES (?, ?, ?)",

@@ -8,9 +8,9 @@ schema is behind is refused, checked on the first connection.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg_pool import PoolTimeout
@@ -20,6 +20,10 @@ from shared.quoting import truncated
 from shared.stores.postgres.pool import ForkSafePool
 from shared.stores.postgres.schema import UPGRADE_COMMAND as UPGRADE_HINT
 from shared.stores.postgres.schema import behind
+from shared.stores.sql.dialects import POSTGRESQL
+from shared.stores.sql.runner import Parameters, Transaction
+
+R = TypeVar("R")
 
 
 class KeyTaken(Exception):
@@ -101,3 +105,22 @@ def _reason(error: Exception) -> str:
     if isinstance(error, psycopg.OperationalError):
         return "cannot connect to PostgreSQL"
     return "PostgreSQL refused the statement"
+
+
+class PostgresRunner:
+    """The shared SQL (`shared.stores.sql`) on these statements' connections."""
+
+    dialect = POSTGRESQL
+
+    def __init__(self, statements: Statements) -> None:
+        self._statements = statements
+
+    def rows(self, text: str, params: Parameters) -> list[Any]:
+        return self._statements.rows(POSTGRESQL.compiled(text), params)
+
+    def count(self, text: str, params: Parameters) -> int:
+        return self._statements.count(POSTGRESQL.compiled(text), params)
+
+    def atomically(self, work: Callable[[Transaction], R]) -> R:
+        with self._statements.connection() as conn, conn.transaction():
+            return work(Transaction(conn.cursor(), POSTGRESQL))

@@ -12,7 +12,7 @@ Tables (schema `toolnexus`, created by `toolnexus-serve db upgrade`, see
   history   (task_id, seq) -> (ts, state): status changes, for listings
   contexts  c -> o: a context's owner
   beat      the reaper's last run
-  documents small documents (`shared.stores.postgres.documents`): the turn
+  documents small documents (`shared.stores.sql.documents`): the turn
             book, each owner's send limits
 
 Each write is one statement calling a function (`create_task`,
@@ -56,15 +56,15 @@ from shared.store.features import KeptInDocuments
 from shared.store.listing import WINDOW, Listing, Query
 from shared.store.spec import POSTGRES_TIMEOUT
 from shared.store.wakeups import Waiter
-from shared.stores.postgres.documents import PostgresDocuments
-from shared.stores.postgres.indexes import PostgresIndexes
 from shared.stores.postgres.listener import PostgresListener
 from shared.stores.postgres.listing import answer
 from shared.stores.postgres.pool import ForkSafePool
 from shared.stores.postgres.records import TAIL, record_of
 from shared.stores.postgres.schema import DEFAULT_SCHEMA, behind, checked_schema
 from shared.stores.postgres.session import session_settings, with_keepalives
-from shared.stores.postgres.statements import KeyTaken, Statements
+from shared.stores.postgres.statements import KeyTaken, PostgresRunner, Statements
+from shared.stores.sql.documents import SqlDocuments
+from shared.stores.sql.indexes import SqlIndexes
 from shared.task import Task, epoch, is_terminal, state_of
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,7 @@ SELECT count(*) FROM gone
 
 
 class PostgresStore(KeptInDocuments):
-    documents: PostgresDocuments
+    documents: SqlDocuments
     lists_by_scan = False  # ListTasks reads the page from the indexes
 
     def __init__(
@@ -150,8 +150,9 @@ class PostgresStore(KeptInDocuments):
         )
         self.statements = Statements(self._pool, self.schema, self._where)
         # Small documents (shared.documents), under the features that keep state.
-        self.documents = PostgresDocuments(self.statements)
-        self.indexes = PostgresIndexes(self.statements)
+        runner = PostgresRunner(self.statements)
+        self.documents = SqlDocuments(runner)
+        self.indexes = SqlIndexes(runner)
         self._listener = PostgresListener(
             self.conninfo, channel, self._newest, notify=notify, timeout=timeout
         )

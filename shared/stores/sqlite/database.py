@@ -24,7 +24,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final, TypeVar
@@ -164,10 +164,13 @@ class Database:
                     raise _failed(self.path, error) from error
                 raise
 
-    def read(self, query: str, args: Iterable[object] = ()) -> list[tuple[object, ...]]:
+    def read(
+        self, query: str, args: Iterable[object] | Mapping[str, object] = ()
+    ) -> list[tuple[object, ...]]:
         """The rows of one query, read as of one moment (outside any write)."""
         connection = self._connection()
-        return self._retried(lambda: connection.execute(query, tuple(args)).fetchall())
+        bound = args if isinstance(args, Mapping) else tuple(args)
+        return self._retried(lambda: connection.execute(query, bound).fetchall())
 
     def snapshot(self, reads: Callable[[sqlite3.Connection], R]) -> R:
         """`reads` (several queries) run in one read transaction: every query

@@ -37,26 +37,28 @@ from shared.store.features import KeptInDocuments
 from shared.store.listing import WINDOW, Listing, Query, restamped
 from shared.store.time_indexes import TimeIndexed, TimeIndexes
 from shared.store.wakeups import Notifier, Poller, Waiter
-from shared.stores.sqlite import indexes, tables
+from shared.stores.sql.dialects import SQLITE
+from shared.stores.sql.documents import SqlDocuments
+from shared.stores.sql.indexes import SqlIndexes, place_in
+from shared.stores.sql.runner import Transaction
+from shared.stores.sqlite import tables
 from shared.stores.sqlite.boot import booted_at
 from shared.stores.sqlite.database import Database
-from shared.stores.sqlite.documents import SCHEMA as DOCUMENTS
-from shared.stores.sqlite.documents import SqliteDocuments
 from shared.stores.sqlite.listing import answer
+from shared.stores.sqlite.runner import SqliteRunner
 from shared.task import IN_FLIGHT, Task, epoch, is_terminal, state_of
 from shared.transitions import SNAPSHOT_EVERY
 
 Clock = Callable[[], float]
-SCHEMA = (*tables.SCHEMA, *DOCUMENTS, *indexes.SCHEMA)
 _POLL = 0.05  # how often watched tasks are read for other processes' writes, seconds
 _ALIVE = "(expires IS NULL OR expires > ?)"
 _PURGE_BATCH = 1000
 
 
 class SqliteStore(TimeIndexed, KeptInDocuments):
-    documents: SqliteDocuments
+    documents: SqlDocuments
     lists_by_scan = False  # ListTasks reads the page from the listing indexes
-    SCHEMA: tuple[str, ...] = SCHEMA
+    SCHEMA: tuple[str, ...] = tables.SCHEMA
 
     def __init__(
         self,
@@ -75,8 +77,9 @@ class SqliteStore(TimeIndexed, KeptInDocuments):
         self._ttl = float(terminal_ttl) if terminal_ttl else 0.0
         self._log_limit = log_limit
         self.database = Database(self.path, self.SCHEMA, fsync=fsync)
-        self.documents = SqliteDocuments(self.database, clock)
-        self.indexes = indexes.SqliteIndexes(self.database)
+        runner = SqliteRunner(self.database)
+        self.documents = SqlDocuments(runner, clock)
+        self.indexes = SqlIndexes(runner)
         self._times = TimeIndexes(self.indexes, clock)
         self._turns = DocumentBook(self.documents)
         self._push = Once()
@@ -329,7 +332,7 @@ class SqliteStore(TimeIndexed, KeptInDocuments):
                 " WHERE task_id = ? AND ts < ?)",
                 (task_id, task_id, now - WINDOW),
             )
-            indexes.place_in(c, task_id, self._times.scores(state))
+            place_in(Transaction(c, SQLITE), task_id, self._times.scores(state))
         return Record(task, seq, seq - base)
 
     def _wrote_whole(self, c: Any, task: Task) -> None:

@@ -1,20 +1,19 @@
 """The SQLite store's tables, and a task as they hold it.
 
-  tasks     id, doc (the task as JSON, as of event `base`), seq (its last
-            event), state, ts (its status time), owner, context, mkey
-            (unique: one task per message key), expires, lineage (1: its
-            next write starts a new lineage: the machine went down since)
-  events    (task_id, seq) -> one JSON event: the log, and the tail after
-            `base` that a read folds over `doc`
-  history   (task_id, seq) -> (ts, state): status changes, for listings
-  contexts  context -> owner
-  counts    (owner, context or '*', state or '*') -> how many tasks, kept by triggers
-  times     named times: the reaper's last run (`reaper`), the latest
-            moment a listing read as of (`listed`), the boot of the machine
-            that last opened it (`boot`)
-
-The small documents and scored indexes of `shared.stores.sqlite.documents`
-and `.indexes` share the database.
+tasks     id, doc (the task as JSON, as of event `base`), seq (its last
+          event), state, ts (its status time), owner, context, mkey
+          (unique: one task per message key), expires, lineage (1: its
+          next write starts a new lineage: the machine went down since)
+events    (task_id, seq) -> one JSON event: the log, and the tail after
+          `base` that a read folds over `doc`
+history   (task_id, seq) -> (ts, state): status changes, for listings
+contexts  context -> owner
+counts    (owner, context or '*', state or '*') -> how many tasks, kept by triggers
+times     named times: the reaper's last run (`reaper`), the latest
+          moment a listing read as of (`listed`), the boot of the machine
+          that last opened it (`boot`)
+documents small documents (`shared.stores.sql.documents`)
+indexes   scored indexes (`shared.stores.sql.indexes`)
 """
 
 from __future__ import annotations
@@ -61,6 +60,13 @@ SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS contexts (context TEXT PRIMARY KEY, owner TEXT NOT NULL)"
     " WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS times (name TEXT PRIMARY KEY, at REAL NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS documents (name TEXT PRIMARY KEY, version TEXT NOT NULL,"
+    " body TEXT NOT NULL, expires REAL) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS documents_expiring ON documents (expires)"
+    " WHERE expires IS NOT NULL",
+    "CREATE TABLE IF NOT EXISTS indexes (name TEXT NOT NULL, member TEXT NOT NULL,"
+    " score REAL NOT NULL, PRIMARY KEY (name, member)) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS indexes_scored ON indexes (name, score, member)",
 )
 
 _RECOUNT: Final = (

@@ -1,0 +1,63 @@
+"""The differences between the SQL databases the stores run on, in one place.
+
+The shared SQL (`shared.stores.sql.documents`, `.indexes`) is written once,
+with `:name` parameters and three fragments in braces, and compiled for each
+database once per statement:
+
+- `{now}`: the time now, seconds since the epoch. PostgreSQL's own clock
+  (every host of a fleet reads one clock); on SQLite the `:now` parameter,
+  the store's clock (one host; a test's clock where a test gives one).
+- `{body}`: the `:body` parameter, JSON text, stored as the database keeps
+  JSON (`jsonb` on PostgreSQL, text on SQLite).
+- `{body_text}`: the column `body` read back as JSON text.
+
+A statement with no limit passes `unlimited` as its `LIMIT` (PostgreSQL
+takes NULL, SQLite a negative number).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Final
+
+_PARAMETER: Final = re.compile(r"(?<![:\w]):(\w+)")
+
+
+@dataclass(frozen=True)
+class Dialect:
+    name: str
+    now: str
+    body: str
+    body_text: str
+    # How a `:name` parameter is written for the database's driver.
+    parameter: str
+    unlimited: int | None
+    _compiled: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def compiled(self, text: str) -> str:
+        """`text` in this database's SQL (kept: each statement is compiled once)."""
+        done = self._compiled.get(text)
+        if done is None:
+            filled = text.format(now=self.now, body=self.body, body_text=self.body_text)
+            done = _PARAMETER.sub(lambda m: self.parameter.format(m.group(1)), filled)
+            self._compiled[text] = done
+        return done
+
+
+POSTGRESQL: Final = Dialect(
+    name="postgresql",
+    now="extract(epoch FROM clock_timestamp())::float8",
+    body="CAST(:body AS jsonb)",
+    body_text="body::text",
+    parameter="%({})s",  # psycopg's named parameters
+    unlimited=None,
+)
+SQLITE: Final = Dialect(
+    name="sqlite",
+    now=":now",
+    body=":body",
+    body_text="body",
+    parameter=":{}",
+    unlimited=-1,
+)
