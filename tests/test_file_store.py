@@ -180,6 +180,53 @@ def test_after_a_boot_unsynced_numbers_start_a_new_lineage(tmp_path: Path, synce
     assert sqlite_store(path, fsync=synced, booted=2_000.0).read(task_id) == record
 
 
+@pytest.mark.parametrize("policy", ["always", "everysec", "no"])
+def test_after_a_boot_every_file_not_the_one_recorded_is_written_again_from_the_database(
+    tmp_path: Path, policy: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Task files are not synced as they are written (the database is the
+    record): a power cut may leave one missing, empty, or an earlier one. The
+    first open after the boot writes each of them again from the database,
+    synced; a file that is the recorded one is left as it is."""
+    before = FileStore(tmp_path, fsync=policy, booted=1_000.0)
+    ids = [before.create(a_task()).task["id"] for _ in range(4)]
+    earlier = {i: (tmp_path / f"{i}.json").read_bytes() for i in ids}
+    for task_id in ids:  # a state it rests in: each file written whole again
+        assert transition(before, task_id, to_state("working")).applied
+        assert transition(before, task_id, to_state("completed")).applied
+    expected = {task_id: before.get(task_id) for task_id in ids}
+    missing, empty, older, kept = (tmp_path / f"{i}.json" for i in ids)
+    missing.unlink()
+    empty.write_bytes(b"")
+    older.write_bytes(earlier[ids[2]])  # the file before the last write, as a cut may leave it
+    untouched = kept.stat()
+
+    with caplog.at_level("WARNING", logger="shared.stores.file.store"):
+        after = FileStore(tmp_path, fsync=policy, booted=2_000.0)  # the machine went down
+
+    assert "3 task files written again" in caplog.text
+    for task_id in ids:
+        assert json.loads((tmp_path / f"{task_id}.json").read_text()) == expected[task_id]
+        record = after.read(task_id)
+        assert record is not None and record.task == expected[task_id]
+    assert (kept.stat().st_ino, kept.stat().st_mtime_ns) == (
+        untouched.st_ino,
+        untouched.st_mtime_ns,
+    )
+    assert "adopting" not in caplog.text  # written from the record, not taken in as edits
+
+
+def test_without_a_boot_a_missing_file_stays_an_unknown_task(tmp_path: Path) -> None:
+    """Only a boot says a file may be lost rather than deleted: opened again
+    on the same boot, a deleted file is still an unknown task (the seed's
+    contract)."""
+    store = FileStore(tmp_path, booted=1_000.0)
+    task_id = store.create(a_task()).task["id"]
+    (tmp_path / f"{task_id}.json").unlink()
+    assert FileStore(tmp_path, booted=1_000.0).get(task_id) is None
+    assert not (tmp_path / f"{task_id}.json").exists()
+
+
 def _cut_before_its_commit(store: FileStore, task_id: str) -> None:
     """What a create cut off between its file's rename and its commit leaves:
     the file, and nothing of the create in the database (its transaction

@@ -12,8 +12,10 @@ directory, with each task also written as a file of its own:
                 indexes, the turn book, send limits and push state
 
 A task file is written inside the database transaction that stores the task
-whole (renamed into place before the commit), and the database records its
-content's digest. A read takes the task from the database when the file is
+whole (renamed into place before the commit, not synced: the database is the
+record), and the database records its content's digest; after the machine
+goes down, the first process to open the store writes again, synced, every
+file that is not the one recorded. A read takes the task from the database when the file is
 the one it recorded; a missing file, a symbolic link or one that is not a
 task reads as an unknown task; any other file (written by hand, by the
 seed's store, or renamed into place by a write whose commit a crash
@@ -40,14 +42,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from shared.codec import encode
+from shared.codec import decode, encode
 from shared.documents import ABSENT
 from shared.errors import StoreError
 from shared.events import Event, current_status, fold
 from shared.owners.book import DocumentBook
 from shared.push.documents import DocumentPush
 from shared.store.contract import LOG_LIMIT, Record, is_safe_id, message_key
-from shared.store.spec import ALWAYS, FSYNC_POLICIES, NO
+from shared.store.spec import ALWAYS, FSYNC_POLICIES
 from shared.stores.file.documents_upgrade import take_over as take_over_documents
 from shared.stores.file.documents_upgrade import take_over_markers
 from shared.stores.file.push_upgrade import take_over as take_over_push
@@ -93,7 +95,6 @@ class FileStore(SqliteStore):
         for suffix in ("", "-wal", "-shm"):
             if (self.directory / f"{DATABASE}{suffix}").is_symlink():
                 raise StoreError(f"task store: {DATABASE}{suffix} is a symbolic link; refusing it")
-        self._policy = fsync
         super().__init__(
             self.directory / DATABASE,
             clock,
@@ -139,19 +140,23 @@ class FileStore(SqliteStore):
     # --- the task files ------------------------------------------------------
 
     def _wrote_whole(self, c: Any, task: Task) -> None:
-        """The task's file, renamed into place before the write commits, and its digest."""
+        """The task's file, renamed into place before the write commits, and
+        its digest. The file is not synced: the database is the record, synced
+        as the policy says, and after the machine goes down the store writes
+        every file again that is not the one it recorded (`_after_a_boot`)."""
+        self._write_file(c, task, synced=False)
+
+    def _write_file(self, c: Any, task: Task, *, synced: bool) -> None:
         data = json.dumps(task, indent=2, ensure_ascii=False).encode() + b"\n"
         path = self._file(task["id"])
         fd, temp = tempfile.mkstemp(dir=self.directory, prefix=f".{path.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as file:
                 file.write(data)
-                if self._policy != NO:
+                if synced:
                     file.flush()
                     os.fsync(file.fileno())
             os.replace(temp, path)
-            if self._policy == ALWAYS:
-                _sync_directory(self.directory)
         except OSError as error:
             Path(temp).unlink(missing_ok=True)
             raise StoreError(f"task store: {path}: {error.strerror}") from error
@@ -159,6 +164,35 @@ class FileStore(SqliteStore):
             "INSERT OR REPLACE INTO files VALUES (?, ?, ?)",
             (task["id"], _digest(data), _stat(path)),
         )
+
+    def _after_a_boot(self, c: Any) -> None:
+        """The machine went down since the database was last opened, and with
+        it any task file written since that had not reached the disk (missing,
+        empty, or an earlier one): each file that is not the one the database
+        recorded is written again from it, synced, before the store serves. A
+        hand edit made before the machine went down, not yet read through the
+        store, goes with them."""
+        again = 0
+        for task_id, digest, stat in c.execute("SELECT id, digest, stat FROM files").fetchall():
+            path = self._file(task_id)
+            if _stat(path) == stat:
+                continue
+            raw = _read(path)
+            if raw is not None and _digest(raw) == digest:  # the same file, its stat changed
+                c.execute("UPDATE files SET stat = ? WHERE id = ?", (_stat(path), task_id))
+                continue
+            row = c.execute("SELECT doc FROM tasks WHERE id = ?", (task_id,)).fetchone()
+            if row is not None:
+                self._write_file(c, decode(row[0]), synced=True)
+                again += 1
+        if again:
+            _sync_directory(self.directory)
+            log.warning(
+                "task store: the machine went down since %s was last opened:"
+                " %d task files written again from its database",
+                self.directory,
+                again,
+            )
 
     def _copy_differs(self, c: Any, task_id: str) -> bool:
         """A write that rolled back after its file's rename (its process

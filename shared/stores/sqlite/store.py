@@ -347,6 +347,11 @@ class SqliteStore(TimeIndexed, KeptInDocuments):
     def _purged(self, c: Any, task_ids: list[str]) -> None:
         """Inside the purge that forgot these tasks."""
 
+    def _after_a_boot(self, c: Any) -> None:
+        """Inside the write that opens the store, when the machine went down
+        since the database was last opened (a copy kept elsewhere, not synced
+        as it is written, is mended here)."""
+
     def _opened(self, booted: float) -> None:
         """As the store opens, in one write: the counts of tasks written
         before counts were kept, and each task's next write starting a new
@@ -362,6 +367,8 @@ class SqliteStore(TimeIndexed, KeptInDocuments):
                 # Any process that wrote unsynced since the last boot, this one included.
                 if row is not None and (unsynced or not self._synced):
                     c.execute("UPDATE tasks SET lineage = 1")
+                if row is not None:
+                    self._after_a_boot(c)
                 c.execute("INSERT OR REPLACE INTO times VALUES ('boot', ?)", (booted,))
                 c.execute("DELETE FROM times WHERE name = 'unsynced'")
                 unsynced = None
