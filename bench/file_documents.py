@@ -47,7 +47,7 @@ from shared.transitions import transition
 folder, policy, step = sys.argv[1:4]
 calls, threads = int(sys.argv[4]), int(sys.argv[5])
 store = FileStore(folder, fsync=policy)
-book, ledger = store.turn_book(), store.send_ledger()
+book, limiter = store.turn_book(), store.send_limiter()
 book.register("worker@bench", 10**6, 3600)
 ARTIFACT = {"artifactId": "a", "parts": [{"text": "x"}]}
 chunk = lambda task: [artifact_update(task, ARTIFACT)]
@@ -65,7 +65,7 @@ def run(owner):
             assert book.hold_and_take([Entry(task, owner)], True) == [task]
             book.release_and_take([task], True)
         elif step == "send limit":
-            assert ledger.take(owner, 1e9, 10**9) == 0.0
+            assert limiter.take(owner, 1e9, 10**9) == 0.0
         elif step == "create":
             assert store.create(new_task(text_message("user", "hi"), owner=owner)).created
         else:

@@ -432,8 +432,8 @@ ABILITIES_READ = {
     "shared/broker/wiring.py",
     "shared/store/resolve.py",
 }
-# What names a store, a book, a ledger or a dispatcher in a probe's first argument.
-_PROBED = ("store", "book", "ledger", "dispatcher", "broker", "inner")
+# What names a store, a book, a limiter or a dispatcher in a probe's first argument.
+_PROBED = ("store", "book", "limiter", "dispatcher", "broker", "inner")
 # Protocols whose isinstance check is a probe of an ability.
 _ABILITY_PROTOCOLS = {"ReadsOnLoop", "BacklogSource"}
 

@@ -3,7 +3,7 @@
 `flock` cannot be made cooperative: a gunicorn worker blocked in it stops
 answering anything, even /healthz, until its arbiter kills it, and a holder
 stopped with SIGSTOP never lets go while it sleeps. So the file store's
-turn book and send ledgers take their locks within a deadline; a send whose
+turn book and send limiters take their locks within a deadline; a send whose
 turn book is locked by a stalled process goes to the broker at once, out of
 turn, and its task still runs.
 """

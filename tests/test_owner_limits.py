@@ -86,7 +86,7 @@ def test_the_limits_are_off_by_default_and_cost_nothing() -> None:
     settings = Settings.from_env({})
     assert (settings.owner_rate, settings.owner_burst, settings.owner_max_active) == (None,) * 3
     assert settings.owner_limits == ()
-    assert admission(settings, None) is None  # needs no ledger
+    assert admission(settings, None) is None  # needs no limiter
     tasks = assemble(settings, memory_store(), PlayingDispatcher(memory_store())).tasks
     assert tasks.limits is None  # nothing on a send's way
 
@@ -172,11 +172,11 @@ def test_a_bad_overrides_file_stops_start_up_naming_the_variable(
 # --- the admission's own rules -------------------------------------------------
 
 
-class CountingLedger:
-    """A memory store's ledger, counting what is asked of it."""
+class CountingLimiter:
+    """A memory store's limiter, counting what is asked of it."""
 
     def __init__(self, clock: FakeClock) -> None:
-        self.inner = memory_store(clock).send_ledger()
+        self.inner = memory_store(clock).send_limiter()
         self.calls: list[str] = []
 
     def take(self, owner: str, rate: float, size: int) -> float:
@@ -198,8 +198,8 @@ class CountingLedger:
 def test_a_rate_refuses_with_the_wait_and_an_owner_without_one_costs_no_round_trip() -> None:
     settings = Settings(owner_rate=0.5, owner_burst=2, owner_limits=(("free", (("rate", 0.0),)),))
     clock = FakeClock()
-    ledger = CountingLedger(clock)
-    limits = Admission(LimitTable(settings), ledger, clock)
+    limiter = CountingLimiter(clock)
+    limits = Admission(LimitTable(settings), limiter, clock)
     limits.take("alice")
     limits.take("alice")
     with pytest.raises(OwnerLimitExceeded) as raised:
@@ -207,17 +207,17 @@ def test_a_rate_refuses_with_the_wait_and_an_owner_without_one_costs_no_round_tr
     assert raised.value.limit == "rate" and raised.value.retry_after == pytest.approx(2.0)
     clock.now += 2.0
     limits.take("alice")
-    asked = len(ledger.calls)
+    asked = len(limiter.calls)
     for _ in range(5):
         limits.take("free")
         assert limits.reserve("free", f"t-{uuid.uuid4()}", lambda _: False) is False
-    assert len(ledger.calls) == asked
+    assert len(limiter.calls) == asked
 
 
 def test_at_the_cap_finished_ids_are_dropped_and_gone_ones_only_after_a_grace() -> None:
     clock = FakeClock()
-    ledger = CountingLedger(clock)
-    limits = Admission(LimitTable(Settings(owner_max_active=2)), ledger, clock)
+    limiter = CountingLimiter(clock)
+    limits = Admission(LimitTable(Settings(owner_max_active=2)), limiter, clock)
     states: dict[str, bool | None] = {"t1": True, "t2": False}  # t3 is not saved yet
     read: list[str] = []
 
@@ -239,7 +239,7 @@ def test_at_the_cap_finished_ids_are_dropped_and_gone_ones_only_after_a_grace() 
     assert read == []
     clock.now += GRACE + 1  # t3 never came: gone
     assert limits.reserve("alice", "t4", finished)
-    assert sorted(ledger.inner.reserve("alice", "probe", 2) or {}) == ["t2", "t4"]
+    assert sorted(limiter.inner.reserve("alice", "probe", 2) or {}) == ["t2", "t4"]
 
 
 # --- sends on the memory store --------------------------------------------------
@@ -719,13 +719,13 @@ def test_the_active_cap_holds_across_front_ends_and_frees_once_a_task_finishes(
 
 
 def reserved(store: Store, owner: str) -> list[str]:
-    """The reserved ids: those holding the owner's slots, read from the store's ledger (a
+    """The reserved ids: those holding the owner's slots, read from the store's limiter (a
     probe no cap admits, given back if it was)."""
-    ledger = store.send_ledger()
-    assert ledger is not None
-    found = ledger.reserve(owner, "probe", 1)
+    limiter = store.send_limiter()
+    assert limiter is not None
+    found = limiter.reserve(owner, "probe", 1)
     if found is None:
-        ledger.release(owner, "probe")
+        limiter.release(owner, "probe")
         return []
     return sorted(found)
 

@@ -6,7 +6,7 @@ saved nor held again, and a send with a webhook (saved between the create
 and the hold) still held, by the book's own step. Where the broker is a
 database of the same server, the send's message goes with it: queued at
 once when the task is taken, else kept with the book and queued by the
-step that takes it (`shared.broker.along`)."""
+step that takes it (`shared.broker.outbox`)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ import pytest
 import redis
 
 from shared import Settings
-from shared.broker.along import KEEP_FOR
 from shared.broker.dispatch import CeleryDispatcher
 from shared.broker.dispatcher import FULFIL_TASK
+from shared.broker.outbox import KEEP_FOR
 from shared.broker.redis_queue import EVENT_EXCHANGE, SENT_ROUTING_KEY
 from shared.events import to_state
 from shared.owners.book import OwnerCount
@@ -34,9 +34,9 @@ from shared.task import COMPLETED, SUBMITTED, WORKING, state_of
 from shared.transitions import claim, transition
 from tests.support.redis_server import on_database
 from web.core.params import send_params
-from web.core.tasks import ALONG_PAUSE, Tasks
+from web.core.tasks import OUTBOX_PAUSE, Tasks
 
-QUEUE = "toolnexus-along-test"
+QUEUE = "toolnexus-outbox-test"
 
 
 class Broker:
@@ -154,11 +154,11 @@ def test_a_step_result_never_asked_for_is_forgotten_and_the_book_asked(
     assert broker.published == [sent.task["id"]] and counted.steps == 0
 
 
-# --- the message along with the create --------------------------------------
+# --- the message from the store's outbox --------------------------------------
 
 
 @pytest.fixture
-def along(
+def outbox(
     redis_url: str,
 ) -> Iterator[tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis]]:
     """The front end's own dispatcher, its broker database 5 of the store's server."""
@@ -239,26 +239,26 @@ class Sends:
 
 
 class Made:
-    """Records the tasks whose message the dispatcher made to go along."""
+    """Records the tasks whose message the dispatcher made for the store's outbox."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, tasks: Tasks) -> None:
         self.ids: list[str] = []
-        along = tasks._along
-        assert along is not None
+        making = tasks._outbox
+        assert making is not None
 
         def made(task_id: str) -> Any:
             self.ids.append(task_id)
-            return along(task_id)
+            return making(task_id)
 
-        monkeypatch.setattr(tasks, "_along", made)
+        monkeypatch.setattr(tasks, "_outbox", made)
 
 
 def test_a_taken_send_and_its_message_are_one_round_trip(
-    along: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
+    outbox: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    tasks, store, dispatcher, broker = along
-    assert tasks._along is not None  # the same server: decided at wiring
+    tasks, store, dispatcher, broker = outbox
+    assert tasks._outbox is not None  # the same server: decided at wiring
     store.turn_book().register("a-worker", 10, 60.0)
     tasks.send(_params("m-0"), "alice", blocking=False)  # connections made
     sends = Sends(monkeypatch, dispatcher)
@@ -268,7 +268,7 @@ def test_a_taken_send_and_its_message_are_one_round_trip(
     assert second["headers"]["id"] == sent["id"] and second["body"][0] == [sent["id"]]
     assert second["headers"]["task"] == FULFIL_TASK
     assert first["properties"]["delivery_tag"] != second["properties"]["delivery_tag"]
-    assert store.turn_book().in_flight() and dispatcher._sent_along == set()
+    assert store.turn_book().in_flight() and dispatcher._sent_from_outbox == set()
     saved = store.get(sent["id"])
     assert saved is not None and state_of(saved) == SUBMITTED
 
@@ -279,12 +279,12 @@ def _kept(store: RedisStore, task_id: str) -> bool:
 
 
 def test_a_held_send_is_queued_by_the_step_that_takes_it(
-    along: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
+    outbox: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    tasks, store, dispatcher, broker = along
+    tasks, store, dispatcher, broker = outbox
     # No worker registered: a window of one. The first is taken (its message
-    # along); the second is held, its message kept with the book, and queued
+    # from the outbox); the second is held, its message kept with the book, and queued
     # by the step that makes room: nobody publishes it.
     first = tasks.send(_params("m-1"), "alice", blocking=False).task
     sends = Sends(monkeypatch, dispatcher)
@@ -293,7 +293,7 @@ def test_a_held_send_is_queued_by_the_step_that_takes_it(
     assert made.ids == [second["id"]] and _kept(store, second["id"])
     assert 0 < cast(int, store.client.ttl(f"rt:turns:msg:{second['id']}")) <= KEEP_FOR
     assert [message["headers"]["id"] for message in _queued(broker)] == [first["id"]]
-    assert sends.direct == 0 and dispatcher._sent_along == set()
+    assert sends.direct == 0 and dispatcher._sent_from_outbox == set()
     assert tasks.turns is not None
     tasks.turns.ended(first["id"])
     queued = _queued(broker)
@@ -304,9 +304,9 @@ def test_a_held_send_is_queued_by_the_step_that_takes_it(
 
 
 def test_a_held_task_released_before_its_turn_leaves_no_message(
-    along: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
+    outbox: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
 ) -> None:
-    tasks, store, _, broker = along
+    tasks, store, _, broker = outbox
     first = tasks.send(_params("m-1"), "alice", blocking=False).task
     second = tasks.send(_params("m-2"), "alice", blocking=False).task
     assert _kept(store, second["id"]) and tasks.turns is not None
@@ -320,15 +320,15 @@ def test_a_held_task_released_before_its_turn_leaves_no_message(
 @pytest.fixture
 def keeping_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """The book keeps a message only while it holds no other task."""
-    monkeypatch.setattr("shared.broker.along.KEEP_MOST", 1)
+    monkeypatch.setattr("shared.broker.outbox.KEEP_MOST", 1)
 
 
 @pytest.mark.usefixtures("keeping_one")
 def test_past_the_keeping_bound_a_held_task_is_published_by_whoever_takes_it(
-    along: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
+    outbox: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    tasks, store, dispatcher, broker = along
+    tasks, store, dispatcher, broker = outbox
     first = tasks.send(_params("m-1"), "alice", blocking=False).task
     second = tasks.send(_params("m-2"), "alice", blocking=False).task  # the book held none
     third = tasks.send(_params("m-3"), "alice", blocking=False).task  # the book held one
@@ -345,15 +345,15 @@ def test_past_the_keeping_bound_a_held_task_is_published_by_whoever_takes_it(
 
 @pytest.mark.usefixtures("keeping_one")
 def test_past_the_keeping_bound_the_front_end_pauses_making_messages(
-    along: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
+    outbox: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    tasks, store, _, _ = along
+    tasks, store, _, _ = outbox
     made = Made(monkeypatch, tasks)
     sent = [tasks.send(_params(f"m-{n}"), "alice", blocking=False).task for n in range(5)]
     # The first taken, the second kept, the third neither: none made for a while.
     assert made.ids == [sent[0]["id"], sent[1]["id"], sent[2]["id"]]
-    tasks._along_resumes -= ALONG_PAUSE  # the pause over
+    tasks._outbox_resumes -= OUTBOX_PAUSE  # the pause over
     assert tasks.turns is not None
     tasks.turns.released([task["id"] for task in sent[1:]])  # room to keep again
     after = tasks.send(_params("m-5"), "alice", blocking=False).task
@@ -361,9 +361,9 @@ def test_past_the_keeping_bound_the_front_end_pauses_making_messages(
 
 
 def test_a_workers_last_write_queues_the_kept_message_of_what_it_took(
-    along: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
+    outbox: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
 ) -> None:
-    tasks, store, _, broker = along
+    tasks, store, _, broker = outbox
     announcements = Announcements(broker)
     first = tasks.send(_params("m-1"), "alice", blocking=False).task
     second = tasks.send(_params("m-2"), "alice", blocking=False).task
@@ -382,10 +382,10 @@ def test_a_workers_last_write_queues_the_kept_message_of_what_it_took(
     assert [uuid for uuid in heard if uuid in ours] == [first["id"], second["id"]]
 
 
-def test_the_message_along_announces_itself_as_the_direct_sender_does(
-    along: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
+def test_the_outbox_message_announces_itself_as_the_direct_sender_does(
+    outbox: tuple[Tasks, RedisStore, CeleryDispatcher, redis.Redis],
 ) -> None:
-    tasks, _, _, broker = along
+    tasks, _, _, broker = outbox
     announcements = Announcements(broker)
     sent = tasks.send(_params("m-1"), "alice", blocking=False).task
     event = announcements.until(sent["id"])[-1]
@@ -406,7 +406,7 @@ def test_a_broker_on_another_server_is_sent_to_directly(
     dispatcher = CeleryDispatcher(Settings(broker_url=on_database(other, 5), queue=QUEUE))
     tasks = Tasks(Settings(), store, dispatcher)
     try:
-        assert tasks._along is None
+        assert tasks._outbox is None
         sends = Sends(monkeypatch, dispatcher)
         tasks.send(_params("m-1"), "alice", blocking=False)
         assert sends.direct == 1

@@ -108,11 +108,11 @@ def assemble(
     dispatcher = dispatcher if dispatcher is not None else celery_dispatcher(settings)
     authenticator = authenticator_for(settings)
     browsers = browser_policy(settings, strict_hosts=strict_hosts)
-    # The owners' send limits on the store's ledger, made once; None (nothing
-    # on a send's way) when none is set. A user's store may keep no ledger
+    # The owners' send limits on the store's limiter, made once; None (nothing
+    # on a send's way) when none is set. A user's store may keep no limiter
     # (two methods, or a whole contract that predates it): a limit then
     # stops start-up, naming it.
-    limits = admission(settings, abilities_of(task_store).send_ledger)
+    limits = admission(settings, abilities_of(task_store).send_limiter)
     tasks = Tasks(settings, task_store, dispatcher, load_hook(settings), admission=limits)
     overrides = {**(settings.card or {}), **(card or {})}
     return Assembly(settings, tasks, authenticator, browsers, overrides)

@@ -17,10 +17,10 @@ from typing import Any, Final
 
 from celery import Celery
 
-from shared.broker.along import QueuedAlong
 from shared.broker.amqp import CONFIRM_TIMEOUT, amqp_config, is_amqp
 from shared.broker.backlog import Backlog, amqp_backlog, sent_at
 from shared.broker.dispatcher import CANCEL_COMMAND, FULFIL_TASK
+from shared.broker.outbox import OutboxMessage
 from shared.broker.redis import broker_transport, celery_broker
 from shared.broker.redis_queue import RedisTaskQueue
 from shared.errors import BrokerError
@@ -41,11 +41,11 @@ RETRY_POLICY: Final = {
 }
 
 
-# At most this many messages sent along wait for their `enqueue`: each is
+# At most this many messages sent from the store's outbox wait for their `enqueue`: each is
 # asked for right after the write that sent it, so more means some never were
 # (their send failed in between; beat's resend then queues another, which
 # only one delivery claims).
-MOST_SENT_ALONG: Final = 1024
+MOST_SENT_FROM_OUTBOX: Final = 1024
 
 
 def _nothing() -> None:
@@ -70,9 +70,9 @@ class CeleryDispatcher:
         self.queue = settings.queue
         self._queues = (settings.queue, settings.push_queue)
         self._on_queued = on_queued
-        # Tasks whose message a store's write queued (`along`), until their
+        # Tasks whose message a store's write queued (its outbox), until their
         # `enqueue`, which follows at once.
-        self._sent_along: set[str] = set()
+        self._sent_from_outbox: set[str] = set()
         transport = broker_transport(settings.broker_url)
         timeouts = {
             "socket_connect_timeout": CONNECT_TIMEOUT,
@@ -114,9 +114,9 @@ class CeleryDispatcher:
         on another broker, or on Sentinel."""
         return self._redis_queue.server if self._redis_queue is not None else None
 
-    def along(self, task_id: str, unkept: Callable[[], None] = _nothing) -> QueuedAlong:
+    def outbox(self, task_id: str, unkept: Callable[[], None] = _nothing) -> OutboxMessage:
         """The task's message, for a store's script on the broker's own server
-        to queue with its write (`shared.broker.along`). Only where
+        to queue with its write (`shared.broker.outbox`). Only where
         `redis_server` names a server."""
         queue = self._redis_queue
         if queue is None:
@@ -125,21 +125,21 @@ class CeleryDispatcher:
         # store's script, which follows.
         with publishing(FULFIL_TASK, task_id) as trace_headers:
             message, announcement = queue.envelopes(task_id, _headers(trace_headers))
-        return QueuedAlong(
+        return OutboxMessage(
             task_id,
             queue.db,
             queue.queue,
             message,
             queue.event_channel,
             announcement,
-            partial(self._went_along, task_id),
+            partial(self._went_from_outbox, task_id),
             unkept,
         )
 
-    def _went_along(self, task_id: str) -> None:
-        if len(self._sent_along) >= MOST_SENT_ALONG:
-            self._sent_along.clear()  # never asked for: a second message is harmless
-        self._sent_along.add(task_id)
+    def _went_from_outbox(self, task_id: str) -> None:
+        if len(self._sent_from_outbox) >= MOST_SENT_FROM_OUTBOX:
+            self._sent_from_outbox.clear()  # never asked for: a second message is harmless
+        self._sent_from_outbox.add(task_id)
 
     @property
     def sends_in_one_round_trip(self) -> bool:
@@ -148,9 +148,9 @@ class CeleryDispatcher:
         return self._redis_queue is not None
 
     def enqueue(self, task_id: str) -> None:
-        if self._sent_along and task_id in self._sent_along:
+        if self._sent_from_outbox and task_id in self._sent_from_outbox:
             # Queued already, by the store's write that held the task.
-            self._sent_along.discard(task_id)
+            self._sent_from_outbox.discard(task_id)
             self._on_queued()
             return
         try:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 
-from shared.broker.along import SendsAlong
 from shared.broker.backlog import BacklogSource
+from shared.broker.outbox import OutboxMaker
 
 
 @dataclass(frozen=True)
@@ -21,29 +21,29 @@ class DispatcherAbilities:
     and in-process threads do; any other dispatcher (a user's, a test's) is
     handed every task at once, in arrival order, since nothing behind it
     would give a held task its turn. `backlog`: where `/metrics` reads the
-    queues' backlog, None where it cannot tell. `along`: how it makes a
+    queues' backlog, None where it cannot tell. `outbox`: how it makes a
     task's message to go with a store's write on its own Redis server
-    (`shared.broker.along`), and `redis_server` that server."""
+    (`shared.broker.outbox`), and `redis_server` that server."""
 
     takes_turns: bool = False
     backlog: BacklogSource | None = None
-    along: SendsAlong | None = None
+    outbox: OutboxMaker | None = None
     redis_server: tuple[object, ...] | None = None
 
 
 def dispatcher_abilities(dispatcher: object) -> DispatcherAbilities:
     """The dispatcher's abilities, by what it has. A wrapper that passes its
     calls on to the dispatcher it holds as `inner` (counting them, say) has
-    that one's abilities, but for `along`, which would skip its own enqueue.
-    `along` is read on the class, for the same reason."""
+    that one's abilities, but for `outbox`, which would skip its own enqueue.
+    `outbox` is read on the class, for the same reason."""
     inner = getattr(dispatcher, "inner", None)
     if inner is not None:
         wrapped = dispatcher_abilities(inner)
         return DispatcherAbilities(wrapped.takes_turns, wrapped.backlog)
-    along = getattr(type(dispatcher), "along", None)
+    outbox = getattr(type(dispatcher), "outbox", None)
     return DispatcherAbilities(
         takes_turns=bool(getattr(dispatcher, "takes_turns", False)),
         backlog=dispatcher if isinstance(dispatcher, BacklogSource) else None,
-        along=partial(along, dispatcher) if callable(along) else None,
-        redis_server=getattr(dispatcher, "redis_server", None) if callable(along) else None,
+        outbox=partial(outbox, dispatcher) if callable(outbox) else None,
+        redis_server=getattr(dispatcher, "redis_server", None) if callable(outbox) else None,
     )

@@ -17,11 +17,11 @@ A front end admits each send before anything of it is saved or queued
   send does not use (the message was a retry, the create was refused) is
   released.
 
-The state lives in the store (`SendLedger`, from `Store.send_ledger()`), so
+The state lives in the store (`SendLimiter`, from `Store.send_limiter()`), so
 every front end on it shares one bucket and one set per owner: Redis and
 PostgreSQL by the database's own clock, one script or statement a step;
 the file store under a lock file; memory in this process. `Admission`
-holds the limit table and the ledger; `admission` builds it once, at
+holds the limit table and the limiter; `admission` builds it once, at
 wiring, or None when no limit is set (nothing on the hot path then).
 """
 
@@ -48,7 +48,7 @@ GRACE: Final = 30.0
 Finished = Callable[[str], bool | None]
 
 
-class SendLedger(Protocol):
+class SendLimiter(Protocol):
     """What a store keeps of its owners' sends. Each method is one atomic
     step against every process on the store; owners are named by the
     caller's principal ("" when the deployment has no tokens)."""
@@ -73,13 +73,13 @@ class SendLedger(Protocol):
 
 
 class Admission:
-    """The owners' limits (`LimitTable`) over a store's `SendLedger`."""
+    """The owners' limits (`LimitTable`) over a store's `SendLimiter`."""
 
     def __init__(
-        self, limits: LimitTable, ledger: SendLedger, clock: Callable[[], float] = time.monotonic
+        self, limits: LimitTable, limiter: SendLimiter, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.limits = limits
-        self.ledger = ledger
+        self.limiter = limiter
         self._clock = clock
         # owner -> when this process last checked its reserved ids and freed
         # none: at the cap again within ACTIVE_RETRY, it is refused unread.
@@ -91,7 +91,7 @@ class Admission:
         limits = self.limits.of(owner)
         if limits.rate is None:
             return
-        wait = self.ledger.take(owner, limits.rate, limits.bucket)
+        wait = self.limiter.take(owner, limits.rate, limits.bucket)
         if wait > 0:
             raise OwnerLimitExceeded(
                 f"too many sends: this caller may send {_per_second(limits.rate)} a second"
@@ -109,11 +109,11 @@ class Admission:
         cap = self.limits.of(owner).max_active
         if cap is None:
             return False
-        reserved = self.ledger.reserve(owner, task_id, cap)
+        reserved = self.limiter.reserve(owner, task_id, cap)
         if reserved is None:
             return True
         if self._dropped(owner, reserved, finished):
-            reserved = self.ledger.reserve(owner, task_id, cap)
+            reserved = self.limiter.reserve(owner, task_id, cap)
             if reserved is None:
                 return True
         raise OwnerLimitExceeded(
@@ -125,11 +125,11 @@ class Admission:
 
     def release(self, owner: str, task_id: str) -> None:
         """Give back a slot `reserve` took for a task that was not made."""
-        self.ledger.release(owner, task_id)
+        self.limiter.release(owner, task_id)
 
     def accepted(self, message_key: str) -> str | None:
-        """The task an accepted message made (see `SendLedger.accepted`)."""
-        return self.ledger.accepted(message_key)
+        """The task an accepted message made (see `SendLimiter.accepted`)."""
+        return self.limiter.accepted(message_key)
 
     def _dropped(self, owner: str, reserved: Mapping[str, float], finished: Finished) -> bool:
         """Drop the reserved ids whose task is finished, or gone for longer than
@@ -148,18 +148,18 @@ class Admission:
             self._checked[owner] = now
             return False
         self._checked.pop(owner, None)
-        self.ledger.release(owner, *done)
+        self.limiter.release(owner, *done)
         return True
 
 
-def admission(settings: Settings, ledger: SendLedger | None) -> Admission | None:
+def admission(settings: Settings, limiter: SendLimiter | None) -> Admission | None:
     """The front end's admission: None when no owner's sends are limited;
-    else on the store's ledger (None for a store without one), which a
+    else on the store's limiter (None for a store without one), which a
     limit needs: ConfigError naming the settings otherwise."""
     table = LimitTable(settings)
     if not table.limits_sends:
         return None
-    found = ledger
+    found = limiter
     if found is None:
         raise ConfigError(
             f"{', '.join(_named(settings))}: per-owner send limits need a store that keeps"

@@ -19,7 +19,7 @@ what a store can do. What the adapter gives it:
 - `claim` the long way (read, check, save);
 - time indexes that hold nothing (no heartbeats kept, nothing to reap or
   re-send), no listing (`Unsupported`), no record of the reaper's runs
-  (`Unsupported`), no push notifications, no ledger of per-owner sends
+  (`Unsupported`), no push notifications, no limiter of per-owner sends
   (so no send limit can be set with it).
 
 `adapt(store)` logs one line at start-up naming what the store lacks.
@@ -43,7 +43,7 @@ from shared.task import Task, epoch
 from shared.transitions import claim_by_commit
 
 if TYPE_CHECKING:
-    from shared.owners.admission import SendLedger
+    from shared.owners.admission import SendLimiter
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ class Adapted:
     def turn_book(self) -> TurnBook | None:
         return None
 
-    def send_ledger(self) -> SendLedger | None:
+    def send_limiter(self) -> SendLimiter | None:
         return None
 
     # --- what the poller reads ----------------------------------------------

@@ -27,7 +27,7 @@ from shared.store.listing import Listing, Query
 from shared.task import Task
 
 if TYPE_CHECKING:
-    from shared.owners.admission import SendLedger
+    from shared.owners.admission import SendLimiter
     from shared.owners.book import TurnBook
     from shared.push.contract import PushStore
 
@@ -256,7 +256,7 @@ class Store(TaskStore, Protocol):
     def turn_book(self) -> TurnBook | None:
         """Its book of fair turns (`shared.owners.turns`); None: it keeps none."""
 
-    def send_ledger(self) -> SendLedger | None:
+    def send_limiter(self) -> SendLimiter | None:
         """Its owners' send limits (`shared.owners.admission`), shared by every
         process on the store; None: it keeps none (no limit can be set)."""
 

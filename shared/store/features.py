@@ -8,13 +8,13 @@ from collections.abc import Callable
 
 from shared.documents import Documents
 from shared.indexes import Indexes
-from shared.owners.ledger import DocumentLedger
+from shared.owners.limiter import DocumentLimiter
 from shared.push.contract import Once, PushStore
 from shared.push.documents import DocumentPush
 
 
-class KeptInDocuments:
-    """`push_store` and `send_ledger`, for a store with `documents`, `indexes`,
+class DocumentFeatures:
+    """`push_store` and `send_limiter`, for a store with `documents`, `indexes`,
     a `_push` (`Once`) and `_accepted(message_key)` (the task a message
     made, while it is kept)."""
 
@@ -27,8 +27,8 @@ class KeptInDocuments:
             lambda: DocumentPush(self.documents, self.indexes, ttl, upgrade=self._push_upgrade())
         )
 
-    def send_ledger(self) -> DocumentLedger:
-        return DocumentLedger(self.documents, self._accepted)
+    def send_limiter(self) -> DocumentLimiter:
+        return DocumentLimiter(self.documents, self._accepted)
 
     def _push_upgrade(self) -> Callable[[DocumentPush], object] | None:
         """How push state an earlier version kept its own way is taken over

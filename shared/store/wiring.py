@@ -31,8 +31,8 @@ from shared.task import Task
 from shared.transitions import OnTerminal
 
 if TYPE_CHECKING:
-    from shared.broker.along import QueuedAlong
-    from shared.owners.admission import SendLedger
+    from shared.broker.outbox import OutboxMessage
+    from shared.owners.admission import SendLimiter
 
 
 def open_store(
@@ -71,10 +71,10 @@ def load_hook(settings: Settings) -> OnTerminal | None:
     return cast(OnTerminal, hook)
 
 
-# `create_held(task, message_key, entry, fair, along)`: a store's create that
-# also holds the task in its turn book, and queues `along` if it took the task,
+# `create_held(task, message_key, entry, fair, outbox)`: a store's create that
+# also holds the task in its turn book, and queues `outbox` if it took the task,
 # else keeps it for the step that does (shared.stores.redis.store).
-CreateHeld = Callable[[Task, "str | None", Entry, bool, "QueuedAlong | None"], Created]
+CreateHeld = Callable[[Task, "str | None", Entry, bool, "OutboxMessage | None"], Created]
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class Abilities:
     processes take these at their wiring and never ask the store again.
 
     `turn_book`: its book of fair turns (`shared.owners.turns`), None where
-    it keeps none; `send_ledger`: its owners' send limits, None where it
+    it keeps none; `send_limiter`: its owners' send limits, None where it
     keeps none (no limit can be set); `create_held`: a create that holds the
     task in its book in the same step (Redis); `loop_reads`: what makes a
     reader of tasks from an event loop (`ReadsOnLoop`), None where it cannot
@@ -94,7 +94,7 @@ class Abilities:
     book; `Turns.release_with_writes`)."""
 
     turn_book: TurnBook | None = None
-    send_ledger: SendLedger | None = None
+    send_limiter: SendLimiter | None = None
     create_held: CreateHeld | None = None
     loop_reads: Callable[[], TaskReadsOnLoop | None] | None = None
     redis_server: tuple[object, ...] | None = None
@@ -105,14 +105,14 @@ def abilities_of(store: Store) -> Abilities:
     """The store's abilities, by the methods it has. `create_held` and
     `redis_server` are read on its class: a wrapper passing unknown names on
     to a store it wraps would otherwise skip its own create. A user's store
-    with the whole contract may predate the book and the ledger."""
-    book_of, ledger = getattr(store, "turn_book", None), getattr(store, "send_ledger", None)
+    with the whole contract may predate the book and the limiter."""
+    book_of, limiter = getattr(store, "turn_book", None), getattr(store, "send_limiter", None)
     book = book_of() if callable(book_of) else None
     held = getattr(type(store), "create_held", None)
     on_server = getattr(type(store), "redis_server", None) is not None
     return Abilities(
         turn_book=book,
-        send_ledger=ledger() if callable(ledger) else None,
+        send_limiter=limiter() if callable(limiter) else None,
         create_held=partial(held, store) if callable(held) else None,
         loop_reads=store.loop_reads if isinstance(store, ReadsOnLoop) else None,
         redis_server=getattr(store, "redis_server", None) if on_server else None,

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
-from shared.broker.along import along_with
 from shared.broker.dispatcher import Dispatcher
+from shared.broker.outbox import outbox_for
 from shared.broker.wiring import dispatcher_abilities
 from shared.errors import (
     ContextTaken,
@@ -69,10 +69,10 @@ from web.core.send_limits import SendLimits
 
 log = logging.getLogger(__name__)
 
-# Seconds a front-end process makes no message to go along after the store
+# Seconds a front-end process makes no outbox message after the store
 # neither queued nor kept one (its turn book holding too many tasks): a
 # flood of held sends then makes one message a second that is thrown away.
-ALONG_PAUSE = 1.0
+OUTBOX_PAUSE = 1.0
 
 
 @dataclass(frozen=True)
@@ -140,13 +140,13 @@ class Tasks:
         self._create_held: CreateHeld | None = held
         # A broker that is a database of that store's own Redis server: the
         # send's message goes with that step, and is queued by whichever step
-        # takes the task (`shared.broker.along`).
-        self._along = (
-            along_with(can.redis_server, broker.along, broker.redis_server, self._pause_along)
+        # takes the task (`shared.broker.outbox`).
+        self._outbox = (
+            outbox_for(can.redis_server, broker.outbox, broker.redis_server, self._pause_outbox)
             if held
             else None
         )
-        self._along_resumes = 0.0  # monotonic: while the store keeps no message
+        self._outbox_resumes = 0.0  # monotonic: while the store keeps no message
 
     def send(self, params: SendParams, owner: str, *, blocking: bool) -> Sent:
         # The bound counts from the request, not from the end of saving and
@@ -383,14 +383,14 @@ class Tasks:
         after the task and before the task is queued."""
         if held and self._create_held is not None and self.turns is not None:
             entry = self.turns.entry(task)
-            along = None
-            if self._along is not None and time.monotonic() >= self._along_resumes:
-                along = self._along(task["id"])
-            return self._create_held(task, key, entry, self.turns.fair, along)
+            outbox = None
+            if self._outbox is not None and time.monotonic() >= self._outbox_resumes:
+                outbox = self._outbox(task["id"])
+            return self._create_held(task, key, entry, self.turns.fair, outbox)
         return self.store.create(task, key)
 
-    def _pause_along(self) -> None:
-        self._along_resumes = time.monotonic() + ALONG_PAUSE
+    def _pause_outbox(self) -> None:
+        self._outbox_resumes = time.monotonic() + OUTBOX_PAUSE
 
     def _resume(self, params: SendParams, owner: str) -> tuple[Sent, bool]:
         assert params.task_id is not None

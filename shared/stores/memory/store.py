@@ -37,7 +37,7 @@ from shared.store.contract import (
     is_safe_id,
     require_safe_id,
 )
-from shared.store.features import KeptInDocuments
+from shared.store.features import DocumentFeatures
 from shared.store.listing import Listing, Query, stamp_after, trimmed
 from shared.store.ordered import OrderedIndex
 from shared.store.time_indexes import TimeIndexed, TimeIndexes
@@ -70,7 +70,7 @@ class _Entry:
     statuses: list[tuple[float, str]] = field(default_factory=list)
 
 
-class MemoryStore(TimeIndexed, KeptInDocuments):
+class MemoryStore(TimeIndexed, DocumentFeatures):
     documents: MemoryDocuments
     lists_by_scan = False  # ListTasks reads the page from ordered indexes
 

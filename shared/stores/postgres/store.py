@@ -52,7 +52,7 @@ from shared.store.contract import (
     is_safe_id,
     require_safe_id,
 )
-from shared.store.features import KeptInDocuments
+from shared.store.features import DocumentFeatures
 from shared.store.listing import WINDOW, Listing, Query
 from shared.store.spec import POSTGRES_TIMEOUT
 from shared.store.wakeups import Waiter
@@ -114,7 +114,7 @@ SELECT count(*) FROM gone
 """
 
 
-class PostgresStore(KeptInDocuments):
+class PostgresStore(DocumentFeatures):
     documents: SqlDocuments
     lists_by_scan = False  # ListTasks reads the page from the indexes
 

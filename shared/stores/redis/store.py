@@ -28,7 +28,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from shared.broker.along import QueuedAlong
+from shared.broker.outbox import OutboxMessage
 from shared.codec import decode, encode
 from shared.errors import ContextTaken
 from shared.events import Event, StatusUpdate, context_of, current_status, fold
@@ -51,7 +51,7 @@ from shared.store.contract import (
     is_safe_id,
     require_safe_id,
 )
-from shared.store.features import KeptInDocuments
+from shared.store.features import DocumentFeatures
 from shared.store.listing import Listing, Query
 from shared.store.spec import POOL_SIZE
 from shared.store.wakeups import Waiter
@@ -78,7 +78,7 @@ from shared.task import IN_FLIGHT, Task, epoch, is_terminal, state_of
 Clock = Callable[[], float]
 
 
-class RedisStore(KeptInDocuments):
+class RedisStore(DocumentFeatures):
     lists_by_scan = False
 
     def __init__(
@@ -147,19 +147,19 @@ class RedisStore(KeptInDocuments):
         message_key: str | None,
         entry: Entry,
         fair: bool,
-        along: QueuedAlong | None = None,
+        outbox: OutboxMessage | None = None,
     ) -> Created:
         """`create`, and (only when it created the task) the task held in this
         store's turn book, in one round trip: a send's two writes as one
         script. What the book took into flight is left with the book, for the
         `Turns.enqueue` of this task that follows (`RedisTurnBook.hold_and_take`).
-        `along`: the task's message (its broker a database of this server,
+        `outbox`: the task's message (its broker a database of this server,
         `redis_server`), queued by the same script when the book took the
         task, else kept for the step of the book that takes it
-        (`shared.broker.along`)."""
+        (`shared.broker.outbox`)."""
         keys, args = self._create_call(task, message_key, None)
         book = self._turns.step_args([entry], [], fair)
-        message = along.script_args() if along is not None else []
+        message = outbox.script_args() if outbox is not None else []
         with self._reachable():
             outcome, found, taken, queued, kept = cast(
                 list[Any],
@@ -169,13 +169,13 @@ class RedisStore(KeptInDocuments):
                     [len(args), *args, len(message), *message, *book],
                 ),
             )
-        if along is not None and not kept:
-            along.unkept()
-        elif along is not None and queued:
-            along.sent()
+        if outbox is not None and not kept:
+            outbox.unkept()
+        elif outbox is not None and queued:
+            outbox.sent()
             # First in line (the script leaves out what it queued itself): its
             # message is on the queue before those published after it.
-            taken = [along.task_id.encode(), *taken]
+            taken = [outbox.task_id.encode(), *taken]
         if outcome == b"created":
             self._turns.took(task["id"], taken)
         return self._created(task, message_key, None, outcome, found)

@@ -8,7 +8,7 @@ is the arrival number of the owner's next task, then the owner), `entry`
 flight -> owner), `flight_at`, `running` (owner -> tasks in flight),
 `workers` (worker -> expiry), `slots`, `vtime`, `seq`, and `msg:<task>` (a
 held task's message, kept where the broker shares the store's server,
-`shared.broker.along`: the step that takes the task queues it). Each step is one
+`shared.broker.outbox`: the step that takes the task queues it). Each step is one
 script (`lua/turns.lua`), on the server's clock, so front ends and workers
 with skewed clocks agree.
 """

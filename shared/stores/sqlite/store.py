@@ -33,7 +33,7 @@ from shared.store.contract import (
     is_safe_id,
     require_safe_id,
 )
-from shared.store.features import KeptInDocuments
+from shared.store.features import DocumentFeatures
 from shared.store.listing import WINDOW, Listing, Query, restamped
 from shared.store.time_indexes import TimeIndexed, TimeIndexes
 from shared.store.wakeups import Notifier, Poller, Waiter
@@ -55,7 +55,7 @@ _ALIVE = "(expires IS NULL OR expires > ?)"
 _PURGE_BATCH = 1000
 
 
-class SqliteStore(TimeIndexed, KeptInDocuments):
+class SqliteStore(TimeIndexed, DocumentFeatures):
     documents: SqlDocuments
     lists_by_scan = False  # ListTasks reads the page from the listing indexes
     SCHEMA: tuple[str, ...] = tables.SCHEMA

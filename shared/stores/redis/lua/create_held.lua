@@ -2,7 +2,7 @@
 -- (lua/create.lua) and, only when it created the task, one step of the turn
 -- book (lua/turns.lua) holding it and taking what has its turn. When the
 -- task's message came along (the broker being a database of this server,
--- shared.broker.along), it is kept with the book first (`msg:<task>`, for at
+-- shared.broker.outbox), it is kept with the book first (`msg:<task>`, for at
 -- most `keep_for` seconds, while the book holds fewer than `keep_most`
 -- tasks), so whichever step takes the task queues and announces it: this
 -- one, if the task has room at once, or a later one, such as the release

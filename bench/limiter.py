@@ -1,11 +1,11 @@
-"""The send ledger of this checkout beside another checkout's, on one Redis and
+"""The send limiter of this checkout beside another checkout's, on one Redis and
 one PostgreSQL, interleaved: whether a backend's own script or function for
-the per-owner limits is worth keeping beside the ledger written once over
+the per-owner limits is worth keeping beside the limiter written once over
 small documents (an accelerator stays only where it is at least 1.3x).
 
-    python3 bench/ledger.py OTHER_CHECKOUT [--rounds 3] [--calls 2000] [--threads 4]
+    python3 bench/limiter.py OTHER_CHECKOUT [--rounds 3] [--calls 2000] [--threads 4]
 
-Each checkout's ledger runs in a process of its own, from its own directory
+Each checkout's limiter runs in a process of its own, from its own directory
 (its own code on `sys.path`, this interpreter's dependencies), on a store of
 its own: a Redis database each on one private redis-server, a schema each,
 migrated by that checkout's code, in one PostgreSQL database. A measure is
@@ -39,23 +39,23 @@ from tests.support.redis_server import RedisServer  # noqa: E402
 
 STEPS = ("take", "reserve+release")
 
-# Run in the checkout's own directory: its store's ledger, timed.
+# Run in the checkout's own directory: its store's limiter, timed.
 _MEASURE = """
 import json, sys, threading, time
 from shared.store.resolve import resolve_store
 url, step, calls, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 store = resolve_store(url)
-ledger = store.send_ledger()
-ledger.take("warm", 1e9, 10**9)
+limiter = store.send_limiter()
+limiter.take("warm", 1e9, 10**9)
 start = threading.Barrier(threads + 1)
 def run(owner):
     start.wait()
     for n in range(calls // threads):
         if step == "take":
-            assert ledger.take(owner, 1e9, 10**9) == 0.0
+            assert limiter.take(owner, 1e9, 10**9) == 0.0
         else:
-            assert ledger.reserve(owner, f"t{n}", 10**6) is None
-            ledger.release(owner, f"t{n}")
+            assert limiter.reserve(owner, f"t{n}", 10**6) is None
+            limiter.release(owner, f"t{n}")
 workers = [threading.Thread(target=run, args=(f"owner-{i}",)) for i in range(threads)]
 for w in workers:
     w.start()

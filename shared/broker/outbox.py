@@ -1,4 +1,5 @@
-"""A fulfilment message that travels with the write that holds its task.
+"""The store's outbox: a fulfilment message that travels with the write
+that holds its task, and goes to the broker in the same atomic step.
 
 Where the broker is a database of the store's own Redis server, a send's
 create (which holds the task in the turn book and takes what has its turn)
@@ -32,7 +33,7 @@ KEEP_FOR: Final = 86_400
 
 
 @dataclass(frozen=True)
-class QueuedAlong:
+class OutboxMessage:
     """`message` for the list `queue` on database `db` of the store's server,
     and `announcement` (Celery's task-sent event) for `channel`. The store
     calls `sent()` once its script has pushed both; the dispatcher then
@@ -63,22 +64,22 @@ class QueuedAlong:
         ]
 
 
-class SendsAlong(Protocol):
-    """A dispatcher's `along`: a task's message made to go with a store's write."""
+class OutboxMaker(Protocol):
+    """A dispatcher's `outbox`: a task's message made to go with a store's write."""
 
-    def __call__(self, task_id: str, unkept: Callable[[], None]) -> QueuedAlong: ...
+    def __call__(self, task_id: str, unkept: Callable[[], None]) -> OutboxMessage: ...
 
 
-def along_with(
+def outbox_for(
     store_server: tuple[object, ...] | None,
-    along: SendsAlong | None,
+    outbox: OutboxMaker | None,
     broker_server: tuple[object, ...] | None,
     unkept: Callable[[], None],
-) -> Callable[[str], QueuedAlong] | None:
+) -> Callable[[str], OutboxMessage] | None:
     """How the dispatcher makes a task's message to go with the store's write
-    (`along`), where the store and the broker are databases of one Redis
+    (`outbox`), where the store and the broker are databases of one Redis
     server; else None. `unkept()` is called for a message the store neither
     queued nor kept (the book past `KEEP_MOST`)."""
-    if along is None or store_server is None or store_server != broker_server:
+    if outbox is None or store_server is None or store_server != broker_server:
         return None
-    return partial(along, unkept=unkept)
+    return partial(outbox, unkept=unkept)

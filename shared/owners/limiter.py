@@ -1,4 +1,4 @@
-"""The send ledger (`shared.owners.admission.SendLedger`), written once over
+"""The send limiter (`shared.owners.admission.SendLimiter`), written once over
 a store's small documents (`shared.documents`): every store keeps
 its owners' limits the same way.
 
@@ -23,7 +23,7 @@ EPSILON: Final = 1e-9
 SPARE: Final = 1.0
 
 
-class DocumentLedger:
+class DocumentLimiter:
     def __init__(self, documents: Documents, accepted: Callable[[str], str | None]) -> None:
         """`accepted`: the store's answer for a message key (the task that
         message made, while that task is kept)."""
