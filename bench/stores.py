@@ -2,9 +2,11 @@
 
     python3 bench/stores.py [--ops 5000] [--commits 200] [--chunks 1000]
                             [--list-max 100000] [--quick] [--listing-only]
+                            [--postgres postgresql://postgres@127.0.0.1:5432/postgres]
 
 For the memory, file and Redis stores (Redis: a private redis-server), and
-the SQLite store for ListTasks:
+the SQLite and PostgreSQL stores for ListTasks (PostgreSQL: `--postgres`,
+a schema of the run's own on it):
 
 1. save+get pairs per second, next to the cheapest raw thing that does the
    same job (a dict; write+fsync+rename and read; redis-py SET+GET).
@@ -93,11 +95,15 @@ def tasks(ops: int) -> list[Any]:
 class Stores:
     """One store of each kind, each with a way to count the bytes it wrote."""
 
-    def __init__(self, folder: Path, redis_url: str, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, folder: Path, redis_url: str, clock: Callable[[], float], postgres_url: str
+    ) -> None:
         self.folder = folder
         self.redis_url = redis_url
         self.clock = clock
         self.client = redis.Redis.from_url(redis_url)
+        self.postgres_url = postgres_url
+        self.schemas: list[str] = []  # the PostgreSQL schemas made, dropped by `close`
         self._made = 0
 
     def make(self, kind: str, *, fsync: str = ALWAYS) -> TaskStore:
@@ -110,7 +116,31 @@ class Stores:
         if kind == "sqlite":
             path = self.folder / f"store{self._made}.db"
             return sqlite_store(path, clock=self.clock, fsync=fsync == ALWAYS)
+        if kind == "postgres":
+            return self._postgres()
         return redis_store(self.redis_url, prefix=f"s{self._made}:", clock=self.clock)
+
+    def _postgres(self) -> TaskStore:
+        """A store on a fresh, migrated schema of the machine's PostgreSQL."""
+        import psycopg
+
+        from shared.stores.postgres import postgres_store
+        from shared.stores.postgres.schema import upgrade
+
+        schema = f"bench_stores_{os.getpid()}_{self._made}"
+        with psycopg.connect(self.postgres_url, autocommit=True) as conn:
+            upgrade(conn, schema)
+        self.schemas.append(schema)
+        return postgres_store(self.postgres_url, schema=schema, clock=self.clock)
+
+    def close(self) -> None:
+        if not self.schemas:
+            return
+        import psycopg
+
+        with psycopg.connect(self.postgres_url, autocommit=True) as conn:
+            for schema in self.schemas:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
     @contextmanager
     def written(self, kind: str) -> Iterator[list[int]]:
@@ -133,7 +163,7 @@ class Stores:
 
 KINDS = ("memory", "file", "redis")
 # ListTasks is measured on every kind.
-LISTED = ("memory", "file", "sqlite", "redis")
+LISTED = ("memory", "file", "sqlite", "redis", "postgres")
 
 
 # --- 1. save+get -----------------------------------------------------------------------
@@ -441,6 +471,11 @@ def main() -> None:
         "--quick", action="store_true", help="smoke run: fewer of everything, ListTasks to 10,000"
     )
     parser.add_argument("--listing-only", action="store_true", help="only the ListTasks figures")
+    parser.add_argument(
+        "--postgres",
+        default="postgresql://postgres@127.0.0.1:5432/postgres",
+        help="a PostgreSQL for ListTasks (each run migrates schemas of its own, dropped after)",
+    )
     args = parser.parse_args()
     exit_on_sigterm()
     if args.quick:
@@ -455,17 +490,22 @@ def main() -> None:
     clock = [0.0]  # 0: the real time; the stale query sets it
     try:
         with tempfile.TemporaryDirectory() as folder:
-            stores = Stores(Path(folder), f"{server.url}/0", lambda: clock[0] or time.time())
-            for kind in KINDS:
-                creating_hangs(kind, stores)
-            if args.listing_only:
-                bench_listing(stores, args.list_max, args.list_budget)
-                return
-            bench_pairs(stores, args.ops)
-            bench_commits(stores, args.commits)
-            bench_chatty(stores, args.chunks)
-            listed, stored = bench_listing(stores, args.list_max, args.list_budget)
-            bench_stale_query(listed, stored, clock, stores.client)
+            stores = Stores(
+                Path(folder), f"{server.url}/0", lambda: clock[0] or time.time(), args.postgres
+            )
+            try:
+                for kind in KINDS:
+                    creating_hangs(kind, stores)
+                if args.listing_only:
+                    bench_listing(stores, args.list_max, args.list_budget)
+                    return
+                bench_pairs(stores, args.ops)
+                bench_commits(stores, args.commits)
+                bench_chatty(stores, args.chunks)
+                listed, stored = bench_listing(stores, args.list_max, args.list_budget)
+                bench_stale_query(listed, stored, clock, stores.client)
+            finally:
+                stores.close()
     finally:
         server.close()
 

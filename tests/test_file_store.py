@@ -122,7 +122,7 @@ def test_time_index_markers_of_an_earlier_version_are_taken_over(tmp_path: Path)
 
 
 def test_a_directory_written_by_ea656d4_reads_back_whole(tmp_path: Path) -> None:
-    """The directory `tests/data/make_file_store_ea656d4.py` wrote with the
+    """The directory `tests/data/make_stores_ea656d4.py` wrote with the
     file store of ea656d4 (tasks in every state, long logs with several
     snapshots, a message key, push state, a heartbeat, the reaper's beat, a
     bare file of the seed's), opened by today's store: every read gives what
