@@ -42,6 +42,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from shared.codec import decode, encode
 from shared.documents import ABSENT
 from shared.errors import StoreError
@@ -147,7 +149,7 @@ class FileStore(SqliteStore):
         self._write_file(c, task, synced=False)
 
     def _write_file(self, c: Any, task: Task, *, synced: bool) -> None:
-        data = json.dumps(task, indent=2, ensure_ascii=False).encode() + b"\n"
+        data = _pretty(task)
         path = self._file(task["id"])
         fd, temp = tempfile.mkstemp(dir=self.directory, prefix=f".{path.name}.", suffix=".tmp")
         try:
@@ -357,6 +359,16 @@ def _stat(path: Path) -> str:
     except OSError:
         return "gone"
     return f"{info.st_ino}:{info.st_size}:{info.st_mtime_ns}"
+
+
+def _pretty(task: Task) -> bytes:
+    """The task as its file holds it: JSON indented by two spaces, UTF-8,
+    ending in a newline (orjson; the standard library where orjson refuses a
+    value, an integer past 64 bits)."""
+    try:
+        return orjson.dumps(task, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+    except TypeError:
+        return json.dumps(task, indent=2, ensure_ascii=False).encode() + b"\n"
 
 
 def _digest(raw: bytes) -> str:
