@@ -46,6 +46,19 @@ def test_the_file_is_the_task_itself_after_each_whole_write(tmp_path: Path) -> N
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+def test_a_task_file_holds_an_integer_past_64_bits_as_written(tmp_path: Path) -> None:
+    """orjson writes the task files and refuses such an integer: the standard
+    library writes that file instead, and the task reads back whole."""
+    store = file_store(tmp_path)
+    task = a_task()
+    task["metadata"] = {"big": 2**70, "text": "caf\u00e9"}
+    made = store.create(task).task
+    path = tmp_path / f"{made['id']}.json"
+    assert json.loads(path.read_text())["metadata"] == {"big": 2**70, "text": "caf\u00e9"}
+    assert "café" in path.read_text(encoding="utf-8")  # UTF-8, not escaped
+    assert FileStore(tmp_path).get(made["id"]) == made
+
+
 @pytest.mark.parametrize("content", [None, b"{truncated", b"[1, 2]", b'{"id": "x"}', b""])
 def test_a_missing_or_corrupt_file_reads_as_an_unknown_task(
     tmp_path: Path, content: bytes | None
