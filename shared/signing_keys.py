@@ -15,10 +15,6 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.hazmat.primitives.serialization import load_pem_private_key
-from jwt.algorithms import ECAlgorithm, RSAAlgorithm
-
 from shared.errors import ConfigError
 
 
@@ -36,6 +32,12 @@ class SigningKey:
 
 def load_signing_key(pem: str, setting: str) -> SigningKey:
     """The key in `pem`; a ConfigError naming `setting` when it is not one we sign with."""
+    # Imported here: most processes sign nothing, and these cost a start-up
+    # a tenth of a second.
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+    from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+
     try:
         key = load_pem_private_key(pem.encode(), password=None)
     except (ValueError, TypeError) as error:
