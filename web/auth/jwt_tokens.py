@@ -15,9 +15,6 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
-import jwt
-from jwt import PyJWKClient, PyJWKClientConnectionError, PyJWKClientError
-
 from shared.errors import ConfigError
 from shared.quoting import truncated
 from shared.settings import Settings
@@ -50,6 +47,9 @@ class JwtVerifier:
         self.algorithms = list(algorithms)
         self.claim = claim
         self._key = key
+        # PyJWT is imported by a process that verifies JWTs, not at every start.
+        from jwt import PyJWKClient
+
         self._jwks = (
             PyJWKClient(
                 jwks_url,
@@ -65,6 +65,8 @@ class JwtVerifier:
         """The principal `token` names; Unauthorized if it is not a valid
         token of the issuer for this audience, AuthUnavailable if the key set
         cannot be fetched."""
+        import jwt
+
         try:
             key = self._signing_key(token)
             claims = jwt.decode(
@@ -76,12 +78,12 @@ class JwtVerifier:
                 leeway=LEEWAY_SECONDS,
                 options={"require": ["exp", "iss", "aud", self.claim]},
             )
-        except PyJWKClientConnectionError as error:
+        except jwt.PyJWKClientConnectionError as error:
             log.warning("JWT: cannot fetch the key set: %s", error)
             raise AuthUnavailable(
                 "cannot verify the token now: the key set is unavailable"
             ) from None
-        except (jwt.PyJWTError, PyJWKClientError) as error:
+        except (jwt.PyJWTError, jwt.PyJWKClientError) as error:
             raise Unauthorized(f"invalid bearer token: {truncated(str(error), 120)}") from None
         subject = claims.get(self.claim)
         if not isinstance(subject, str) or not subject or len(subject) > MAX_PRINCIPAL_LENGTH:
