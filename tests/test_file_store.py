@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -17,13 +16,11 @@ import pytest
 from shared.events import artifact_update, to_state
 from shared.generation import generation_of
 from shared.store.contract import message_key
-from shared.store.listing import Query, list_by_scan
+from shared.store.listing import Query
 from shared.stores.file.store import FileStore, file_store
 from shared.stores.sqlite.store import sqlite_store
 from shared.task import new_task, text_message
 from shared.transitions import transition
-
-EARLIER = Path(__file__).parent / "data" / "file-store-ea656d4.tar.gz"
 
 
 def a_task(owner: str = "alice") -> Any:
@@ -132,41 +129,6 @@ def test_time_index_markers_of_an_earlier_version_are_taken_over(tmp_path: Path)
     assert store.indexes.range("interrupted") == [("t-interrupted", 3_000.0)]
     assert not any((tmp_path / folder).exists() for folder in (".working", ".waiting"))
     assert not (tmp_path / ".interrupted").exists()
-
-
-def test_a_directory_written_by_ea656d4_reads_back_whole(tmp_path: Path) -> None:
-    """The directory `tests/data/make_stores_ea656d4.py` wrote with the
-    file store of ea656d4 (tasks in every state, long logs with several
-    snapshots, a message key, push state, a heartbeat, the reaper's beat, a
-    bare file of the seed's), opened by today's store: every read gives what
-    that store read, and the earlier layout's files go."""
-    with tarfile.open(EARLIER) as archive:
-        archive.extractall(tmp_path, filter="tar")
-    expected = json.loads((tmp_path / "expected.json").read_text())
-    directory = tmp_path / "tasks"
-    store = FileStore(directory, terminal_ttl=10 * 365 * 86400.0)
-    ids: dict[str, str] = expected["ids"]
-    for name, task_id in ids.items():
-        assert store.get(task_id) == expected["tasks"][name], name
-        assert [[n, e] for n, e in store.events(task_id, 0)] == expected["events"][name], name
-    assert sorted(store.stale(math.inf)) == sorted(expected["stale"])
-    assert sorted(store.waiting(math.inf)) == sorted(expected["waiting"])
-    assert sorted(store.interrupted(math.inf)) == sorted(expected["interrupted"])
-    assert store.last_beat() == expected["beat"]
-    push = store.push_store(ttl=10 * 365 * 86400.0)
-    assert push.configs(ids["working"]) == expected["push"]
-    assert vars(push.cursor(ids["working"], "hook")) == expected["cursor"]
-    assert push.pushing() == expected["pushing"]
-    again = a_task()
-    made = store.create(again, "message-key-1")  # the earlier message key still names its task
-    assert not made.created and made.task["id"] == ids["submitted"]
-    query = Query("alice", None, None, None, 50, time.time(), None)
-    listed = store.listing(query)
-    assert listed.total == 7
-    assert listed == list_by_scan(store.all().values(), lambda _: [], query)
-    assert not any((directory / name).exists() for name in (".log", ".messages", ".expires"))
-    # Another process opening it now finds it taken, and reads the same.
-    assert FileStore(directory).get(ids["long"]) == expected["tasks"]["long"]
 
 
 @pytest.mark.parametrize("synced", [False, True])

@@ -1,10 +1,10 @@
-"""Stores written by an earlier version, opened by today's: a Redis store and
-a PostgreSQL schema written by the stores of commit ea656d4
-(`tests/data/make_stores_ea656d4.py`; the file store's directory is
-`tests/test_file_store.py`'s), with tasks in every state, a long log, a
-message key, push state, a heartbeat and the reaper's beat. After the
-upgrade (PostgreSQL: `toolnexus-serve db upgrade`'s migrations; Redis:
-nothing to run) every read gives what that store read."""
+"""Stores written by an earlier version, opened by today's: a file store's
+directory, a Redis store and a PostgreSQL schema written by the stores of
+commit ea656d4 (`tests/data/make_stores_ea656d4.py`), with tasks in every
+state, a long log, a message key, push state, a heartbeat and the reaper's
+beat. After the upgrade (the file store: its takeover when it opens;
+PostgreSQL: `toolnexus-serve db upgrade`'s migrations; Redis: nothing to
+run) every read gives what that store read."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import psycopg
 import redis
 
 from shared.store.listing import Query, list_by_scan
+from shared.stores.file.store import FileStore
 from shared.stores.postgres import postgres_store
 from shared.stores.postgres.schema import upgrade
 from shared.stores.redis.store import redis_store
@@ -59,8 +60,20 @@ def reads_as_before(store: Any, expected: dict[str, Any]) -> None:
     assert not made.created and made.task["id"] == ids["submitted"]
     query = Query("alice", None, None, None, 50, time.time(), None)
     listed = store.listing(query)
-    assert listed.total == len(ids)
+    assert listed.total == 7  # alice's: every task but the seed's bare file
     assert listed == list_by_scan(store.all().values(), lambda _: [], query)
+
+
+def test_a_file_store_directory_written_by_ea656d4_reads_back_whole(tmp_path: Path) -> None:
+    """Its tasks, logs past several snapshots and push state, and a bare file
+    of the seed's, taken over when today's store opens; the earlier layout's
+    files go."""
+    expected = unpacked("file-store-ea656d4.tar.gz", tmp_path)
+    directory = tmp_path / "tasks"
+    reads_as_before(FileStore(directory, terminal_ttl=TERMINAL_TTL), expected)
+    assert not any((directory / name).exists() for name in (".log", ".messages", ".expires"))
+    # Another process opening it now finds it taken, and reads the same.
+    assert FileStore(directory).get(expected["ids"]["long"]) == expected["tasks"]["long"]
 
 
 def test_a_redis_store_written_by_ea656d4_reads_back_whole(tmp_path: Path) -> None:

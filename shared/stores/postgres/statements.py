@@ -122,5 +122,5 @@ class PostgresRunner:
         return self._statements.count(POSTGRESQL.compiled(text), params)
 
     def atomically(self, work: Callable[[Transaction], R]) -> R:
-        with self._statements.connection() as conn, conn.transaction():
-            return work(Transaction(conn.cursor(), POSTGRESQL))
+        with self._statements.connection() as conn, conn.transaction(), conn.cursor() as cursor:
+            return work(Transaction(cursor, POSTGRESQL))
