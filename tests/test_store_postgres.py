@@ -396,9 +396,10 @@ def test_a_listing_counts_and_pages_from_the_indexes_when_one_owner_holds_every_
     postgres_url: str,
 ) -> None:
     """Where one owner holds every task, PostgreSQL's default costs rate a read
-    of the whole table below a read of the listing index: the count would
+    of the whole table below a read of the listing index: a count would
     read every task's document. The listing reads indexes alone, filtered or
-    not, once the table is vacuumed as autovacuum leaves it."""
+    not, once the table is vacuumed as autovacuum leaves it, both where its
+    total starts from the kept counts and where it counts the tasks."""
     store = postgres_store(postgres_url)
     try:
         for number in range(20):
@@ -421,12 +422,14 @@ def test_a_listing_counts_and_pages_from_the_indexes_when_one_owner_holds_every_
         )
         execute(postgres_url, "VACUUM (ANALYZE) tasks")
         now = time.time()
-        for state, after in ((None, None), ("submitted", None), (None, (now, "~"))):
+        cases = ((None, None, None), ("submitted", None, None), (None, (now, "~"), None))
+        # A filter on the status time counts from the index, not the kept counts.
+        for state, after, updated_after in (*cases, (None, None, now - 3600)):
             query = Query(
                 owner="",
                 context_id=None,
                 state=state,
-                updated_after=None,
+                updated_after=updated_after,
                 size=25,
                 as_of=now,
                 after=after,
@@ -440,3 +443,65 @@ def test_a_listing_counts_and_pages_from_the_indexes_when_one_owner_holds_every_
             assert plan.count("Index Only Scan using tasks_by_") >= 2, plan
     finally:
         store.close()
+
+
+def test_kept_counts_hold_across_connections_expiry_purge_and_fold(postgres_url: str) -> None:
+    """A listing's total comes from counts each server process keeps rows of
+    its own in: tasks written through two pools (so two sets of server
+    processes), moved, finished, expired and purged give the totals a count
+    of the tasks gives, for each owner and state; the purge folds every
+    process's rows into one per count and drops the counts that fell to zero."""
+    now = [time.time()]
+
+    def clock() -> float:
+        return now[0]
+
+    stores = [postgres_store(postgres_url, clock=clock, terminal_ttl=60) for _ in range(2)]
+    try:
+        made = []
+        for number in range(24):
+            owner = ("alice", "bob", "carol")[number % 3]
+            task = new_task(text_message("user", f"counted {number}"), owner=owner)
+            task["owner"] = owner
+            made.append(stores[number % 2].create(task).task)
+        for number, task in enumerate(made):
+            store = stores[(number // 2) % 2]  # the other pool, for half of them
+            if number % 4 != 0:
+                assert transition(store, task["id"], to_state(WORKING)).applied
+            if number % 3 == 0 and number % 4 != 0:
+                assert transition(store, task["id"], to_state("completed")).applied
+
+        def totals() -> dict[tuple[str, str | None], int]:
+            found = {}
+            for owner in ("alice", "bob", "carol"):
+                for state in (None, "submitted", WORKING, "completed"):
+                    query = Query(owner, None, state, None, 5, time.time(), None)
+                    found[owner, state] = stores[0].listing(query).total
+            return found
+
+        def scanned() -> dict[tuple[str, str | None], int]:
+            kept = [stores[0].get(task["id"]) for task in made]
+            alive = [task for task in kept if task is not None]
+            return {
+                (owner, state): sum(
+                    1
+                    for task in alive
+                    if task["owner"] == owner and state in (None, task["status"]["state"])
+                )
+                for owner in ("alice", "bob", "carol")
+                for state in (None, "submitted", WORKING, "completed")
+            }
+
+        assert totals() == scanned()
+        assert scanned()["alice", "completed"] > 0 and scanned()["bob", WORKING] > 0
+        now[0] += 120  # the finished tasks expire: counted no more, though not purged yet
+        assert totals() == scanned()
+        assert stores[1].purge_expired() > 0
+        assert totals() == scanned()
+        rows = execute(postgres_url, "SELECT o, state, stripe, n FROM counts")
+        assert {stripe for _, _, stripe, _ in rows} == {0}
+        assert all(n > 0 for _, _, _, n in rows), rows
+        assert len(rows) == len({(o, state) for o, state, _, _ in rows})
+    finally:
+        for store in stores:
+            store.close()

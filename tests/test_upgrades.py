@@ -62,6 +62,9 @@ def reads_as_before(store: Any, expected: dict[str, Any]) -> None:
     listed = store.listing(query)
     assert listed.total == 7  # alice's: every task but the seed's bare file
     assert listed == list_by_scan(store.all().values(), lambda _: [], query)
+    for state in ("submitted", "working", "completed", "input-required"):
+        query = Query("alice", None, state, None, 50, time.time(), None)
+        assert store.listing(query) == list_by_scan(store.all().values(), lambda _: [], query)
 
 
 def test_a_file_store_directory_written_by_ea656d4_reads_back_whole(tmp_path: Path) -> None:

@@ -8,11 +8,14 @@ last status change before the moment (`history`). The page, its tasks and
 the total come from one statement, so one snapshot: a task moving
 meanwhile is counted and shown exactly once.
 
-The statement runs with sequential scans off. Its counts are answered by the
-listing indexes alone (they hold every column a count reads), but where one
-owner holds most tasks PostgreSQL's default costs rate a read of the whole
-table as the cheaper way, and that read is several times slower: it reads
-every task's document to count it. With them off, a count reads the index.
+The total starts from the owner's kept count (migration 0012) where the
+query has no filter on the status time or the context; else the tasks are
+counted. The statement runs with sequential scans off: a count is answered
+by the listing indexes alone (they hold every column a count reads), but
+where one owner holds most tasks PostgreSQL's default costs rate a read of
+the whole table as the cheaper way, and that read is several times slower:
+it reads every task's document to count it. With them off, a count reads
+the index.
 """
 
 from __future__ import annotations
@@ -63,7 +66,9 @@ def page_statement(query: Query, now: float) -> tuple[sql.Composed, dict[str, An
     unmoved = [*scope, sql.SQL("t.ts <= %(as_of)s::float8")]
     moved = [*scope, sql.SQL("t.ts > %(as_of)s::float8")]
     then: list[sql.Composable] = []
+    matching = list(scope)  # the kept count's tasks: in scope, in the state asked for
     if query.state is not None:
+        matching.append(sql.SQL("t.state = %(state)s"))
         unmoved.append(sql.SQL("t.state = %(state)s"))
         then.append(sql.SQL("h.state = %(state)s"))
         params["state"] = query.state
@@ -93,11 +98,25 @@ def page_statement(query: Query, now: float) -> tuple[sql.Composed, dict[str, An
             "   AND ts <= %(as_of)s::float8 ORDER BY seq DESC LIMIT 1) h"
         ),
     }
-    # Counted apart, each branch a scan of its index alone.
-    counted = sql.SQL(
-        "SELECT (SELECT count(*) FROM tasks t WHERE {unmoved})"
-        " + (SELECT count(*) FROM tasks t{latest} WHERE {moved}) AS n"
-    ).format(**parts)
+    moved_count = sql.SQL("(SELECT count(*) FROM tasks t{latest} WHERE {moved})").format(**parts)
+    if query.updated_after is None and query.context_id is None:
+        # The owner's kept count (migration 0012), less the tasks it counts
+        # that the moment does not: those filed after it (placed apart, as
+        # they were then) and those expired but not yet purged.
+        params["ks"] = "*" if query.state is None else f"={query.state}"
+        counted = sql.SQL(
+            "SELECT (SELECT coalesce(sum(n), 0) FROM counts WHERE o = %(o)s AND state = %(ks)s)"
+            " - (SELECT count(*) FROM tasks t WHERE {matching} AND t.ts > %(as_of)s::float8)"
+            " - (SELECT count(*) FROM tasks t WHERE {matching} AND t.ts <= %(as_of)s::float8"
+            "    AND t.expires <= %(now)s::float8)"
+            " + {moved_count} AS n"
+        ).format(matching=sql.SQL(" AND ").join(matching), moved_count=moved_count)
+    else:
+        # Counted apart, each branch a scan of its index alone (a context's
+        # tasks are few).
+        counted = sql.SQL(
+            "SELECT (SELECT count(*) FROM tasks t WHERE {unmoved}) + {moved_count} AS n"
+        ).format(unmoved=parts["unmoved"], moved_count=moved_count)
     # The page: the unmoved tasks read in their index's order below the
     # cursor, no more than a page holds, beside the few that moved; then merged.
     page_of = sql.SQL(

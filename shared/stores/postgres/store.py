@@ -11,6 +11,8 @@ Tables (schema `toolnexus`, created by `toolnexus-serve db upgrade`, see
             the snapshot (`seq > base`)
   history   (task_id, seq) -> (ts, state): status changes, for listings
   contexts  c -> o: a context's owner
+  counts    how many tasks each owner has, in each context and state, kept
+            by triggers (migration 0012): a listing's total
   beat      the reaper's last run
   documents small documents (`shared.stores.sql.documents`): the turn
             book, each owner's send limits
@@ -317,8 +319,10 @@ class PostgresStore(DocumentFeatures):
 
     def purge_expired(self) -> int:
         """Finished tasks past their time, with their logs, histories and
-        message keys (on the row); up to 1,000 a run."""
+        message keys (on the row); up to 1,000 a run. Then the kept counts
+        folded (migration 0012)."""
         purged = int(self.statements.one(_PURGE, (self._clock(),))[0])
+        self.statements.one("SELECT counts_fold()", ())
         self.documents.forget_expired()
         return purged
 
