@@ -1,6 +1,7 @@
 """This checkout's front end beside another checkout's, on one Redis, interleaved.
 
     python3 bench/checkouts.py OTHER_CHECKOUT [--rounds 5] [--seconds 5] [--connections 32]
+                               [--postgres postgresql://postgres@127.0.0.1:5432/postgres]
 
 What a change that should not move the speed (a refactoring, a dependency
 bump) is measured with: `git worktree add /tmp/before <commit>`, then this
@@ -12,7 +13,10 @@ so a send is measured up to its publish, with room made in the turn book for
 every send). Both then get the same loads from
 the same generator as `bench/web.py`: GetTask and SendMessage (returning at
 once) over A2A 1.0 JSON-RPC and over HTTP+JSON, in interleaved rounds (each
-round in a rotated order). Each figure is the median over the rounds; each
+round in a rotated order). With `--postgres` each checkout's store is a
+schema of its own on that PostgreSQL, migrated by that checkout's own
+`toolnexus-serve db upgrade` and dropped at the end (the broker stays on the
+Redis). Each figure is the median over the rounds; each
 ratio (this checkout over the other) the median of the per-round ratios.
 """
 
@@ -64,17 +68,22 @@ def gunicorn_settings(checkout: Path) -> str:
 class FrontEnd:
     """gunicorn serving one checkout's `web:create_app()` on a free port."""
 
-    def __init__(self, checkout: Path, redis_url: str) -> None:
+    def __init__(self, checkout: Path, redis_url: str, store_url: str) -> None:
         self.checkout = checkout
         self.port = free_port()
         env = {
             **os.environ,
             "PYTHONPATH": str(checkout),
-            "TOOLNEXUS_STORE": f"{redis_url}/1",
+            "TOOLNEXUS_STORE": store_url,
             "TOOLNEXUS_BROKER_URL": f"{redis_url}/2",
             "TOOLNEXUS_QUEUE": "bench",
             "TOOLNEXUS_LOG_LEVEL": "WARNING",
         }
+        if store_url.startswith("postgresql"):
+            # Migrated by the checkout's own code, so each serves its own schema version.
+            upgrade = [sys.executable, "-m", "worker.cli.main", "db", "upgrade"]
+            subprocess.run(upgrade, cwd=checkout, env=env, check=True, capture_output=True)
+            make_room(env)
         command = [sys.executable, "-m", "gunicorn", "-c", gunicorn_settings(checkout)]
         command += ["-b", f"127.0.0.1:{self.port}", "--log-level", "warning", "web:create_app()"]
         self.process = subprocess.Popen(command, cwd=checkout, env=env, start_new_session=True)
@@ -99,6 +108,14 @@ class FrontEnd:
         ]
 
 
+def drop_schemas(server: str, stores: list[str]) -> None:
+    import psycopg
+
+    with psycopg.connect(server, autocommit=True) as conn:
+        for store in stores:
+            conn.execute(f"DROP SCHEMA IF EXISTS {store.rsplit('=', 1)[1]} CASCADE")
+
+
 def report(rates: dict[str, list[float]], here: Path, other: Path) -> None:
     print(f"\nreq/s, median of {len(next(iter(rates.values())))} runs (each run's figure after it)")
     for name, values in rates.items():
@@ -118,6 +135,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     parser.add_argument("--seconds", type=float, default=5.0, help="per run (default 5)")
     parser.add_argument("--connections", type=int, default=32, help="default 32")
+    parser.add_argument("--postgres", default="", help="the stores on this PostgreSQL")
     args = parser.parse_args()
     exit_on_sigterm()
     other = args.other.resolve()
@@ -132,10 +150,13 @@ def main() -> None:
     # Room in the turn book, as an idle fleet would have: every send is taken
     # and published, and the publish is measured too.
     make_room(service_env(redis_server.url))
+    stores = [f"{redis_server.url}/1"] * 2
+    if args.postgres:
+        stores = [f"{args.postgres}?schema=bench_{name}_{os.getpid()}" for name in ("this", "that")]
     front_ends: list[FrontEnd] = []
     try:
-        front_ends.append(FrontEnd(ROOT, redis_server.url))
-        front_ends.append(FrontEnd(other, redis_server.url))
+        front_ends.append(FrontEnd(ROOT, redis_server.url, stores[0]))
+        front_ends.append(FrontEnd(other, redis_server.url, stores[1]))
         loads = [*front_ends[0].loads("this"), *front_ends[1].loads("other")]
         for load in loads:  # every request works once before it is measured
             load.check()
@@ -145,6 +166,8 @@ def main() -> None:
         for front_end in front_ends:
             front_end.stop()
         redis_server.close()
+        if args.postgres:
+            drop_schemas(args.postgres, stores)
     report(rates, ROOT, other)
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
