@@ -83,7 +83,9 @@ class FrontEnd:
             # Migrated by the checkout's own code, so each serves its own schema version.
             upgrade = [sys.executable, "-m", "worker.cli.main", "db", "upgrade"]
             subprocess.run(upgrade, cwd=checkout, env=env, check=True, capture_output=True)
-            make_room(env)
+            # Room made by the checkout's own code too, in its own turn book.
+            room = [sys.executable, "-c", "import os, bench.web; bench.web.make_room(os.environ)"]
+            subprocess.run(room, cwd=checkout, env=env, check=True, capture_output=True)
         command = [sys.executable, "-m", "gunicorn", "-c", gunicorn_settings(checkout)]
         command += ["-b", f"127.0.0.1:{self.port}", "--log-level", "warning", "web:create_app()"]
         self.process = subprocess.Popen(command, cwd=checkout, env=env, start_new_session=True)
