@@ -307,6 +307,26 @@ def test_a_watch_wakes_for_a_change_made_by_another_process(
     assert child.exitcode == 0
 
 
+def test_a_task_past_its_time_gives_up_its_key_and_its_id_before_any_purge(
+    store_kind: str, stores: Stores
+) -> None:
+    if KINDS[store_kind].expires_itself:
+        pytest.skip("this store expires a task by its server's clock, not the store's")
+    clock = Clock()
+    store = stores.open(store_kind, clock=clock, terminal_ttl=60)
+    key = message_key("", "m-past")
+    done = store.create(a_task(), key).task["id"]
+    transition(store, done, to_state(WORKING))
+    transition(store, done, to_state(COMPLETED))
+    clock.now += 61
+    again = store.create(a_task(), key)
+    assert again.created and again.task["id"] != done
+    fresh = {**a_task(text="afresh"), "id": done}
+    store.save(fresh)
+    assert store.get(done) == fresh
+    assert [event["kind"] for _, event in store.events(done, 0)] == ["status-update"]
+
+
 def test_finished_tasks_and_their_message_keys_expire(
     store_kind: str, stores: Stores, tmp_path: Path
 ) -> None:

@@ -107,13 +107,13 @@ class SqliteStore(TimeIndexed, DocumentFeatures):
 
         def change(c: Any, now: float) -> Record | Created:
             if message_key is not None:
-                row = c.execute(
-                    f"SELECT id FROM tasks WHERE mkey = ? AND {_ALIVE}", (message_key, now)
-                ).fetchone()
-                earlier = tables.read_one(c, row[0], now) if row and row[0] != supersedes else None
-                if earlier is not None:
-                    return Created(earlier.task, False)
-                c.execute("UPDATE tasks SET mkey = NULL WHERE mkey = ?", (message_key,))
+                row = c.execute("SELECT id FROM tasks WHERE mkey = ?", (message_key,)).fetchone()
+                if row is not None:
+                    # Kept by a task still here (else let go: it expired, or is superseded).
+                    earlier = tables.read_one(c, row[0], now) if row[0] != supersedes else None
+                    if earlier is not None:
+                        return Created(earlier.task, False)
+                    c.execute("UPDATE tasks SET mkey = NULL WHERE mkey = ?", (message_key,))
             c.execute("INSERT OR IGNORE INTO contexts VALUES (?, ?)", (context, owner))
             taken = c.execute("SELECT owner FROM contexts WHERE context = ?", (context,)).fetchone()
             if taken[0] != owner:
@@ -271,15 +271,21 @@ class SqliteStore(TimeIndexed, DocumentFeatures):
         still `expected` (None: whatever it is, or a new task), the task
         written whole when `snapshot`; the task as it then stands, or None."""
         task_id = task["id"]
+        # The row, and the latest moment a listing read as of, in one statement.
         row = c.execute(
-            f"SELECT seq, base, lineage FROM tasks WHERE id = ? AND {_ALIVE}", (task_id, now)
+            "SELECT t.seq, t.base, t.lineage, t.expires, m.at FROM (SELECT 1)"
+            " LEFT JOIN tasks t ON t.id = ? LEFT JOIN times m ON m.name = 'listed'",
+            (task_id,),
         ).fetchone()
+        moment = row[4] or 0.0
+        if row[0] is not None and row[3] is not None and row[3] <= now:
+            _forget(c, [task_id])  # finished and past its time: gone, and written afresh
+            row = None
+        elif row[0] is None:
+            row = None
         if expected is not None and (row is None or row[0] != expected):
             return None
-        if row is None:
-            _forget(c, [task_id])
-        moment = c.execute("SELECT at FROM times WHERE name = 'listed'").fetchone()
-        saved, task = restamped(events, task, moment[0] if moment else 0.0)
+        saved, task = restamped(events, task, moment)
         seq, base = (int(row[0]), int(row[1])) if row else (0, 0)
         snapshot = snapshot or (row is not None and self._copy_differs(c, task_id))
         if row is not None and row[2]:
@@ -321,10 +327,9 @@ class SqliteStore(TimeIndexed, DocumentFeatures):
                 "UPDATE tasks SET seq = ?, state = ?, ts = ?, expires = ? WHERE id = ?",
                 (seq, state, ts, expires, task_id),
             )
-        c.execute(
-            "DELETE FROM events WHERE task_id = ? AND seq <= ?",
-            (task_id, min(base, seq - self._log_limit)),
-        )
+        trimmed = min(base, seq - self._log_limit)  # events numbered up to this go
+        if trimmed > 0:
+            c.execute("DELETE FROM events WHERE task_id = ? AND seq <= ?", (task_id, trimmed))
         if moved:
             # The last change before the listing window is where the task stood when it began.
             c.execute(
