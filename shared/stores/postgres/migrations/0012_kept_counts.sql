@@ -16,23 +16,14 @@ CREATE TABLE counts (
     PRIMARY KEY (o, state, stripe)
 );
 
--- Per statement, as a task comes and goes: a statement that inserts or
--- deletes many tasks (a purge) is one change of each count.
-CREATE FUNCTION counted_in() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+-- Per statement, as tasks come (the trigger's argument 1) and go (-1): a
+-- statement that inserts or deletes many tasks (a purge) is one change of
+-- each count.
+CREATE FUNCTION counted() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
   INSERT INTO counts AS k (o, state, stripe, n)
-    SELECT t.o, key.state, pg_backend_pid(), count(*)
-    FROM added t CROSS JOIN LATERAL (VALUES ('*'), ('=' || t.state)) AS key(state)
-    GROUP BY t.o, key.state
-  ON CONFLICT (o, state, stripe) DO UPDATE SET n = k.n + excluded.n;
-  RETURN NULL;
-END $$;
-
-CREATE FUNCTION counted_out() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-BEGIN
-  INSERT INTO counts AS k (o, state, stripe, n)
-    SELECT t.o, key.state, pg_backend_pid(), -count(*)
-    FROM gone t CROSS JOIN LATERAL (VALUES ('*'), ('=' || t.state)) AS key(state)
+    SELECT t.o, key.state, pg_backend_pid(), TG_ARGV[0]::bigint * count(*)
+    FROM changed t CROSS JOIN LATERAL (VALUES ('*'), ('=' || t.state)) AS key(state)
     GROUP BY t.o, key.state
   ON CONFLICT (o, state, stripe) DO UPDATE SET n = k.n + excluded.n;
   RETURN NULL;
@@ -58,13 +49,13 @@ END $$;
 
 -- No write between the triggers and the count of the tasks already here.
 LOCK TABLE tasks IN SHARE ROW EXCLUSIVE MODE;
-CREATE TRIGGER counted_in AFTER INSERT ON tasks REFERENCING NEW TABLE AS added
-  FOR EACH STATEMENT EXECUTE FUNCTION counted_in();
+CREATE TRIGGER counted_in AFTER INSERT ON tasks REFERENCING NEW TABLE AS changed
+  FOR EACH STATEMENT EXECUTE FUNCTION counted('1');
 CREATE TRIGGER recounted AFTER UPDATE OF o, state ON tasks FOR EACH ROW
   WHEN (OLD.o IS DISTINCT FROM NEW.o OR OLD.state IS DISTINCT FROM NEW.state)
   EXECUTE FUNCTION recounted();
-CREATE TRIGGER counted_out AFTER DELETE ON tasks REFERENCING OLD TABLE AS gone
-  FOR EACH STATEMENT EXECUTE FUNCTION counted_out();
+CREATE TRIGGER counted_out AFTER DELETE ON tasks REFERENCING OLD TABLE AS changed
+  FOR EACH STATEMENT EXECUTE FUNCTION counted('-1');
 
 INSERT INTO counts (o, state, stripe, n)
   SELECT o, key.state, 0, count(*)
