@@ -299,3 +299,33 @@ def test_a_file_stores_documents_kept_as_files_are_taken_over(tmp_path: Path) ->
     assert store.push_store().pushing() == ["t1"]
     assert store.documents.document("owner-bucket:gone").value is None
     assert not folder.exists()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "file"])
+def test_a_write_that_ends_a_task_takes_it_out_of_flight_in_its_own_transaction(
+    kind: str, stores: Stores
+) -> None:
+    """On a store over SQLite the write that ends a task and the step of its
+    book that takes it out of flight commit as one transaction: never one
+    without the other, and one commit for both."""
+    from shared.events import to_state
+    from shared.task import COMPLETED, WORKING, new_task, text_message
+    from shared.transitions import transition
+
+    store = stores.open(kind)
+    book = store.turn_book()
+    task_id = store.create(new_task(text_message("user", "hi"))).task["id"]
+    assert book.hold_and_take(held("", task_id), fair=True) == [task_id]
+    transition(store, task_id, to_state(WORKING))
+    assert book.in_flight() == [task_id]  # working: still in flight
+    statements: list[str] = []
+    connection = store.database._connection()
+    connection.set_trace_callback(statements.append)
+    try:
+        transition(store, task_id, to_state(COMPLETED))
+    finally:
+        connection.set_trace_callback(None)
+    assert book.in_flight() == []
+    assert statements.count("BEGIN IMMEDIATE") == 1, statements  # one write transaction
+    assert "ROLLBACK" not in statements
+    assert any("UPDATE documents" in s and "turn-book" in s for s in statements), statements

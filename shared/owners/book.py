@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
 from shared.documents import Documents, step
-from shared.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -346,7 +345,10 @@ class DocumentBook(SteppedBook):
     process that vanishes mid-step leaves nothing behind. A book that
     cannot be read (edited by hand, cut by a power cut) starts again empty,
     with a warning: beat's resend holds again every submitted task that is
-    neither held nor in flight (see `shared.owners.turns`)."""
+    neither held nor in flight (see `shared.owners.turns`). A store's write
+    that ends a task takes it out of flight inside its own transaction
+    (SQLite: the book over the documents of that transaction; PostgreSQL:
+    in the write's SQL function)."""
 
     NAME: Final = "turn-book"
 
@@ -365,15 +367,6 @@ class DocumentBook(SteppedBook):
     def _read(self, read: Callable[[TurnState, float], T]) -> T:
         found = self._documents.document(self.NAME)
         return read(_state(found.value), found.now)
-
-    def leave(self, task_id: str) -> None:
-        """Right after the store's write that ended the task, not in the same
-        step: one that fails (the store down a moment) leaves the task in
-        flight for beat's sweep to repair."""
-        try:
-            super().leave(task_id)
-        except StoreError as error:
-            log.info("turn book: task %s stays in flight for beat's sweep: %s", task_id, error)
 
 
 _EMPTY: Final = TurnState().to_json()

@@ -45,7 +45,7 @@ from shared.stores.sqlite import tables
 from shared.stores.sqlite.boot import booted_at
 from shared.stores.sqlite.database import Database
 from shared.stores.sqlite.listing import answer
-from shared.stores.sqlite.runner import SqliteRunner
+from shared.stores.sqlite.runner import InWrite, SqliteRunner
 from shared.task import IN_FLIGHT, Task, epoch, is_terminal, state_of
 from shared.transitions import SNAPSHOT_EVERY
 
@@ -247,15 +247,22 @@ class SqliteStore(TimeIndexed, DocumentFeatures):
     # --- internals -------------------------------------------------------------
 
     def _change(self, change: Callable[[Any, float], Any]) -> Any:
-        """`change(connection, now)` in one write transaction; then whatever
-        record it wrote wakes its watchers, and ends its turn out of flight."""
-        done = self.database.write(lambda c: change(c, self._clock()))
-        record = done.record if isinstance(done, Outcome) and done.applied else done
-        if isinstance(record, Record):
-            task_id = record.task["id"]
-            self._notifier.notify(task_id, record.seq)
-            if state_of(record.task) not in IN_FLIGHT:
-                self._turns.leave(task_id)
+        """`change(connection, now)` in one write transaction, which also
+        takes the task it wrote out of the turn book's flight when it left
+        flight (one commit for both, and never one without the other); then
+        the record wakes its watchers."""
+
+        def write(c: Any) -> Any:
+            done = change(c, self._clock())
+            record = _record_of(done)
+            if record is not None and state_of(record.task) not in IN_FLIGHT:
+                DocumentBook(SqlDocuments(InWrite(c), self._clock)).leave(record.task["id"])
+            return done
+
+        done = self.database.write(write)
+        record = _record_of(done)
+        if record is not None:
+            self._notifier.notify(record.task["id"], record.seq)
         return done
 
     def _written(
@@ -407,6 +414,12 @@ class SqliteStore(TimeIndexed, DocumentFeatures):
             f"SELECT id FROM tasks WHERE mkey = ? AND {_ALIVE}", (message_key, self._clock())
         )
         return str(rows[0][0]) if rows else None
+
+
+def _record_of(done: object) -> Record | None:
+    """The record a write made, if it made one."""
+    record = done.record if isinstance(done, Outcome) and done.applied else done
+    return record if isinstance(record, Record) else None
 
 
 def _forget(c: Any, task_ids: list[str]) -> None:
