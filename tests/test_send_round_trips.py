@@ -1,5 +1,6 @@
 """A send on the Redis store with fair turns: the task saved and held in the
-turn book in one script (`RedisStore.create_held`), one round trip where
+turn book in one script (`RedisStore.create_held`; on the SQLite and file
+stores, in one transaction), one round trip where
 the create and the book's step took two, with the same outcome: the task
 held or taken, what has its turn published, a repeated message neither
 saved nor held again, and a send with a webhook (saved between the create
@@ -33,6 +34,7 @@ from shared.stores.redis.turns import RedisTurnBook
 from shared.task import COMPLETED, SUBMITTED, WORKING, state_of
 from shared.transitions import claim, transition
 from tests.support.redis_server import on_database
+from tests.support.store_kinds import Stores
 from web.core.params import send_params
 from web.core.tasks import OUTBOX_PAUSE, Tasks
 
@@ -105,7 +107,7 @@ def test_a_send_is_saved_held_and_taken_in_one_step(
     for task in (first, second):
         saved = store.get(task["id"])
         assert saved is not None and state_of(saved) == SUBMITTED and saved["owner"] == "alice"
-    assert book._taken == {}  # every step's result was handed on
+    assert book.creates._taken == {}  # every step's result was handed on
 
 
 def test_a_repeated_message_is_neither_saved_nor_held_again(
@@ -117,7 +119,7 @@ def test_a_repeated_message_is_neither_saved_nor_held_again(
     assert again.repeated and again.task["id"] == first.task["id"]
     assert broker.published == [first.task["id"]]
     assert store.turn_book().view().owners["alice"] == OwnerCount(held=0, in_flight=1)
-    assert counted.steps == 0 and store.turn_book()._taken == {}
+    assert counted.steps == 0 and store.turn_book().creates._taken == {}
 
 
 def test_a_send_with_a_webhook_is_held_by_the_books_own_step(
@@ -148,10 +150,38 @@ def test_a_step_result_never_asked_for_is_forgotten_and_the_book_asked(
     tasks, store, broker, counted = served
     book = store.turn_book()
     for n in range(1100):  # far more than any send leaves waiting
-        book.took(f"never-{n}", [])
-    assert len(book._taken) <= 1024
+        book.creates.keep(f"never-{n}", [])
+    assert len(book.creates._taken) <= 1024
     sent = tasks.send(_params("m-1"), "alice", blocking=False)
     assert broker.published == [sent.task["id"]] and counted.steps == 0
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "file"])
+def test_a_send_on_a_store_over_sqlite_is_saved_held_and_taken_in_one_transaction(
+    kind: str, stores: Stores
+) -> None:
+    """The SQLite and file stores hold a send's task in the turn book inside
+    the transaction that creates it: one write a send, with the same outcome."""
+    store = stores.open(kind)
+    broker = Broker()
+    tasks = Tasks(Settings(), store, broker)
+    statements: list[str] = []
+    connection = store.database._connection()
+    connection.set_trace_callback(statements.append)
+    try:
+        first = tasks.send(_params("m-1"), "alice", blocking=False).task
+        second = tasks.send(_params("m-2"), "alice", blocking=False).task
+        again = tasks.send(_params("m-1"), "alice", blocking=False)
+    finally:
+        connection.set_trace_callback(None)
+    assert statements.count("BEGIN IMMEDIATE") == 3, statements  # one write a send
+    assert again.repeated and again.task["id"] == first["id"]
+    assert broker.published == [first["id"]]
+    book = store.turn_book()
+    assert book.in_flight() == [first["id"]]
+    assert book.held_among([second["id"]])[0] == {second["id"]}
+    assert book.view().owners["alice"] == OwnerCount(held=1, in_flight=1)
+    assert book.creates._taken == {}  # every step's result was handed on
 
 
 # --- the message from the store's outbox --------------------------------------

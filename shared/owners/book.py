@@ -57,6 +57,34 @@ class BookView:
 
 # Publishes the tasks a step of the book took (hands them to the broker).
 Publish = Callable[[list[str]], object]
+
+# At most this many steps' results wait for their `hold_and_take`: each is
+# asked for right after the create that kept it, so more means some never were.
+MOST_KEPT: Final = 1024
+
+
+class TakenByCreates:
+    """What the step of a store's `create_held` took, by the task it held,
+    kept for that task's `hold_and_take`, which follows at once (and then
+    asks nothing more of the store). Should that never come (the send failed
+    in between), the task is held all the same, and the ids taken stay in
+    flight for beat's resend, as after a crash between two steps."""
+
+    def __init__(self) -> None:
+        self._taken: dict[str, list[str]] = {}
+
+    def keep(self, task_id: str, taken: list[str]) -> None:
+        if len(self._taken) >= MOST_KEPT:
+            self._taken.clear()  # never claimed: forgotten, as above
+        self._taken[task_id] = taken
+
+    def claim(self, entries: list[Entry]) -> list[str] | None:
+        """What the create of this one entry's task took, once; else None."""
+        if len(entries) != 1 or not self._taken:
+            return None
+        return self._taken.pop(entries[0].task_id, None)
+
+
 # `release_on_commit(fair, publish)`: from now on this process's writes that
 # take a task out of flight also release it from the book, in the same round
 # trip, and what that step takes is published (a book that can: Redis's).
@@ -354,6 +382,11 @@ class DocumentBook(SteppedBook):
 
     def __init__(self, documents: Documents) -> None:
         self._documents = documents
+        self.creates = TakenByCreates()
+
+    def hold_and_take(self, entries: list[Entry], fair: bool) -> list[str]:
+        taken = self.creates.claim(entries)
+        return super().hold_and_take(entries, fair) if taken is None else taken
 
     def _step(self, apply: Callable[[TurnState, float], T]) -> T:
         def change(stored: Any, now: float) -> tuple[Any, float | None, T]:

@@ -72,7 +72,7 @@ from shared.stores.redis.scripts import (
     FORGET_EXPIRED,
     READ,
 )
-from shared.stores.redis.turns import RedisTurnBook
+from shared.stores.redis.turns import RedisTurnBook, taken_ids
 from shared.task import IN_FLIGHT, Task, epoch, is_terminal, state_of
 
 Clock = Callable[[], float]
@@ -177,7 +177,7 @@ class RedisStore(DocumentFeatures):
             # message is on the queue before those published after it.
             taken = [outbox.task_id.encode(), *taken]
         if outcome == b"created":
-            self._turns.took(task["id"], taken)
+            self._turns.creates.keep(task["id"], taken_ids(taken))
         return self._created(task, message_key, None, outcome, found)
 
     def loop_reads(self) -> LoopReads | None:

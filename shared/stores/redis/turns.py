@@ -16,23 +16,26 @@ with skewed clocks agree.
 from __future__ import annotations
 
 import time
-from typing import Any, Final, cast
+from typing import Any, cast
 
 import redis
 
-from shared.owners.book import FLOOR, BookView, Entry, OwnerCount, Publish
+from shared.owners.book import (
+    FLOOR,
+    MOST_KEPT,
+    BookView,
+    Entry,
+    OwnerCount,
+    Publish,
+    TakenByCreates,
+)
 from shared.stores.redis.faults import reachable
 from shared.stores.redis.scripts import load
-
-# At most this many steps' results wait for their `hold_and_take`: each is
-# asked for right after the create that kept it, so more means some never were.
-_MOST_KEPT: Final = 1024
-
 
 # What a write that released a task does with the ids its step took.
 
 
-def _ids(taken: list[Any]) -> list[str]:
+def taken_ids(taken: list[Any]) -> list[str]:
     return [item.decode() if isinstance(item, bytes) else str(item) for item in taken]
 
 
@@ -43,9 +46,7 @@ class RedisTurnBook:
         self._step = client.register_script(load("turns"))
         self._register = client.register_script(load("turns_register"))
         self._lapsed = client.register_script(load("turns_lapsed"))
-        # Task id -> what the step that held it took, where the store's
-        # `create_held` held it: its `hold_and_take` then asks nothing more.
-        self._taken: dict[str, list[str]] = {}
+        self.creates = TakenByCreates()
         # Set by `release_on_commit`: whether turns are fair, and where the
         # ids a releasing write took go; the tasks such writes released,
         # until the `release_and_take` of each, which follows at once.
@@ -67,17 +68,7 @@ class RedisTurnBook:
         args = self.step_args(entries, released, fair)
         with reachable(self._client):
             taken = self._step(keys=[], args=args)
-        return _ids(taken)
-
-    def took(self, task_id: str, taken: list[Any]) -> None:
-        """The store's create held `task_id` in the same step, which took
-        `taken`: kept for the task's `hold_and_take`, which follows at once.
-        Should that never come (the send failed in between), the task is held
-        all the same, and the ids taken stay in flight for beat's resend, as
-        after a crash between two steps."""
-        if len(self._taken) >= _MOST_KEPT:
-            self._taken.clear()  # never claimed: forgotten, as above
-        self._taken[task_id] = _ids(taken)
+        return taken_ids(taken)
 
     def release_on_commit(self, fair: bool, publish: Publish) -> None:
         """From now on a write of this store that takes a task out of flight
@@ -102,17 +93,14 @@ class RedisTurnBook:
         """A write released `task_id` in a step that took `taken`."""
         if self._on_commit is None:
             return
-        if len(self._released) >= _MOST_KEPT:
+        if len(self._released) >= MOST_KEPT:
             self._released.clear()  # never asked for: the step then runs, releasing nothing
         self._released.add(task_id)
-        self._on_commit[1](_ids(taken))
+        self._on_commit[1](taken_ids(taken))
 
     def hold_and_take(self, entries: list[Entry], fair: bool) -> list[str]:
-        if len(entries) == 1 and self._taken:
-            taken = self._taken.pop(entries[0].task_id, None)
-            if taken is not None:
-                return taken  # held already, by the create that saved it
-        return self._run(entries, [], fair)
+        taken = self.creates.claim(entries)
+        return self._run(entries, [], fair) if taken is None else taken
 
     def release_and_take(self, task_ids: list[str], fair: bool) -> list[str]:
         if len(task_ids) == 1 and task_ids[0] in self._released:
@@ -151,7 +139,7 @@ class RedisTurnBook:
 
     def lapsed(self) -> list[str]:
         with reachable(self._client):
-            return _ids(self._lapsed(keys=[], args=[self._prefix]))
+            return taken_ids(self._lapsed(keys=[], args=[self._prefix]))
 
     def view(self) -> BookView:
         p = self._prefix

@@ -18,11 +18,12 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from shared.broker.outbox import OutboxMessage
 from shared.codec import encode
 from shared.errors import ContextTaken, StoreError
 from shared.events import Event, StatusUpdate, context_of, current_status, fold
 from shared.generation import stamped, withdrawn
-from shared.owners.book import DocumentBook
+from shared.owners.book import DocumentBook, Entry
 from shared.push.contract import Once
 from shared.store.contract import (
     LOG_LIMIT,
@@ -102,6 +103,40 @@ class SqliteStore(TimeIndexed, DocumentFeatures):
     def create(
         self, task: Task, message_key: str | None = None, supersedes: str | None = None
     ) -> Created:
+        return self._create(task, message_key, supersedes)
+
+    def create_held(
+        self,
+        task: Task,
+        message_key: str | None,
+        entry: Entry,
+        fair: bool,
+        outbox: OutboxMessage | None = None,
+    ) -> Created:
+        """`create`, and (only when it created the task) the task held in the
+        turn book, in one transaction: a send's two writes as one. What the
+        book took is kept for the task's `hold_and_take` that follows at once
+        (`TakenByCreates`). No outbox: the broker is never this database."""
+        if outbox is not None:
+            outbox.unkept()
+        taken: list[str] = []
+
+        def hold(c: Any) -> None:
+            taken[:] = self._book_in(c).hold_and_take([entry], fair)
+
+        created = self._create(task, message_key, None, then=hold)
+        if created.created:
+            self._turns.creates.keep(task["id"], taken)
+        return created
+
+    def _create(
+        self,
+        task: Task,
+        message_key: str | None,
+        supersedes: str | None,
+        then: Callable[[Any], None] | None = None,
+    ) -> Created:
+        """`create`; `then(connection)` inside its transaction, when it made the task."""
         task_id = require_safe_id(task.get("id"))
         owner, context = task.get("owner", ""), task["contextId"]
 
@@ -121,6 +156,8 @@ class SqliteStore(TimeIndexed, DocumentFeatures):
             record = self._written(c, now, task, [current_status(task)], None, True)
             c.execute("UPDATE tasks SET mkey = ? WHERE id = ?", (message_key, task_id))
             assert record is not None, "a write that compares nothing is made"
+            if then is not None:
+                then(c)
             return record
 
         done = self._change(change)
@@ -256,7 +293,7 @@ class SqliteStore(TimeIndexed, DocumentFeatures):
             done = change(c, self._clock())
             record = _record_of(done)
             if record is not None and state_of(record.task) not in IN_FLIGHT:
-                DocumentBook(SqlDocuments(InWrite(c), self._clock)).leave(record.task["id"])
+                self._book_in(c).leave(record.task["id"])
             return done
 
         done = self.database.write(write)
@@ -346,6 +383,10 @@ class SqliteStore(TimeIndexed, DocumentFeatures):
             )
             place_in(Transaction(c, SQLITE), task_id, self._times.scores(state))
         return Record(task, seq, seq - base)
+
+    def _book_in(self, c: Any) -> DocumentBook:
+        """The turn book, stepped inside the write transaction begun on `c`."""
+        return DocumentBook(SqlDocuments(InWrite(c), self._clock))
 
     def _wrote_whole(self, c: Any, task: Task) -> None:
         """Inside the write that stored the task whole (a store that keeps a
