@@ -73,7 +73,8 @@ def load_hook(settings: Settings) -> OnTerminal | None:
 
 # `create_held(task, message_key, entry, fair, outbox)`: a store's create that
 # also holds the task in its turn book, and queues `outbox` if it took the task,
-# else keeps it for the step that does (shared.stores.redis.store).
+# else keeps it for the step that does (shared.stores.redis.store); a store
+# whose broker is never its own server takes no outbox (shared.stores.sqlite.store).
 CreateHeld = Callable[[Task, "str | None", Entry, bool, "OutboxMessage | None"], Created]
 
 
@@ -85,7 +86,7 @@ class Abilities:
     `turn_book`: its book of fair turns (`shared.owners.turns`), None where
     it keeps none; `send_limiter`: its owners' send limits, None where it
     keeps none (no limit can be set); `create_held`: a create that holds the
-    task in its book in the same step (Redis); `loop_reads`: what makes a
+    task in its book in the same step (Redis, SQLite, file); `loop_reads`: what makes a
     reader of tasks from an event loop (`ReadsOnLoop`), None where it cannot
     read that way; `redis_server`: the Redis server it is a database of (a
     broker there can queue a send's message with its write);
