@@ -54,13 +54,6 @@ class TimeIndexes:
         now = self._clock()
         return {name: now if state in states else None for name, states in STATES.items()}
 
-    def waiting_first(self, task_id: str) -> None:
-        """The task in the waiting index before a write that leaves it
-        `submitted` (a store that cannot write both at once: the write
-        follows, and a task found there in another state is put right by
-        its reader)."""
-        self._indexes.add(WAITING_INDEX, task_id, self._clock())
-
     def heartbeat(self, *task_ids: str) -> None:
         self._indexes.rescore(WORKING_INDEX, task_ids, self._clock())
 

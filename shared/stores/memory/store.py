@@ -263,10 +263,6 @@ class MemoryStore(TimeIndexed, DocumentFeatures):
     def last_beat(self) -> float | None:
         return self._beat
 
-    def context_owner(self, context_id: str) -> str | None:
-        with self._lock:
-            return self._contexts.get(context_id)
-
     # --- under the lock ------------------------------------------------------
 
     def _new_log(self) -> deque[tuple[int, Event]]:
