@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
 from shared import Settings
 from shared.documents import ABSENT
@@ -29,9 +28,8 @@ from shared.errors import StoreError
 from shared.owners.book import Entry
 from shared.stores.file.store import DATABASE, file_store
 from shared.task import new_task, text_message
-from tests.support.a2a import send_request
-from tests.test_web_support import live_server
-from web import create_app
+from web.core.params import send_params
+from web.core.tasks import Tasks
 
 HOLD = """
 import sqlite3, sys, time
@@ -87,11 +85,14 @@ def test_a_send_whose_turn_book_cannot_be_stepped_goes_out_of_turn(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The book's document given up on (as when its lock stays held past
-    the deadline), the rest of the store working: the send is accepted and
-    published at once, out of turn."""
+    the deadline) at the book's own step, the rest of the store working: the
+    send is accepted and published at once, out of turn. The step is the
+    book's own for a send naming a webhook (held after its webhook is saved);
+    a send without one is held inside the create's own transaction, so with
+    its task or not at all (`test_send_round_trips.py`)."""
     store = file_store(str(tmp_path / "tasks"))
     book = store.turn_book()
-    book.hold_and_take([Entry("earlier", "someone")], True)  # the book exists
+    book.hold_and_take([Entry("earlier", "someone")], True)  # the book exists, its window full
     documents = store.documents
     reading = documents.document
 
@@ -102,13 +103,14 @@ def test_a_send_whose_turn_book_cannot_be_stepped_goes_out_of_turn(
 
     monkeypatch.setattr(documents, "document", stalled)
     dispatcher = Recording()
-    app = create_app(Settings(), store=store, dispatcher=dispatcher)
-    with live_server(app) as (url, _):
-        reply: dict[str, Any] = requests.post(
-            f"{url}/", json=send_request("hello"), timeout=30
-        ).json()
-    task_id = reply["result"]["id"]  # accepted, not failed
-    assert reply["result"]["status"]["state"] == "submitted"
+    tasks = Tasks(Settings(push=True), store, dispatcher)
+    message = {"role": "user", "messageId": "m-1", "parts": [{"kind": "text", "text": "hello"}]}
+    webhook = {"pushNotificationConfig": {"url": "https://example.com/hook"}}
+    sent = tasks.send(
+        send_params({"message": message, "configuration": webhook}), "", blocking=False
+    )
+    task_id = sent.task["id"]  # accepted, not failed
+    assert sent.task["status"]["state"] == "submitted"
     assert dispatcher.enqueued == [task_id]  # published at once, out of turn
     task = store.get(task_id)
     assert task is not None and task["status"]["state"] == "submitted"
