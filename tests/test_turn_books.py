@@ -15,9 +15,12 @@ from typing import Any
 
 import pytest
 
+from shared.events import to_state
 from shared.keys import digest
 from shared.owners.book import FLOOR, Entry, OwnerCount, TurnBook, TurnState
 from shared.stores.file.store import file_store
+from shared.task import COMPLETED, WORKING, new_task, text_message
+from shared.transitions import transition
 from tests.support.store_kinds import KINDS, Stores
 
 MakeBook = Callable[[], TurnBook]
@@ -308,10 +311,6 @@ def test_a_write_that_ends_a_task_takes_it_out_of_flight_in_its_own_transaction(
     """On a store over SQLite the write that ends a task and the step of its
     book that takes it out of flight commit as one transaction: never one
     without the other, and one commit for both."""
-    from shared.events import to_state
-    from shared.task import COMPLETED, WORKING, new_task, text_message
-    from shared.transitions import transition
-
     store = stores.open(kind)
     book = store.turn_book()
     task_id = store.create(new_task(text_message("user", "hi"))).task["id"]

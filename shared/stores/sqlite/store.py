@@ -316,20 +316,18 @@ class SqliteStore(TimeIndexed, DocumentFeatures):
         written whole when `snapshot`; the task as it then stands, or None."""
         task_id = task["id"]
         # The row, and the latest moment a listing read as of, in one statement.
-        row = c.execute(
+        *found, moment = c.execute(
             "SELECT t.seq, t.base, t.lineage, t.expires, m.at FROM (SELECT 1)"
             " LEFT JOIN tasks t ON t.id = ? LEFT JOIN times m ON m.name = 'listed'",
             (task_id,),
         ).fetchone()
-        moment = row[4] or 0.0
-        if row[0] is not None and row[3] is not None and row[3] <= now:
+        row = found if found[0] is not None else None
+        if row is not None and row[3] is not None and row[3] <= now:
             _forget(c, [task_id])  # finished and past its time: gone, and written afresh
-            row = None
-        elif row[0] is None:
             row = None
         if expected is not None and (row is None or row[0] != expected):
             return None
-        saved, task = restamped(events, task, moment)
+        saved, task = restamped(events, task, moment or 0.0)
         seq, base = (int(row[0]), int(row[1])) if row else (0, 0)
         snapshot = snapshot or (row is not None and self._copy_differs(c, task_id))
         if row is not None and row[2]:
