@@ -166,7 +166,7 @@ def test_a_send_on_a_store_over_sqlite_is_saved_held_and_taken_in_one_transactio
     broker = Broker()
     tasks = Tasks(Settings(), store, broker)
     statements: list[str] = []
-    connection = store.database._connection()
+    connection, _ = store.database._connection()
     connection.set_trace_callback(statements.append)
     try:
         first = tasks.send(_params("m-1"), "alice", blocking=False).task

@@ -318,7 +318,7 @@ def test_a_write_that_ends_a_task_takes_it_out_of_flight_in_its_own_transaction(
     transition(store, task_id, to_state(WORKING))
     assert book.in_flight() == [task_id]  # working: still in flight
     statements: list[str] = []
-    connection = store.database._connection()
+    connection, _ = store.database._connection()
     connection.set_trace_callback(statements.append)
     try:
         transition(store, task_id, to_state(COMPLETED))

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
+import orjson
+
 from shared.documents import Documents, step
 
 log = logging.getLogger(__name__)
@@ -423,5 +425,8 @@ def _same(data: dict[str, Any], stored: Any) -> bool:
     return _text(data) == _text(_EMPTY if stored is None else stored)
 
 
-def _text(value: Any) -> str:
-    return json.dumps(value, sort_keys=True)
+def _text(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # a value orjson refuses (an integer past 64 bits, written by hand)
+        return json.dumps(value, sort_keys=True).encode()

@@ -4,8 +4,10 @@ The database runs in WAL mode (readers never wait for the writer) with
 `synchronous=NORMAL` (a transaction survives the process that wrote it; a
 power cut may lose the last ones, never corrupt the file), or `FULL` when
 asked to fsync every transaction. Each process opens its own connections,
-one per thread, never carried across a fork (a Celery prefork child opens
-its own).
+one per OS thread, never carried across a fork (a Celery prefork child opens
+its own). The greenlets of a gevent-patched thread share its connection,
+one at a time, and with it SQLite's cache of the pages read: a connection
+of their own each would read again every page another wrote.
 
 A write is one `BEGIN IMMEDIATE` transaction. SQLite's own busy handler
 sleeps in C, where gevent cannot run other greenlets, so the database is
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Final, TypeVar
 
 from shared.errors import StoreError
+from shared.ops.patching import os_thread_local
 
 R = TypeVar("R")
 
@@ -37,6 +40,9 @@ R = TypeVar("R")
 class _Connection(sqlite3.Connection):
     """A connection this process opened (a subclass, to be weakly referenced)."""
 
+
+# A thread's connection: the process that opened it, the connection, its lock.
+_Kept = tuple[int, sqlite3.Connection, threading.RLock]
 
 # Every connection open in this process, and those held across a fork.
 _OPEN: weakref.WeakSet[_Connection] = weakref.WeakSet()
@@ -146,14 +152,12 @@ class Database:
         self._schema = tuple(schema)
         self._synchronous = "FULL" if fsync else "NORMAL"
         self._within = within
-        self._local = threading.local()
+        self._local = os_thread_local()
 
     def write(self, change: Callable[[sqlite3.Connection], R]) -> R:
         """`change` run in one write transaction, committed when it returns
         (rolled back when it raises)."""
-        connection = self._connection()
-        with _GATE.passed():  # the whole transaction: no fork in the middle of one
-            self._retried(lambda: connection.execute("BEGIN IMMEDIATE"))
+        with self._held("BEGIN IMMEDIATE") as connection:
             try:
                 result = change(connection)
                 connection.execute("COMMIT")
@@ -168,20 +172,43 @@ class Database:
         self, query: str, args: Iterable[object] | Mapping[str, object] = ()
     ) -> list[tuple[object, ...]]:
         """The rows of one query, read as of one moment (outside any write)."""
-        connection = self._connection()
         bound = args if isinstance(args, Mapping) else tuple(args)
-        return self._retried(lambda: connection.execute(query, bound).fetchall())
+        with self._held() as connection:
+            return self._retried(lambda: connection.execute(query, bound).fetchall())
 
     def snapshot(self, reads: Callable[[sqlite3.Connection], R]) -> R:
         """`reads` (several queries) run in one read transaction: every query
         sees the database as of one moment, and no writer waits for it."""
-        connection = self._connection()
-        with _GATE.passed():
-            self._retried(lambda: connection.execute("BEGIN"))
+        with self._held("BEGIN") as connection:
             try:
                 return self._retried(lambda: reads(connection))
             finally:
                 connection.execute("COMMIT")
+
+    @contextmanager
+    def _held(self, begin: str | None = None) -> Iterator[sqlite3.Connection]:
+        """This thread's connection, for the caller alone (the greenlets of a
+        thread share it), inside the gate (no fork in the middle of a
+        transaction); with `begin`, in the transaction it begins. A database
+        another process keeps locked is tried again up to the deadline, the
+        connection let go between tries, so this process's reads go on."""
+        connection, lock = self._connection()
+        deadline = time.monotonic() + self._within
+        pause = _PAUSE
+        while True:
+            with lock, _GATE.passed():
+                try:
+                    if begin is not None:
+                        connection.execute(begin)
+                except sqlite3.OperationalError as error:
+                    if not _busy(error):
+                        raise _failed(self.path, error) from error
+                except sqlite3.Error as error:
+                    raise _failed(self.path, error) from error
+                else:
+                    yield connection
+                    return
+            pause = self._paused(deadline, pause)
 
     def _retried(self, step: Callable[[], R]) -> R:
         """`step`, tried again while the database is locked, up to the deadline."""
@@ -196,27 +223,44 @@ class Database:
                     raise _failed(self.path, error) from error
             except sqlite3.Error as error:
                 raise _failed(self.path, error) from error
-            if time.monotonic() >= deadline:
-                raise StoreError(
-                    f"task store: {self.path} stayed locked for {self._within:g} s"
-                    " (its writer is stalled?)",
-                    "the task database stayed locked",
-                )
-            time.sleep(random.uniform(pause / 2, pause))
-            pause = min(pause * 2, _PAUSE_MAX)
+            pause = self._paused(deadline, pause)
+
+    def _paused(self, deadline: float, pause: float) -> float:
+        """A short sleep before the next try (a patched process runs other
+        greenlets meanwhile), and the pause after it; past the deadline, a
+        StoreError."""
+        if time.monotonic() >= deadline:
+            raise StoreError(
+                f"task store: {self.path} stayed locked for {self._within:g} s"
+                " (its writer is stalled?)",
+                "the task database stayed locked",
+            )
+        time.sleep(random.uniform(pause / 2, pause))
+        return min(pause * 2, _PAUSE_MAX)
 
     def close(self) -> None:
         """Let go of this thread's connection (the others close with their threads)."""
-        kept = getattr(self._local, "connection", None)
+        kept: _Kept | None = getattr(self._local, "connection", None)
         if kept is not None and kept[0] == os.getpid():
-            with _GATE.passed():
+            with kept[2], _GATE.passed():
                 kept[1].close()
         self._local.connection = None
 
-    def _connection(self) -> sqlite3.Connection:
-        kept: tuple[int, sqlite3.Connection] | None = getattr(self._local, "connection", None)
+    def _connection(self) -> tuple[sqlite3.Connection, threading.RLock]:
+        kept: _Kept | None = getattr(self._local, "connection", None)
         if kept is not None and kept[0] == os.getpid():
-            return kept[1]
+            return kept[1], kept[2]
+        # One greenlet of the thread opens it (opening may yield); the others wait.
+        opening: threading.Lock = self._local.__dict__.setdefault(
+            f"opening.{os.getpid()}", threading.Lock()
+        )
+        with opening:
+            kept = getattr(self._local, "connection", None)
+            if kept is not None and kept[0] == os.getpid():
+                return kept[1], kept[2]
+            return self._opened()
+
+    def _opened(self) -> tuple[sqlite3.Connection, threading.RLock]:
         # One made before a fork is the parent's: never used here, nor closed
         # (`_after_fork_in_child`).
         _made_for_its_user(self.path)
@@ -234,10 +278,12 @@ class Database:
             raise _failed(self.path, error) from error
         self._retried(lambda: connection.execute("PRAGMA journal_mode=WAL"))
         self._retried(lambda: connection.execute(f"PRAGMA synchronous={self._synchronous}"))
-        self._local.connection = (os.getpid(), connection)
+        # The greenlets that share the connection take turns on it.
+        made: _Kept = (os.getpid(), connection, threading.RLock())
+        self._local.connection = made
         if self._schema:
             self.write(lambda c: [c.execute(statement) for statement in self._schema])
-        return connection
+        return made[1], made[2]
 
 
 def _made_for_its_user(path: Path) -> None:
