@@ -236,8 +236,11 @@ def test_beat_reaps_a_task_left_stale(stack: LocalStack) -> None:
 
 
 def test_beat_keeps_a_schedule_and_no_pid_file(stack: LocalStack) -> None:
-    alive(stack)
-    assert any(stack.beat_dir.glob("celerybeat-schedule*"))
+    def scheduled() -> bool:
+        alive(stack)  # beat writes its schedule once it has started, which a loaded host delays
+        return any(stack.beat_dir.glob("celerybeat-schedule*"))
+
+    wait_for(scheduled, timeout=30, what="beat's schedule file")
     assert not (stack.beat_dir / "celerybeat.pid").exists()
 
 

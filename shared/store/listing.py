@@ -112,15 +112,6 @@ def restamped(events: Sequence[Event], task: Task, moment: float) -> tuple[list[
     return saved, ({**task, "status": last} if moved and last is not None else task)
 
 
-def history_of(events: Iterable[tuple[int, Event]]) -> list[tuple[float, str]]:
-    """The status history a task's event log records."""
-    return [
-        (epoch(event["status"].get("timestamp", "")), event["status"]["state"])
-        for _, event in events
-        if event["kind"] == "status-update"
-    ]
-
-
 def matches(query: Query, state: str, changed: float) -> bool:
     if query.state is not None and state != query.state:
         return False
