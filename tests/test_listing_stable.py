@@ -16,7 +16,7 @@ from flask.testing import FlaskClient
 from shared import Settings
 from shared.events import to_state
 from shared.store.contract import message_key
-from shared.store.listing import Query, history_of, list_by_scan, stamp_after
+from shared.store.listing import Query, list_by_scan, stamp_after
 from shared.stores.redis.store import redis_store
 from shared.task import epoch, new_task, text_message
 from shared.transitions import transition
@@ -332,4 +332,9 @@ def test_totals_equal_a_scans_with_tasks_moved_and_expired(store_kind: str, stor
 
 
 def _history(store: Any, task_id: str) -> list[tuple[float, str]]:
-    return history_of(store.events(task_id, 0))
+    """The status history the task's event log records."""
+    return [
+        (epoch(event["status"].get("timestamp", "")), event["status"]["state"])
+        for _, event in store.events(task_id, 0)
+        if event["kind"] == "status-update"
+    ]
