@@ -45,7 +45,7 @@ from shared.codec import encode  # noqa: E402
 from shared.events import fold, status_update  # noqa: E402
 from shared.store.contract import Commit  # noqa: E402
 from shared.stores.postgres import schema  # noqa: E402
-from shared.stores.postgres.store import postgres_store  # noqa: E402
+from shared.stores.postgres.store import PostgresStore, postgres_store  # noqa: E402
 from shared.task import WORKING, Task, epoch, new_task, text_message  # noqa: E402
 
 # The SQLite store's tables, as PostgreSQL spells them (no counts: the
@@ -157,6 +157,25 @@ class _Bare:
         return self._conn.execute(query, args, prepare=True).fetchone()
 
 
+def appender(
+    creator: PostgresStore, writer: PostgresStore, count: int
+) -> tuple[Callable[[str, int], None], list[str]]:
+    """`count` new tasks (made through `creator`), and an append of one
+    progress event to one of them through `writer`'s `commit`."""
+    tasks: dict[str, tuple[Task, int]] = {}
+    for _ in range(count):
+        created = creator.create(new_task(text_message("user", "bench"))).task
+        tasks[created["id"]] = (created, 1)
+
+    def append(task_id: str, n: int) -> None:
+        task, seq = tasks[task_id]
+        task, event = progress(task, n)
+        assert writer.commit(Commit(task, [event], seq, False))
+        tasks[task_id] = (task, seq + 1)
+
+    return append, list(tasks)
+
+
 def made_schema(url: str, migrated: bool) -> str:
     name = f"bench_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(url, autocommit=True) as conn:
@@ -197,37 +216,18 @@ def main() -> None:
         fn_schema = made_schema(url, migrated=True)
         made.append(fn_schema)
         store = postgres_store(f"{url}?schema={fn_schema}")
-        fn_tasks: dict[str, tuple[Task, int]] = {}
-        for _ in range(options.tasks):
-            created = store.create(new_task(text_message("user", "bench"))).task
-            fn_tasks[created["id"]] = (created, 1)
-
-        def function_append(task_id: str, n: int) -> None:
-            task, seq = fn_tasks[task_id]
-            task, event = progress(task, n)
-            assert store.commit(Commit(task, [event], seq, False))
-            fn_tasks[task_id] = (task, seq + 1)
-
+        function_append, function_ids = appender(store, store, options.tasks)
         # The same function called over a bare connection, as the statements
         # paths run theirs: no pool, no deadline set per call.
         bare = psycopg.connect(url, autocommit=True)
         bare.execute(f"SET search_path TO {fn_schema}")
         bare_store = postgres_store(f"{url}?schema={fn_schema}")
         bare_store.statements = _Bare(bare)  # type: ignore[assignment]
-        bare_tasks: dict[str, tuple[Task, int]] = {}
-        for _ in range(options.tasks):
-            created = store.create(new_task(text_message("user", "bench"))).task
-            bare_tasks[created["id"]] = (created, 1)
-
-        def bare_append(task_id: str, n: int) -> None:
-            task, seq = bare_tasks[task_id]
-            task, event = progress(task, n)
-            assert bare_store.commit(Commit(task, [event], seq, False))
-            bare_tasks[task_id] = (task, seq + 1)
+        bare_append, bare_ids = appender(store, bare_store, options.tasks)
 
         paths: dict[str, tuple[Callable[[str, int], None], list[str]]] = {
-            "function": (function_append, list(fn_tasks)),
-            "bare function": (bare_append, list(bare_tasks)),
+            "function": (function_append, function_ids),
+            "bare function": (bare_append, bare_ids),
         }
         for pipelined in (False, True):
             name = made_schema(url, migrated=False)
