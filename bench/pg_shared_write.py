@@ -9,11 +9,12 @@ instead of its own write functions: a progress event appended three ways.
   the notification in one round trip), on a schema `db upgrade` made;
 - bare function: the same call over one bare connection, as the two paths
   below run theirs (no pool checkout, no deadline set per call);
-- statements: the SQLite store's write (`SqliteStore._written`: the row and
-  the listing moment read, the event and its history row inserted, the row
-  updated, the history trimmed, the time index placed) in one transaction
-  over psycopg, one round trip a statement, and a notification as the
-  function sends, on a schema made with the SQLite store's tables;
+- statements: the shared task log's write, which the SQLite store runs
+  (`TaskLog.write` in `shared.stores.sql.tasks`: the row and the listing
+  moment read, the event and its history row inserted, the row updated,
+  the history trimmed, the time index placed) in one transaction over
+  psycopg, one round trip a statement, and a notification as the function
+  sends, on a schema made with the SQLite store's tables;
 - pipelined: the same statements in psycopg's pipeline mode: the read
   answered first (the compare needs it), then the rest sent at once.
 
@@ -33,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 
@@ -43,9 +44,14 @@ if str(ROOT) not in sys.path:
 
 from shared.codec import encode  # noqa: E402
 from shared.events import fold, status_update  # noqa: E402
-from shared.store.contract import Commit  # noqa: E402
+from shared.indexes import Indexes  # noqa: E402
+from shared.store.contract import LOG_LIMIT, Commit  # noqa: E402
+from shared.store.time_indexes import TimeIndexes  # noqa: E402
 from shared.stores.postgres import schema  # noqa: E402
 from shared.stores.postgres.store import PostgresStore, postgres_store  # noqa: E402
+from shared.stores.sql.dialects import POSTGRESQL  # noqa: E402
+from shared.stores.sql.runner import Transaction  # noqa: E402
+from shared.stores.sql.tasks import TaskLog  # noqa: E402
 from shared.task import WORKING, Task, epoch, new_task, text_message  # noqa: E402
 
 # The SQLite store's tables, as PostgreSQL spells them (no counts: the
@@ -67,8 +73,6 @@ TABLES = (
     " PRIMARY KEY (name, member))",
     "CREATE INDEX indexes_scored ON indexes (name, score, member)",
 )
-WINDOW = 3600.0
-INDEXES = ("working", "waiting", "interrupted")
 
 
 def progress(task: Task, n: int) -> tuple[Task, Any]:
@@ -77,71 +81,33 @@ def progress(task: Task, n: int) -> tuple[Task, Any]:
 
 
 class Statements:
-    """The SQLite store's write of one appended event, over psycopg."""
+    """The shared task log's write (`shared.stores.sql.tasks`) of one
+    appended event, over psycopg, and a notification as the function sends."""
 
     def __init__(self, url: str, name: str, tasks: list[Task], pipelined: bool) -> None:
         self._conn = psycopg.connect(url, autocommit=True)
         self._conn.execute(f"SET search_path TO {name}")
         self._pipelined = pipelined
+        self._log = TaskLog(0.0, LOG_LIMIT, TimeIndexes(cast(Indexes, None)).scores)
         self.tasks = {task["id"]: (task, 1) for task in tasks}
 
     def append(self, task_id: str, n: int) -> None:
         task, seq = self.tasks[task_id]
         task, event = progress(task, n)
-        status = event["status"]
-        ts = epoch(status["timestamp"])
         conn = self._conn
-        with conn.transaction():
+        with conn.transaction(), conn.cursor() as cursor:
             if self._pipelined:
                 with conn.pipeline():
-                    row = self._read(conn, task_id)
-                    assert row is not None and row[0] == seq
-                    self._rest(conn, task_id, seq + 1, event, ts)
+                    self._write(cursor, task, event, seq)
             else:
-                row = self._read(conn, task_id)
-                assert row is not None and row[0] == seq
-                self._rest(conn, task_id, seq + 1, event, ts)
+                self._write(cursor, task, event, seq)
         self.tasks[task_id] = (task, seq + 1)
 
-    @staticmethod
-    def _read(conn: psycopg.Connection[Any], task_id: str) -> Any:
-        return conn.execute(
-            "SELECT t.seq, t.base, t.lineage, t.expires, m.at FROM (SELECT 1) x"
-            " LEFT JOIN tasks t ON t.id = %s LEFT JOIN times m ON m.name = 'listed'",
-            (task_id,),
-            prepare=True,
-        ).fetchone()
-
-    @staticmethod
-    def _rest(conn: psycopg.Connection[Any], task_id: str, seq: int, event: Any, ts: float) -> None:
-        run: Callable[..., Any] = conn.execute
-        run("INSERT INTO events VALUES (%s, %s, %s)", (task_id, seq, encode(event)), prepare=True)
-        run(
-            "INSERT INTO history VALUES (%s, %s, %s, %s)", (task_id, seq, ts, WORKING), prepare=True
-        )
-        run(
-            "UPDATE tasks SET seq = %s, state = %s, ts = %s, expires = NULL WHERE id = %s",
-            (seq, WORKING, ts, task_id),
-            prepare=True,
-        )
-        run(
-            "DELETE FROM history WHERE task_id = %s AND seq < (SELECT max(seq) FROM history"
-            " WHERE task_id = %s AND ts < %s)",
-            (task_id, task_id, time.time() - WINDOW),
-            prepare=True,
-        )
-        run(
-            "DELETE FROM indexes WHERE member = %s AND name IN ('waiting', 'interrupted')",
-            (task_id,),
-            prepare=True,
-        )
-        run(
-            "INSERT INTO indexes VALUES ('working', %s, %s)"
-            " ON CONFLICT (name, member) DO UPDATE SET score = excluded.score",
-            (task_id, time.time()),
-            prepare=True,
-        )
-        run("SELECT pg_notify('events', %s)", (task_id,), prepare=True)
+    def _write(self, cursor: psycopg.Cursor[Any], task: Task, event: Any, seq: int) -> None:
+        t = Transaction(cursor, POSTGRESQL)
+        record = self._log.write(t, time.time(), task, [event], seq, False)
+        assert record is not None and record.seq == seq + 1
+        t.one("SELECT pg_notify('events', :id)", {"id": task["id"]})
 
     def close(self) -> None:
         self._conn.close()

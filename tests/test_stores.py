@@ -308,7 +308,11 @@ import os, signal, sys
 from shared.stores.file.store import FileStore
 store = FileStore(sys.argv[1])
 dies_in, when = sys.argv[2].split(":")
-method = getattr(store, dies_in)
+*path, name = dies_in.split(".")
+owner = store
+for step in path:
+    owner = getattr(owner, step)
+method = getattr(owner, name)
 
 def killed(*args, **kwargs):
     if when == "after":
@@ -316,7 +320,7 @@ def killed(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
 
 def arm():
-    setattr(store, dies_in, killed)
+    setattr(owner, name, killed)
 """
 
 _CREATOR = (
@@ -333,7 +337,8 @@ store.create(task)
 
 def _killed_in(script: str, folder: Path, dies_in: str) -> str:
     """Run `script` on a file store in `folder` until it is SIGKILLed in the
-    store's method `dies_in` (`name:before` or `name:after` it runs); the
+    method `dies_in` of the store or of a part of it (`name:before`,
+    `part.name:after`: before or after it runs); the
     id of the task it printed."""
     import subprocess
     import sys
@@ -348,7 +353,7 @@ def _killed_in(script: str, folder: Path, dies_in: str) -> str:
     return ran.stdout.strip()
 
 
-@pytest.mark.parametrize("dies_in", ["_wrote_whole:before", "_wrote_whole:after"])
+@pytest.mark.parametrize("dies_in", ["_files.written:before", "_files.written:after"])
 def test_a_creator_killed_mid_create_leaves_no_task_the_re_sender_misses(
     tmp_path: Path, dies_in: str
 ) -> None:
@@ -390,7 +395,7 @@ transition(  # the front end's follow-up (web.core.tasks)
 )
 
 
-@pytest.mark.parametrize("dies_in", ["_written:before", "_written:after"])
+@pytest.mark.parametrize("dies_in", ["_log.write:before", "_log.write:after"])
 def test_a_front_end_killed_mid_follow_up_leaves_no_task_the_re_sender_misses(
     tmp_path: Path, dies_in: str
 ) -> None:

@@ -59,7 +59,7 @@ from shared.stores.file.takeover import clear_earlier, earlier_layout, take_over
 from shared.stores.sql.dialects import SQLITE
 from shared.stores.sql.indexes import place_in
 from shared.stores.sql.runner import Transaction
-from shared.stores.sqlite import tables
+from shared.stores.sql.tasks import read_one
 from shared.stores.sqlite.store import SqliteStore
 from shared.task import Task, epoch, state_of
 
@@ -97,6 +97,8 @@ class FileStore(SqliteStore):
         for suffix in ("", "-wal", "-shm"):
             if (self.directory / f"{DATABASE}{suffix}").is_symlink():
                 raise StoreError(f"task store: {DATABASE}{suffix} is a symbolic link; refusing it")
+        self._files = TaskFiles(self.directory)
+        self._log_limit = log_limit
         super().__init__(
             self.directory / DATABASE,
             clock,
@@ -104,6 +106,7 @@ class FileStore(SqliteStore):
             fsync=fsync == ALWAYS,
             log_limit=log_limit,
             booted=booted,
+            copy=self._files,
         )
         take_over_documents(self.directory, self.database, clock)
         take_over_markers(self.directory, self.database)
@@ -118,7 +121,7 @@ class FileStore(SqliteStore):
             return None
         now = self._clock()
         record, recorded = self.database.snapshot(
-            lambda c: (tables.read_one(c, task_id, now), _recorded(c, task_id))
+            lambda c: (read_one(Transaction(c, SQLITE), task_id, now), _recorded(c, task_id))
         )
         return record if recorded == _digest(raw) else self._adopted(task_id)
 
@@ -141,32 +144,6 @@ class FileStore(SqliteStore):
 
     # --- the task files ------------------------------------------------------
 
-    def _wrote_whole(self, c: Any, task: Task) -> None:
-        """The task's file, renamed into place before the write commits, and
-        its digest. The file is not synced: the database is the record, synced
-        as the policy says, and after the machine goes down the store writes
-        every file again that is not the one it recorded (`_after_a_boot`)."""
-        self._write_file(c, task, synced=False)
-
-    def _write_file(self, c: Any, task: Task, *, synced: bool) -> None:
-        data = _pretty(task)
-        path = self._file(task["id"])
-        fd, temp = tempfile.mkstemp(dir=self.directory, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(data)
-                if synced:
-                    file.flush()
-                    os.fsync(file.fileno())
-            os.replace(temp, path)
-        except OSError as error:
-            Path(temp).unlink(missing_ok=True)
-            raise StoreError(f"task store: {path}: {error.strerror}") from error
-        c.execute(
-            "INSERT OR REPLACE INTO files VALUES (?, ?, ?)",
-            (task["id"], _digest(data), _stat(path)),
-        )
-
     def _after_a_boot(self, c: Any) -> None:
         """The machine went down since the database was last opened, and with
         it any task file written since that had not reached the disk (missing,
@@ -176,7 +153,7 @@ class FileStore(SqliteStore):
         store, goes with them."""
         again = 0
         for task_id, digest, stat in c.execute("SELECT id, digest, stat FROM files").fetchall():
-            path = self._file(task_id)
+            path = self._files.path(task_id)
             if _stat(path) == stat:
                 continue
             raw = _read(path)
@@ -185,7 +162,7 @@ class FileStore(SqliteStore):
                 continue
             row = c.execute("SELECT doc FROM tasks WHERE id = ?", (task_id,)).fetchone()
             if row is not None:
-                self._write_file(c, decode(row[0]), synced=True)
+                self._files.write(Transaction(c, SQLITE), decode(row[0]), synced=True)
                 again += 1
         if again:
             _sync_directory(self.directory)
@@ -195,20 +172,6 @@ class FileStore(SqliteStore):
                 self.directory,
                 again,
             )
-
-    def _copy_differs(self, c: Any, task_id: str) -> bool:
-        """A write that rolled back after its file's rename (its process
-        killed in between) left a file the database did not record; the next
-        write writes the task whole over it, so the file never lags behind a
-        commit (until then a read adopts that file: the write, as it was
-        computed over the task as it still stands)."""
-        row = c.execute("SELECT stat FROM files WHERE id = ?", (task_id,)).fetchone()
-        return row is not None and row[0] != _stat(self._file(task_id))
-
-    def _purged(self, c: Any, task_ids: list[str]) -> None:
-        for task_id in task_ids:
-            self._file(task_id).unlink(missing_ok=True)
-        c.executemany("DELETE FROM files WHERE id = ?", [(task_id,) for task_id in task_ids])
 
     def _adopted(self, task_id: str) -> Record | None:
         """The task as its file now holds it, taken into the log where the
@@ -220,7 +183,7 @@ class FileStore(SqliteStore):
             if raw is None:
                 return None
             if _recorded(c, task_id) == _digest(raw):
-                return tables.read_one(c, task_id, now)  # written meanwhile, by the store
+                return read_one(Transaction(c, SQLITE), task_id, now)  # written by the store
             task = task_in(raw, task_id)
             if task is None:
                 return None
@@ -293,7 +256,7 @@ class FileStore(SqliteStore):
                 (task_id, _digest(raw), _stat(self._file(task_id))),
             )
         else:  # an older wrapper around the task: rewritten as the task itself
-            self._wrote_whole(c, task)
+            self._files.written(Transaction(c, SQLITE), task)
         if unlogged:
             _claim_its_message(c, now_task)
 
@@ -313,7 +276,59 @@ class FileStore(SqliteStore):
         earlier.unlink(missing_ok=True)
 
     def _file(self, task_id: str) -> Path:
+        return self._files.path(task_id)
+
+
+class TaskFiles:
+    """Each task as `<id>.json` in the directory, written in the transaction
+    that writes the task whole (the task log's `Copy`), and its digest and
+    stat in the table `files`."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def path(self, task_id: str) -> Path:
         return self.directory / f"{task_id}.json"
+
+    def written(self, t: Transaction, task: Task) -> None:
+        """The task's file, renamed into place before the write commits, and
+        its digest. The file is not synced: the database is the record, synced
+        as the policy says, and after the machine goes down the store writes
+        every file again that is not the one it recorded (`_after_a_boot`)."""
+        self.write(t, task, synced=False)
+
+    def write(self, t: Transaction, task: Task, *, synced: bool) -> None:
+        data = _pretty(task)
+        path = self.path(task["id"])
+        fd, temp = tempfile.mkstemp(dir=self.directory, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(data)
+                if synced:
+                    file.flush()
+                    os.fsync(file.fileno())
+            os.replace(temp, path)
+        except OSError as error:
+            Path(temp).unlink(missing_ok=True)
+            raise StoreError(f"task store: {path}: {error.strerror}") from error
+        t.execute(
+            "INSERT OR REPLACE INTO files VALUES (:id, :digest, :stat)",
+            {"id": task["id"], "digest": _digest(data), "stat": _stat(path)},
+        )
+
+    def differs(self, t: Transaction, task_id: str) -> bool:
+        """A write that rolled back after its file's rename (its process
+        killed in between) left a file the database did not record; the next
+        write writes the task whole over it, so the file never lags behind a
+        commit (until then a read adopts that file: the write, as it was
+        computed over the task as it still stands)."""
+        row = t.one("SELECT stat FROM files WHERE id = :id", {"id": task_id})
+        return row is not None and row[0] != _stat(self.path(task_id))
+
+    def forgotten(self, t: Transaction, task_ids: list[str]) -> None:
+        for task_id in task_ids:
+            self.path(task_id).unlink(missing_ok=True)
+        t.each("DELETE FROM files WHERE id = :id", [{"id": task_id} for task_id in task_ids])
 
 
 def _its_message(task: Task) -> str | None:

@@ -1,7 +1,7 @@
 """The differences between the SQL databases the stores run on, in one place.
 
 The shared SQL (`shared.stores.sql.documents`, `.indexes`) is written once,
-with `:name` parameters and three fragments in braces, and compiled for each
+with `:name` parameters and a few fragments in braces, and compiled for each
 database once per statement:
 
 - `{now}`: the time now, seconds since the epoch. PostgreSQL's own clock
@@ -10,6 +10,11 @@ database once per statement:
 - `{body}`: the `:body` parameter, JSON text, stored as the database keeps
   JSON (`jsonb` on PostgreSQL, text on SQLite).
 - `{body_text}`: the column `body` read back as JSON text.
+- `{greatest}`: the function that takes the greater of two values
+  (SQLite's two-argument `max`, PostgreSQL's `greatest`).
+- `{expiring}`: after a table name in `FROM`, the hint that makes SQLite
+  count expired tasks from the index of expiry times (its planner takes
+  the owner's index otherwise); nothing on PostgreSQL.
 
 A statement with no limit passes `unlimited` as its `LIMIT` (PostgreSQL
 takes NULL, SQLite a negative number).
@@ -30,6 +35,8 @@ class Dialect:
     now: str
     body: str
     body_text: str
+    greatest: str
+    expiring: str
     # How a `:name` parameter is written for the database's driver.
     parameter: str
     unlimited: int | None
@@ -39,7 +46,13 @@ class Dialect:
         """`text` in this database's SQL (kept: each statement is compiled once)."""
         done = self._compiled.get(text)
         if done is None:
-            filled = text.format(now=self.now, body=self.body, body_text=self.body_text)
+            filled = text.format(
+                now=self.now,
+                body=self.body,
+                body_text=self.body_text,
+                greatest=self.greatest,
+                expiring=self.expiring,
+            )
             done = _PARAMETER.sub(lambda m: self.parameter.format(m.group(1)), filled)
             self._compiled[text] = done
         return done
@@ -50,6 +63,8 @@ POSTGRESQL: Final = Dialect(
     now="extract(epoch FROM clock_timestamp())::float8",
     body="CAST(:body AS jsonb)",
     body_text="body::text",
+    greatest="greatest",
+    expiring="",
     parameter="%({})s",  # psycopg's named parameters
     unlimited=None,
 )
@@ -58,6 +73,8 @@ SQLITE: Final = Dialect(
     now=":now",
     body=":body",
     body_text="body",
+    greatest="max",
+    expiring="INDEXED BY tasks_expiring",
     parameter=":{}",
     unlimited=-1,
 )

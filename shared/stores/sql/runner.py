@@ -33,9 +33,21 @@ class Transaction:
         self._cursor = cursor
         self._dialect = dialect
 
+    @property
+    def dialect(self) -> Dialect:
+        return self._dialect
+
     def execute(self, text: str, params: Parameters) -> int:
         """The rows the statement changed."""
         return int(self._cursor.execute(self._dialect.compiled(text), params).rowcount)
+
+    def rows(self, text: str, params: Parameters) -> list[Any]:
+        """The rows a query reads."""
+        return list(self._cursor.execute(self._dialect.compiled(text), params).fetchall())
+
+    def one(self, text: str, params: Parameters) -> Any:
+        """The first row a query reads, or None."""
+        return self._cursor.execute(self._dialect.compiled(text), params).fetchone()
 
     def each(self, text: str, params: Iterable[Parameters]) -> None:
         """The statement once for each set of parameters."""

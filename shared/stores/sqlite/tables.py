@@ -1,13 +1,8 @@
-"""The SQLite store's tables, and a task as they hold it.
+"""The SQLite store's tables.
 
-tasks     id, doc (the task as JSON, as of event `base`), seq (its last
-          event), state, ts (its status time), owner, context, mkey
-          (unique: one task per message key), expires, lineage (1: its
-          next write starts a new lineage: the machine went down since)
-events    (task_id, seq) -> one JSON event: the log, and the tail after
-          `base` that a read folds over `doc`
-history   (task_id, seq) -> (ts, state): status changes, for listings
-contexts  context -> owner
+tasks, events, history, contexts
+          the task log (`shared.stores.sql.tasks`); a task's lineage turns
+          to 1 when the machine went down since the database was last opened
 counts    (owner, context or '*', state or '*') -> how many tasks, kept by triggers
 times     named times: the reaper's last run (`reaper`), the latest
           moment a listing read as of (`listed`), the boot of the machine
@@ -18,12 +13,7 @@ indexes   scored indexes (`shared.stores.sql.indexes`)
 
 from __future__ import annotations
 
-from typing import Any, Final, cast
-
-from shared.codec import decode
-from shared.events import fold
-from shared.store.contract import Record
-from shared.task import Task
+from typing import Any, Final
 
 SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS tasks (id TEXT PRIMARY KEY, doc TEXT NOT NULL,"
@@ -84,56 +74,3 @@ def recount(connection: Any) -> None:
     (none kept yet, tasks there); else nothing."""
     if connection.execute("SELECT 1 FROM counts LIMIT 1").fetchone() is None:
         connection.execute(_RECOUNT)
-
-
-# A task's row and the events after its `base`, in one statement (so as of
-# one moment): one row per event of the tail, or one with no event.
-READ: Final = (
-    "SELECT t.id, t.doc, t.seq, e.body FROM tasks t LEFT JOIN events e"
-    " ON e.task_id = t.id AND e.seq > t.base"
-    " WHERE t.id {ids} AND (t.expires IS NULL OR t.expires > ?) ORDER BY t.id, e.seq"
-)
-
-
-def read_one(connection: Any, task_id: str, now: float) -> Record | None:
-    return read_many(connection, [task_id], now).get(task_id)
-
-
-def read_many(connection: Any, task_ids: list[str], now: float) -> dict[str, Record]:
-    """The tasks of `task_ids` still kept, each folded from its row; an
-    unreadable one is left out."""
-    if not task_ids:
-        return {}
-    marks = ",".join("?" * len(task_ids))
-    rows = connection.execute(READ.format(ids=f"IN ({marks})"), (*task_ids, now)).fetchall()
-    return records_of(rows)
-
-
-def records_of(rows: list[Any]) -> dict[str, Record]:
-    """Records from rows of (id, doc, seq, event body or None), ordered by id."""
-    found: dict[str, tuple[str, int, list[str]]] = {}
-    for task_id, doc, seq, body in rows:
-        entry = found.setdefault(task_id, (doc, int(seq), []))
-        if body is not None:
-            entry[2].append(body)
-    records: dict[str, Record] = {}
-    for task_id, (doc, seq, tail) in found.items():
-        try:
-            task = decode(doc)
-            events = [decode(body) for body in tail]
-        except ValueError:
-            continue
-        if isinstance(task, dict):
-            records[task_id] = Record(fold(cast(Task, task), events), seq, len(events))
-    return records
-
-
-def events_of(rows: list[Any]) -> list[tuple[int, Any]]:
-    """(number, event) of rows of (seq, body); the log ends at an unreadable one."""
-    found = []
-    for seq, body in rows:
-        try:
-            found.append((int(seq), decode(body)))
-        except ValueError:
-            break
-    return found
