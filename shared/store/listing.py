@@ -11,10 +11,10 @@ shown as it stands now.
 
 `Query` and `Listing` are the store-level shapes; `list_by_scan` answers a
 query by reading every task: the definition every store's index is tested
-against. The stores read only the page: the memory and file stores from
-ordered indexes kept in process (`shared.store.ordered`; the file store's
-fed from its shared log of positions), the Redis and PostgreSQL stores
-from their own (`shared.stores.redis.listing`, `shared.stores.postgres.listing`).
+against. The stores read only the page: the memory store from ordered indexes kept
+in process (`shared.store.ordered`), the Redis store from its own
+(`shared.stores.redis.listing`), the SQL stores from their tables
+(`shared.stores.sql.listing`).
 """
 
 from __future__ import annotations

@@ -120,8 +120,8 @@ class FileStore(SqliteStore):
         if raw is None:
             return None
         now = self._clock()
-        record, recorded = self.database.snapshot(
-            lambda c: (read_one(Transaction(c, SQLITE), task_id, now), _recorded(c, task_id))
+        record, recorded = self._reading(
+            lambda t: (read_one(t, task_id, now), _recorded(t, task_id))
         )
         return record if recorded == _digest(raw) else self._adopted(task_id)
 
@@ -178,22 +178,22 @@ class FileStore(SqliteStore):
         database did not write that file."""
         path = self._file(task_id)
 
-        def change(c: Any, now: float) -> Record | None:
+        def change(t: Transaction, now: float) -> Record | None:
             raw = _read(path)
             if raw is None:
                 return None
-            if _recorded(c, task_id) == _digest(raw):
-                return read_one(Transaction(c, SQLITE), task_id, now)  # written by the store
+            if _recorded(t, task_id) == _digest(raw):
+                return read_one(t, task_id, now)  # written meanwhile, by the store
             task = task_in(raw, task_id)
             if task is None:
                 return None
-            known = c.execute("SELECT 1 FROM tasks WHERE id = ?", (task_id,)).fetchone()
-            if known is None and _replaced(c, task):
+            known = t.one("SELECT 1 FROM tasks WHERE id = :id", {"id": task_id})
+            if known is None and _replaced(t, task):
                 return None
             log.warning("task store: adopting the task file %s (not written by the store)", path)
-            record = self._written(c, now, task, [current_status(task)], None, True)
+            record = self._log.write(t, now, task, [current_status(task)], None, True)
             if known is None:
-                _claim_its_message(c, task)
+                _claim_its_message(t, task)
             return record
 
         found: Record | None = self._change(change)
@@ -223,7 +223,8 @@ class FileStore(SqliteStore):
         file with no log of its own (the seed's, or a create's cut off before
         its commit) with its message key, unless that send made another task."""
         unlogged = len(logged) == len(after) == 1
-        if unlogged and _replaced(c, task):
+        t = Transaction(c, SQLITE)
+        if unlogged and _replaced(t, task):
             return
         seq = after[-1][0] if after else base
         now_task = fold(task, [event for _, event in after])
@@ -256,9 +257,9 @@ class FileStore(SqliteStore):
                 (task_id, _digest(raw), _stat(self._file(task_id))),
             )
         else:  # an older wrapper around the task: rewritten as the task itself
-            self._files.written(Transaction(c, SQLITE), task)
+            self._files.written(t, task)
         if unlogged:
-            _claim_its_message(c, now_task)
+            _claim_its_message(t, now_task)
 
     def _take_over_the_turn_book(self) -> None:
         """A turn book kept by an earlier version in `.turns/book.json` becomes
@@ -311,7 +312,7 @@ class TaskFiles:
         except OSError as error:
             Path(temp).unlink(missing_ok=True)
             raise StoreError(f"task store: {path}: {error.strerror}") from error
-        t.execute(
+        t.send(
             "INSERT OR REPLACE INTO files VALUES (:id, :digest, :stat)",
             {"id": task["id"], "digest": _digest(data), "stat": _stat(path)},
         )
@@ -338,32 +339,32 @@ def _its_message(task: Task) -> str | None:
     return message_key(task.get("owner", ""), message_id) if isinstance(message_id, str) else None
 
 
-def _replaced(c: Any, task: Task) -> bool:
+def _replaced(t: Transaction, task: Task) -> bool:
     """Whether the send that made `task` made another task the database
     keeps. A create renames its file into place before it commits; one cut
     off between the two leaves a file of a send never acknowledged, which the
     sender's retry may have made again since: that one is the task."""
     key = _its_message(task)
-    found = c.execute("SELECT id FROM tasks WHERE mkey = ?", (key,)).fetchone() if key else None
+    found = t.one("SELECT id FROM tasks WHERE mkey = :key", {"key": key}) if key else None
     return found is not None and found[0] != task["id"]
 
 
-def _claim_its_message(c: Any, task: Task) -> None:
+def _claim_its_message(t: Transaction, task: Task) -> None:
     """A task file the database has no row for, taken in: its message key
     (where free: a retry of the send then finds this task) and its context."""
     key = _its_message(task)
     if key is not None:
-        c.execute(
-            "UPDATE tasks SET mkey = ? WHERE id = ? AND NOT EXISTS"
-            " (SELECT 1 FROM tasks WHERE mkey = ?)",
-            (key, task["id"], key),
+        t.send(
+            "UPDATE tasks SET mkey = :key WHERE id = :id AND NOT EXISTS"
+            " (SELECT 1 FROM tasks WHERE mkey = :key)",
+            {"key": key, "id": task["id"]},
         )
-    context, owner = task.get("contextId", ""), task.get("owner", "")
-    c.execute("INSERT OR IGNORE INTO contexts VALUES (?, ?)", (context, owner))
+    params = {"context": task.get("contextId", ""), "owner": task.get("owner", "")}
+    t.send("INSERT OR IGNORE INTO contexts VALUES (:context, :owner)", params)
 
 
-def _recorded(c: Any, task_id: str) -> str | None:
-    row = c.execute("SELECT digest FROM files WHERE id = ?", (task_id,)).fetchone()
+def _recorded(t: Transaction, task_id: str) -> str | None:
+    row = t.one("SELECT digest FROM files WHERE id = :id", {"id": task_id})
     return str(row[0]) if row else None
 
 

@@ -1,25 +1,13 @@
-"""PostgreSQL: each task a row, its events a table, every write one function call.
+"""PostgreSQL: the task log's shared SQL (`shared.stores.sql.tasks`) on a
+pool of connections, each write one transaction sent in psycopg's pipeline
+mode (the task's row read, locked, then the rest at once), its notification
+in the same transaction.
 
 Tables (schema `toolnexus`, created by `toolnexus-serve db upgrade`, see
-`migrations/`):
-  tasks     id, doc (JSON snapshot), seq, base, state, ts (status time),
-            o / c (owner / context digests), cj (contextId as JSON), mkey
-            (unique: one task per message key), heartbeat / sent /
-            interrupted / expires (the time indexes: partial indexes, each
-            holding only the tasks it could return)
-  events    (task_id, seq) -> one JSON event: the log, and the tail after
-            the snapshot (`seq > base`)
-  history   (task_id, seq) -> (ts, state): status changes, for listings
-  contexts  c -> o: a context's owner
-  counts    how many tasks each owner has, in each context and state, kept
-            by triggers (migration 0012): a listing's total
-  beat      the reaper's last run
-  documents small documents (`shared.stores.sql.documents`): the turn
-            book, each owner's send limits
-
-Each write is one statement calling a function (`create_task`,
-`write_task`, `claim_task`), so the compare, the append, the index columns,
-the log's trim and the notification commit together, in one round trip.
+`migrations/`): the task log's (`tasks`, `events`, `history`, `contexts`,
+`times`), the counts a listing totals (kept by triggers, in stripes a
+process each, folded by the reaper's purge), and the small documents and
+scored indexes every feature is written over (`documents`, `indexes`).
 The clock is the caller's (as on Redis): what the time indexes hold is
 comparable with the cutoffs the reaper passes.
 """
@@ -29,48 +17,38 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from shared.codec import decode, encode
-from shared.errors import ConfigError, ContextTaken, StoreError
-from shared.events import Event, StatusUpdate, context_of, current_status
-from shared.keys import digest
+from shared.errors import ConfigError, StoreError
 from shared.ops.store_metrics import count_failover
 from shared.owners.book import DocumentBook
 from shared.push.contract import Once
-from shared.store.claim_text import claim_text
-from shared.store.contract import (
-    LOG_LIMIT,
-    Commit,
-    Created,
-    Outcome,
-    Record,
-    is_safe_id,
-    require_safe_id,
-)
-from shared.store.features import DocumentFeatures
-from shared.store.listing import WINDOW, Listing, Query
+from shared.store.contract import LOG_LIMIT, Created, Record
 from shared.store.spec import POSTGRES_TIMEOUT
+from shared.store.time_indexes import TimeIndexes
 from shared.store.wakeups import Waiter
 from shared.stores.postgres.listener import PostgresListener
-from shared.stores.postgres.listing import answer
 from shared.stores.postgres.pool import ForkSafePool
-from shared.stores.postgres.records import TAIL, record_of
 from shared.stores.postgres.schema import DEFAULT_SCHEMA, behind, checked_schema
 from shared.stores.postgres.session import session_settings, with_keepalives
 from shared.stores.postgres.statements import KeyTaken, PostgresRunner, Statements
+from shared.stores.sql.dialects import POSTGRESQL
 from shared.stores.sql.documents import SqlDocuments
 from shared.stores.sql.indexes import SqlIndexes
-from shared.task import Task, epoch, is_terminal, state_of
+from shared.stores.sql.runner import Transaction
+from shared.stores.sql.store import SqlStore
+from shared.stores.sql.tasks import TaskLog
+from shared.task import Task
 
 log = logging.getLogger(__name__)
 
+R = TypeVar("R")
 Clock = Callable[[], float]
 # Connections per process. A request holds one only for its statement (a
 # waiting stream holds none), and PostgreSQL's default max_connections is
@@ -81,45 +59,17 @@ POOL_SIZE = 10
 STORE_TIMEOUT = POSTGRES_TIMEOUT
 # Seconds a caller waits for a pooled connection, and a new one to connect.
 POOL_WAIT = 2.0
-
-_READ = f"SELECT t.doc, t.seq, {TAIL} FROM tasks t WHERE t.id = %s AND alive(t.expires, %s::float8)"
-_CREATE = (
-    "SELECT outcome, named FROM create_task(%s, %s, %s, %s::float8, %s, %s, %s,"
-    " %s::text, %s::text, %s::float8, %s::float8, %s::bigint, %s)"
+# How a read of several statements begins (`_snapshot`).
+SNAPSHOT = (
+    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY",
+    "SET LOCAL enable_seqscan = off",
 )
-_WRITE = (
-    "SELECT write_task(%s, %s::bigint, %s::text, %s, %s::float8, %s, %s, %s,"
-    " %s::text[], %s::float8, %s::float8, %s::float8, %s::bigint, %s)"
-)
-_CLAIM = (
-    "SELECT outcome, doc, seq, tail FROM claim_task(%s, %s, %s, %s::float8, %s, %s, %s,"
-    " %s::float8, %s::float8, %s::float8, %s::bigint, %s)"
-)
-_EVENTS = (
-    "SELECT e.seq, e.body FROM events e WHERE e.task_id = %s AND e.seq > %s::bigint"
-    " AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = e.task_id"
-    " AND alive(t.expires, %s::float8)) ORDER BY e.seq LIMIT %s::bigint"
-)
-_PURGE = """
-WITH gone AS (
-  DELETE FROM tasks WHERE id IN (
-    SELECT id FROM tasks WHERE expires <= %s::float8 ORDER BY expires LIMIT 1000
-    FOR UPDATE SKIP LOCKED)
-  RETURNING id, c),
-logs AS (DELETE FROM events WHERE task_id IN (SELECT id FROM gone)),
-changes AS (DELETE FROM history WHERE task_id IN (SELECT id FROM gone)),
-owners AS (
-  DELETE FROM contexts x WHERE x.c IN (SELECT c FROM gone)
-  AND NOT EXISTS (SELECT 1 FROM tasks t
-                  WHERE t.c = x.c AND t.o = x.o AND t.id NOT IN (SELECT id FROM gone)))
-SELECT count(*) FROM gone
-"""
+# Tries of a create whose message key or id a concurrent create took first
+# (the next try finds that task).
+_CREATE_ATTEMPTS = 5
 
 
-class PostgresStore(DocumentFeatures):
-    documents: SqlDocuments
-    lists_by_scan = False  # ListTasks reads the page from the indexes
-
+class PostgresStore(SqlStore):
     def __init__(
         self,
         url: str,
@@ -137,9 +87,7 @@ class PostgresStore(DocumentFeatures):
         self.conninfo = with_keepalives(_conninfo(url), timeout)
         self.schema = checked_schema(schema)
         self._where = _where(self.conninfo)
-        self._ttl = float(terminal_ttl) if terminal_ttl else 0.0
         self._clock = clock
-        self._log_limit = log_limit
         self._session = session_settings(self.schema, timeout)
         channel = f"{self.schema}_events"
         self._channel = channel if notify else ""
@@ -151,10 +99,12 @@ class PostgresStore(DocumentFeatures):
             configure=self._configure,
         )
         self.statements = Statements(self._pool, self.schema, self._where)
-        # Small documents (shared.documents), under the features that keep state.
         runner = PostgresRunner(self.statements)
         self.documents = SqlDocuments(runner)
         self.indexes = SqlIndexes(runner)
+        self._times = TimeIndexes(self.indexes, clock)
+        ttl = float(terminal_ttl) if terminal_ttl else 0.0
+        self._log = TaskLog(ttl, log_limit, self._times.scores)
         self._listener = PostgresListener(
             self.conninfo, channel, self._newest, notify=notify, timeout=timeout
         )
@@ -163,167 +113,27 @@ class PostgresStore(DocumentFeatures):
         self._primary: str | None = None  # the server new connections last landed on
         self._primary_lock = threading.Lock()
 
-    # --- the contract ------------------------------------------------------
-
-    def get(self, task_id: str) -> Task | None:
-        record = self.read(task_id)
-        return record.task if record is not None else None
-
-    def save(self, task: Task) -> Task:
-        require_safe_id(task.get("id"))
-        self._write(task, [current_status(task)], expected=None, snapshot=True)
-        return task
-
-    # --- EventStore ----------------------------------------------------------
-
     def create(
         self, task: Task, message_key: str | None = None, supersedes: str | None = None
     ) -> Created:
-        task_id = require_safe_id(task.get("id"))
-        status_time, owner, context = self._listed(task)
-        args = (
-            task_id,
-            encode(task),
-            encode(current_status(task)),
-            status_time,
-            owner,
-            context,
-            encode(task["contextId"]),
-            message_key,
-            supersedes,
-            self._clock(),
-            WINDOW,
-            self._log_limit,
-            self._channel,
-        )
         for _ in range(_CREATE_ATTEMPTS):
             try:
-                outcome, found = self.statements.one(_CREATE, args)
-                break
+                return super().create(task, message_key, supersedes)
             except KeyTaken:
                 continue  # a concurrent create took the key first: this one now finds it
-        else:
-            raise StoreError(
-                f"task store unavailable: PostgreSQL at {self._where}: the message key of"
-                f" task {task_id} stayed contended",
-                "PostgreSQL refused the statement",
-            )
-        if outcome == "context":
-            raise ContextTaken(f"context {task['contextId']} belongs to another caller")
-        if outcome == "existing":
-            earlier = self.get(found)
-            if earlier is not None:
-                return Created(earlier, False)
-            return self.create(task, message_key, supersedes)  # it expired meanwhile
-        return Created(task, True)
-
-    def read(self, task_id: str) -> Record | None:
-        if not is_safe_id(task_id):
-            return None
-        row = self.statements.maybe(_READ, (task_id, self._clock()))
-        return record_of(*row) if row is not None else None
-
-    def commit(self, commit: Commit) -> bool:
-        return self._write(
-            commit.task, commit.events, expected=commit.expected, snapshot=commit.snapshot
+        raise StoreError(
+            f"task store unavailable: PostgreSQL at {self._where}: the message key of"
+            f" task {task.get('id')} stayed contended",
+            "PostgreSQL refused the statement",
         )
-
-    def claim(self, task_id: str, from_state: str, event: StatusUpdate) -> Outcome | None:
-        if not is_safe_id(task_id):
-            return Outcome(False, None)
-        # The event as text, split where the function puts the stored context
-        # id and the generation it counts on from the task's.
-        before, between, after = claim_text(event)
-        state = event["status"]["state"]
-        ttl = self._ttl if self._ttl and is_terminal(state) else 0.0
-        args = (
-            task_id,
-            from_state,
-            state,
-            epoch(event["status"]["timestamp"]),
-            before,
-            between,
-            after,
-            self._clock(),
-            ttl,
-            WINDOW,
-            self._log_limit,
-            self._channel,
-        )
-        outcome, doc, seq, tail = self.statements.one(_CLAIM, args)
-        record = record_of(doc, seq, tail) if outcome != "unknown" else None
-        return Outcome(outcome == "claimed" and record is not None, record)
-
-    def events(self, task_id: str, after: int, limit: int | None = None) -> list[tuple[int, Event]]:
-        if not is_safe_id(task_id):
-            return []
-        rows = self.statements.rows(_EVENTS, (task_id, after, self._clock(), limit))
-        return [(int(seq), decode(body)) for seq, body in rows]
 
     def watch(self, task_id: str) -> AbstractContextManager[Waiter]:
         return self._listener.watch(task_id)
 
-    # --- listing and the time indexes ---------------------------------------
-
-    def all(self) -> dict[str, Task]:
-        rows = self.statements.rows(
-            f"SELECT t.id, t.doc, t.seq, {TAIL} FROM tasks t WHERE alive(t.expires, %s::float8)",
-            (self._clock(),),
-        )
-        tasks: dict[str, Task] = {}
-        for task_id, doc, seq, tail in rows:
-            record = record_of(doc, seq, tail)
-            if record is not None:
-                tasks[task_id] = record.task
-        return tasks
-
-    def listing(self, query: Query) -> Listing:
-        with self.statements.connection() as conn:
-            return answer(conn, query, self._clock())
-
-    def heartbeat(self, *task_ids: str) -> None:
-        if not task_ids:
-            return
-        # Only rows still working: a task that left `working` stays out.
-        self.statements.run(
-            "UPDATE tasks SET heartbeat = %s::float8"
-            " WHERE id = ANY(%s::text[]) AND heartbeat IS NOT NULL",
-            (self._clock(), list(task_ids)),
-        )
-
-    def stale(self, cutoff: float) -> list[str]:
-        return self._older("heartbeat", cutoff)
-
-    def waiting(self, cutoff: float) -> list[str]:
-        return self._older("sent", cutoff)
-
-    def interrupted(self, cutoff: float) -> list[str]:
-        return self._older("interrupted", cutoff)
-
-    def resent(self, task_id: str) -> None:
-        self.statements.run(
-            "UPDATE tasks SET sent = %s::float8 WHERE id = %s AND sent IS NOT NULL",
-            (self._clock(), task_id),
-        )
-
-    def record_beat(self) -> None:
-        self.statements.run(
-            "INSERT INTO beat VALUES ('reaper', %s::float8)"
-            " ON CONFLICT (name) DO UPDATE SET at = excluded.at",
-            (self._clock(),),
-        )
-
-    def last_beat(self) -> float | None:
-        row = self.statements.maybe("SELECT at FROM beat WHERE name = 'reaper'", ())
-        return float(row[0]) if row is not None else None
-
     def purge_expired(self) -> int:
-        """Finished tasks past their time, with their logs, histories and
-        message keys (on the row); up to 1,000 a run. Then the kept counts
-        folded (migration 0012)."""
-        purged = int(self.statements.one(_PURGE, (self._clock(),))[0])
+        """As every SQL store's, then the kept counts folded (migration 0013)."""
+        purged = super().purge_expired()
         self.statements.one("SELECT counts_fold()", ())
-        self.documents.forget_expired()
         return purged
 
     def memory_use(self) -> tuple[int, int] | None:
@@ -339,7 +149,7 @@ class PostgresStore(DocumentFeatures):
                     f"task store unusable: PostgreSQL at {self._where}: {reason}", reason
                 )
             conn.execute(
-                "INSERT INTO beat VALUES ('ready', %s::float8)"
+                "INSERT INTO times VALUES ('ready', %s::float8)"
                 " ON CONFLICT (name) DO UPDATE SET at = excluded.at",
                 (self._clock(),),
             )
@@ -348,18 +158,40 @@ class PostgresStore(DocumentFeatures):
     def close(self) -> None:
         self._pool.close()
 
-    def _accepted(self, message_key: str) -> str | None:
-        """The task a message made, while it is kept."""
-        row = self.statements.maybe(
-            "SELECT id FROM tasks WHERE mkey = %s AND alive(expires, %s::float8)",
-            (message_key, self._clock()),
-        )
-        return str(row[0]) if row is not None else None
+    # --- the database ------------------------------------------------------------
 
-    def turn_book(self) -> DocumentBook:
-        return self._turns
+    def _writing(self, work: Callable[[Transaction], R]) -> R:
+        with (
+            self.statements.connection() as conn,
+            conn.pipeline() as pipeline,
+            conn.transaction(),
+            conn.cursor() as cursor,
+        ):
+            return work(Transaction(cursor, POSTGRESQL, pipeline.sync, conn.cursor))
 
-    # --- internals -----------------------------------------------------------
+    def _reading(self, work: Callable[[Transaction], R]) -> R:
+        """Each statement as of its own moment (one statement: one moment)."""
+        with self.statements.connection() as conn, conn.cursor() as cursor:
+            return work(Transaction(cursor, POSTGRESQL))
+
+    def _snapshot(self, work: Callable[[Transaction], R]) -> R:
+        """One snapshot, with sequential scans off: a listing's counts are
+        answered by the listing indexes alone (they hold every column a count
+        reads), but where one owner holds most tasks PostgreSQL's default
+        costs rate a read of the whole table as the cheaper way, and that read
+        is several times slower (it reads every task's document)."""
+        with self.statements.connection() as conn, conn.transaction(), conn.cursor() as cursor:
+            for setting in SNAPSHOT:
+                cursor.execute(setting)
+            return work(Transaction(cursor, POSTGRESQL))
+
+    def _wrote(self, t: Transaction, record: Record) -> None:
+        if self._channel:
+            payload = f"{record.task['id']} {record.seq}"
+            t.send(
+                "SELECT pg_notify(:channel, :payload)",
+                {"channel": self._channel, "payload": payload},
+            )
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         """Every pooled connection: this store's schema, and the server told
@@ -375,50 +207,12 @@ class PostgresStore(DocumentFeatures):
             count_failover("postgresql")
             log.warning("PostgreSQL: writes now go to %s (they went to %s)", node, before)
 
-    def _write(
-        self, task: Task, events: Sequence[Event], *, expected: int | None, snapshot: bool
-    ) -> bool:
-        task_id = require_safe_id(task.get("id"))
-        state = state_of(task)
-        status_time, owner, context = self._listed(task)
-        args = (
-            task_id,
-            expected,
-            encode(task) if snapshot else None,
-            state,
-            status_time,
-            owner,
-            context,
-            encode(context_of(task)),
-            [encode(event) for event in events],
-            self._clock(),
-            self._ttl if self._ttl and is_terminal(state) else 0.0,
-            WINDOW,
-            self._log_limit,
-            self._channel,
-        )
-        return self.statements.one(_WRITE, args)[0] is not None
-
     def _newest(self, task_ids: list[str]) -> list[int | None]:
         rows = self.statements.rows(
             "SELECT id, seq FROM tasks WHERE id = ANY(%s::text[])", (task_ids,)
         )
         found = {task_id: int(seq) for task_id, seq in rows}
         return [found.get(task_id) for task_id in task_ids]
-
-    def _listed(self, task: Task) -> tuple[float, str, str]:
-        status_time = epoch(task["status"].get("timestamp", ""))
-        return status_time, digest(task.get("owner", "")), digest(context_of(task))
-
-    def _older(self, column: str, cutoff: float) -> list[str]:
-        rows = self.statements.rows(f"SELECT id FROM tasks WHERE {column} < %s::float8", (cutoff,))
-        return [task_id for (task_id,) in rows]
-
-
-_CREATE_ATTEMPTS = 5
-
-
-# Stands for the context id in a claim's event text; no context id is this.
 
 
 def split_url(url: str) -> tuple[str, str | None]:

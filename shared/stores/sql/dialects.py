@@ -12,6 +12,9 @@ database once per statement:
 - `{body_text}`: the column `body` read back as JSON text.
 - `{greatest}`: the function that takes the greater of two values
   (SQLite's two-argument `max`, PostgreSQL's `greatest`).
+- `{for_update}`, `{for_share}`: after a query, the row locks PostgreSQL
+  takes to order concurrent writes; nothing on SQLite, whose writes take
+  the database's one write lock.
 - `{expiring}`: after a table name in `FROM`, the hint that makes SQLite
   count expired tasks from the index of expiry times (its planner takes
   the owner's index otherwise); nothing on PostgreSQL.
@@ -37,6 +40,8 @@ class Dialect:
     body_text: str
     greatest: str
     expiring: str
+    for_update: str
+    for_share: str
     # How a `:name` parameter is written for the database's driver.
     parameter: str
     unlimited: int | None
@@ -52,6 +57,8 @@ class Dialect:
                 body_text=self.body_text,
                 greatest=self.greatest,
                 expiring=self.expiring,
+                for_update=self.for_update,
+                for_share=self.for_share,
             )
             done = _PARAMETER.sub(lambda m: self.parameter.format(m.group(1)), filled)
             self._compiled[text] = done
@@ -65,6 +72,8 @@ POSTGRESQL: Final = Dialect(
     body_text="body::text",
     greatest="greatest",
     expiring="",
+    for_update="FOR UPDATE",
+    for_share="FOR SHARE",
     parameter="%({})s",  # psycopg's named parameters
     unlimited=None,
 )
@@ -75,6 +84,8 @@ SQLITE: Final = Dialect(
     body_text="body",
     greatest="max",
     expiring="INDEXED BY tasks_expiring",
+    for_update="",
+    for_share="",
     parameter=":{}",
     unlimited=-1,
 )

@@ -76,7 +76,7 @@ def place_in(transaction: Transaction, member: str, scores: Mapping[str, float |
         # Out of every other index in one statement: a lookup of the key each.
         names = ", ".join(f":name{number}" for number in range(len(gone)))
         params = {f"name{number}": name for number, name in enumerate(gone)}
-        transaction.execute(
+        transaction.send(
             f"DELETE FROM indexes WHERE member = :member AND name IN ({names})",
             {"member": member, **params},
         )

@@ -7,7 +7,7 @@ moment are read in index order (by owner, or by owner and context), below
 the cursor, one page at most; the few that changed since are placed by
 their last status change before the moment (`history`) and merged in. The
 total comes from the kept counts (`counts`: owner, context or '*', state or
-'*' -> n).
+'*' -> n, summed: a database may keep one count in several rows).
 """
 
 from __future__ import annotations
@@ -63,8 +63,9 @@ def _counted(t: Transaction, query: Query, now: float) -> int | None:
         "in_context": "*" if query.context_id is None else f"={query.context_id}",
         "in_state": "*" if query.state is None else f"={query.state}",
     }
-    row = t.one(
-        "SELECT n FROM counts WHERE owner = :owner AND context = :in_context AND state = :in_state",
+    (kept,) = t.one(
+        "SELECT coalesce(sum(n), 0) FROM counts WHERE owner = :owner AND context = :in_context"
+        " AND state = :in_state",
         params,
     )
     where = " AND ".join(match)
@@ -74,7 +75,7 @@ def _counted(t: Transaction, query: Query, now: float) -> int | None:
         " AND ts <= :as_of",
         params,
     )
-    return (int(row[0]) if row else 0) - int(later) - int(expired)
+    return int(kept) - int(later) - int(expired)
 
 
 def _filters(query: Query, *, state: bool) -> tuple[list[str], dict[str, object]]:

@@ -27,11 +27,25 @@ class Cursor(Protocol):
 
 
 class Transaction:
-    """Statements inside one transaction begun on `cursor`, in the shared form."""
+    """Statements inside one transaction begun on `cursor`, in the shared form.
+    `sync`, where the statements are pipelined (sent before the answers to
+    the earlier ones are read): what makes every answer read, before a
+    count is."""
 
-    def __init__(self, cursor: Cursor, dialect: Dialect) -> None:
+    def __init__(
+        self,
+        cursor: Cursor,
+        dialect: Dialect,
+        sync: Callable[[], object] | None = None,
+        cursors: Callable[[], Cursor] | None = None,
+    ) -> None:
+        """`cursors`: a new cursor of the transaction's connection, where a
+        cursor's `execute` returns the cursor itself (by default `cursor`,
+        whose `execute` returns a new one, as sqlite3's connection does)."""
         self._cursor = cursor
         self._dialect = dialect
+        self._sync = sync
+        self._cursors = cursors or (lambda: cursor)
 
     @property
     def dialect(self) -> Dialect:
@@ -39,11 +53,28 @@ class Transaction:
 
     def execute(self, text: str, params: Parameters) -> int:
         """The rows the statement changed."""
-        return int(self._cursor.execute(self._dialect.compiled(text), params).rowcount)
+        cursor = self._cursor.execute(self._dialect.compiled(text), params)
+        if self._sync is not None:
+            self._sync()
+        return int(cursor.rowcount)
+
+    def send(self, text: str, params: Parameters) -> None:
+        """A statement whose answer is not read (pipelined where the
+        transaction is)."""
+        self._cursor.execute(self._dialect.compiled(text), params)
 
     def rows(self, text: str, params: Parameters) -> list[Any]:
         """The rows a query reads."""
         return list(self._cursor.execute(self._dialect.compiled(text), params).fetchall())
+
+    def firsts(self, *queries: tuple[str, Parameters]) -> list[Any]:
+        """The first row each query reads (None where it reads none), run in
+        order and, where the transaction is pipelined, sent together."""
+        opened = [
+            self._cursors().execute(self._dialect.compiled(text), params)
+            for text, params in queries
+        ]
+        return [cursor.fetchone() for cursor in opened]
 
     def one(self, text: str, params: Parameters) -> Any:
         """The first row a query reads, or None."""
@@ -65,3 +96,21 @@ class Runner(Protocol):
 
     def atomically(self, work: Callable[[Transaction], R]) -> R:
         """`work`'s statements in one transaction, committed when it returns."""
+
+
+class Inside:
+    """A runner inside the transaction `t` already begun (a feature's step
+    made part of a store's own write)."""
+
+    def __init__(self, t: Transaction) -> None:
+        self._t = t
+        self.dialect = t.dialect
+
+    def rows(self, text: str, params: Parameters) -> list[Any]:
+        return self._t.rows(text, params)
+
+    def count(self, text: str, params: Parameters) -> int:
+        return self._t.execute(text, params)
+
+    def atomically(self, work: Callable[[Transaction], R]) -> R:
+        return work(self._t)

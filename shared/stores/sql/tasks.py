@@ -14,8 +14,9 @@ contexts  context -> owner
 times     named times: the latest moment a listing read as of (`listed`)
           among them
 
-A write reads the task's row and the listing moment first, since the
-compare needs the row; the rest is sent without reading anything back. The
+A write reads the listing moment (locked shared, where the database locks
+rows) and the task's row (locked) first, since the compare needs them; the
+rest is sent without reading anything back. The
 tables and the counts a listing totals (kept by triggers) are the
 database's own (SQLite's `shared.stores.sqlite.tables`).
 """
@@ -49,10 +50,11 @@ _EVENTS: Final = (
     " WHERE e.task_id = :id AND e.seq > :after AND (t.expires IS NULL OR t.expires > :now)"
     " ORDER BY e.seq LIMIT :limit"
 )
-_ROW: Final = (
-    "SELECT t.seq, t.base, t.lineage, t.expires, m.at FROM (SELECT 1) AS x"
-    " LEFT JOIN tasks t ON t.id = :id LEFT JOIN times m ON m.name = 'listed'"
-)
+# The listing moment is the first lock a write takes: a write that asked for
+# it while holding a row another write waits for could wait behind a listing
+# raising the moment, which waits for that other write.
+_MOMENT: Final = "SELECT at FROM times WHERE name = 'listed' {for_share}"
+_ROW: Final = "SELECT seq, base, lineage, expires FROM tasks WHERE id = :id {for_update}"
 _NEW: Final = (
     "INSERT INTO tasks (id, doc, seq, base, state, ts, owner, context, expires)"
     " VALUES (:id, :doc, :seq, :seq, :state, :ts, :owner, :context, :expires)"
@@ -124,14 +126,13 @@ class TaskLog:
         (None: whatever it is, or a new task), the task written whole when
         `snapshot`; the task as it then stands, or None."""
         task_id = task["id"]
-        *found, moment = t.one(_ROW, {"id": task_id})
-        row = found if found[0] is not None else None
+        moment, row = t.firsts((_MOMENT, {}), (_ROW, {"id": task_id}))
         if row is not None and row[3] is not None and row[3] <= now:
             forget(t, [task_id])  # finished and past its time: gone, and written afresh
             row = None
         if expected is not None and (row is None or row[0] != expected):
             return None
-        saved, task = restamped(events, task, moment or 0.0)
+        saved, task = restamped(events, task, moment[0] if moment else 0.0)
         seq, base = (int(row[0]), int(row[1])) if row else (0, 0)
         copy = self._copy
         snapshot = snapshot or (row is not None and copy is not None and copy.differs(t, task_id))
@@ -162,21 +163,19 @@ class TaskLog:
         if row is None or snapshot:
             whole = {**columns, "doc": encode(task)}
             if row is None:
-                t.execute(
-                    _NEW, {**whole, "owner": task.get("owner", ""), "context": context_of(task)}
-                )
+                t.send(_NEW, {**whole, "owner": task.get("owner", ""), "context": context_of(task)})
             else:
-                t.execute(_WHOLE, whole)
+                t.send(_WHOLE, whole)
             base = seq
             if copy is not None:
                 copy.written(t, task)
         else:
-            t.execute(_MOVED, columns)
+            t.send(_MOVED, columns)
         trimmed = min(base, seq - self._log_limit)  # events numbered up to this go
         if trimmed > 0:
-            t.execute(_TRIM, {"id": task_id, "upto": trimmed})
+            t.send(_TRIM, {"id": task_id, "upto": trimmed})
         if changes:
-            t.execute(_FORGET_HISTORY, {"id": task_id, "since": now - WINDOW})
+            t.send(_FORGET_HISTORY, {"id": task_id, "since": now - WINDOW})
             place_in(t, task_id, self._scores(state))
         return Record(task, seq, seq - base)
 
@@ -192,14 +191,15 @@ class TaskLog:
         (that task, not made) or its context is another owner's
         (`ContextTaken`). A key whose task is gone or `supersedes` is let go."""
         task_id, owner, context = task["id"], task.get("owner", ""), task["contextId"]
+        earlier_key = None
         if message_key is not None:
             row = t.one("SELECT id FROM tasks WHERE mkey = :key", {"key": message_key})
             if row is not None:
                 earlier = read_one(t, row[0], now) if row[0] != supersedes else None
                 if earlier is not None:
                     return Created(earlier.task, False)
-                t.execute("UPDATE tasks SET mkey = NULL WHERE mkey = :key", {"key": message_key})
-        t.execute(
+                earlier_key = message_key
+        t.send(
             "INSERT INTO contexts (context, owner) VALUES (:context, :owner)"
             " ON CONFLICT (context) DO NOTHING",
             {"context": context, "owner": owner},
@@ -209,14 +209,15 @@ class TaskLog:
             raise ContextTaken(f"context {context} belongs to another caller")
         record = self.write(t, now, task, [current_status(task)], None, True)
         assert record is not None, "a write that compares nothing is made"
-        t.execute(
-            "UPDATE tasks SET mkey = :key WHERE id = :id", {"key": message_key, "id": task_id}
-        )
+        if earlier_key is not None:
+            # After the write, whose first lock is the listing moment's.
+            t.send("UPDATE tasks SET mkey = NULL WHERE mkey = :key", {"key": earlier_key})
+        t.send("UPDATE tasks SET mkey = :key WHERE id = :id", {"key": message_key, "id": task_id})
         return record
 
     def claim(
         self, t: Transaction, now: float, task_id: str, from_state: str, event: StatusUpdate
-    ) -> Record | Outcome | None:
+    ) -> Record | Outcome:
         """`event` appended if the task is in `from_state` (its context id and
         generation filled from the task); else the task as it stands, unclaimed."""
         found = read_one(t, task_id, now)
@@ -225,7 +226,9 @@ class TaskLog:
         filled: StatusUpdate = {**event, "contextId": found.task.get("contextId", "")}
         (filled,) = stamped(found.task, [filled])
         snapshot = found.tail + 1 >= SNAPSHOT_EVERY
-        return self.write(t, now, fold(found.task, [filled]), [filled], found.seq, snapshot)
+        made = self.write(t, now, fold(found.task, [filled]), [filled], found.seq, snapshot)
+        # Another write came first (where writes are not one at a time): not claimed.
+        return made if made is not None else Outcome(False, read_one(t, task_id, now))
 
     def purge(self, t: Transaction, now: float, batch: int) -> int:
         """Finished tasks past their time, with their logs, histories, message
@@ -294,7 +297,7 @@ def events(
 
 def listed_as_of(t: Transaction, as_of: float) -> None:
     """The listing moment raised to `as_of` (never lowered)."""
-    t.execute(_RAISE, {"at": as_of})
+    t.send(_RAISE, {"at": as_of})
 
 
 def records_of(rows: list[Any]) -> dict[str, Record]:

@@ -1,10 +1,8 @@
 """The shared SQL (`shared.stores.sql`) on a SQLite database: a read is one
-query as of one moment, a write one `BEGIN IMMEDIATE` transaction; or, with
-`InWrite`, every statement inside a write transaction already begun."""
+query as of one moment, a write one `BEGIN IMMEDIATE` transaction."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -30,22 +28,3 @@ class SqliteRunner:
 
     def atomically(self, work: Callable[[Transaction], R]) -> R:
         return self._database.write(lambda c: work(Transaction(c, SQLITE)))
-
-
-class InWrite:
-    """The shared SQL inside a write transaction begun on `connection` (a
-    feature's step made part of the store's own write)."""
-
-    dialect = SQLITE
-
-    def __init__(self, connection: sqlite3.Connection) -> None:
-        self._connection = connection
-
-    def rows(self, text: str, params: Parameters) -> list[Any]:
-        return self._connection.execute(SQLITE.compiled(text), params).fetchall()
-
-    def count(self, text: str, params: Parameters) -> int:
-        return int(self._connection.execute(SQLITE.compiled(text), params).rowcount)
-
-    def atomically(self, work: Callable[[Transaction], R]) -> R:
-        return work(Transaction(self._connection, SQLITE))
