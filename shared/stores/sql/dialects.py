@@ -19,6 +19,10 @@ database once per statement:
   count expired tasks from the index of expiry times (its planner takes
   the owner's index otherwise); nothing on PostgreSQL.
 
+A caller's text kept in a column a query compares (an owner, a context
+id) goes through `key`: PostgreSQL's text holds no NUL character, so there
+it is kept as its digest (`shared.keys.digest`); SQLite keeps it as it is.
+
 A statement with no limit passes `unlimited` as its `LIMIT` (PostgreSQL
 takes NULL, SQLite a negative number).
 """
@@ -26,8 +30,11 @@ takes NULL, SQLite a negative number).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
+
+from shared.keys import digest
 
 _PARAMETER: Final = re.compile(r"(?<![:\w]):(\w+)")
 
@@ -42,6 +49,8 @@ class Dialect:
     expiring: str
     for_update: str
     for_share: str
+    # A caller's text as a column keeps it.
+    key: Callable[[str], str]
     # How a `:name` parameter is written for the database's driver.
     parameter: str
     unlimited: int | None
@@ -74,6 +83,7 @@ POSTGRESQL: Final = Dialect(
     expiring="",
     for_update="FOR UPDATE",
     for_share="FOR SHARE",
+    key=digest,
     parameter="%({})s",  # psycopg's named parameters
     unlimited=None,
 )
@@ -86,6 +96,7 @@ SQLITE: Final = Dialect(
     expiring="INDEXED BY tasks_expiring",
     for_update="",
     for_share="",
+    key=str,
     parameter=":{}",
     unlimited=-1,
 )

@@ -19,7 +19,7 @@ from shared.stores.sql.tasks import ALIVE, read_many
 
 def answer(t: Transaction, query: Query, now: float) -> Listing:
     """The page of `query`, read inside one read transaction."""
-    scope, params = _filters(query, state=False)
+    scope, params = _filters(t, query, state=False)
     params |= {"now": now, "as_of": query.as_of, "size": query.size + 1}
     unmoved = [*scope, ALIVE, "ts <= :as_of"]
     if query.state is not None:
@@ -56,11 +56,11 @@ def _counted(t: Transaction, query: Query, now: float) -> int | None:
     expired but not yet purged; None where the query filters by time."""
     if query.updated_after is not None:
         return None
-    match, params = _filters(query, state=True)
+    match, params = _filters(t, query, state=True)
     params |= {
         "now": now,
         "as_of": query.as_of,
-        "in_context": "*" if query.context_id is None else f"={query.context_id}",
+        "in_context": "*" if query.context_id is None else f"={t.dialect.key(query.context_id)}",
         "in_state": "*" if query.state is None else f"={query.state}",
     }
     (kept,) = t.one(
@@ -78,14 +78,14 @@ def _counted(t: Transaction, query: Query, now: float) -> int | None:
     return int(kept) - int(later) - int(expired)
 
 
-def _filters(query: Query, *, state: bool) -> tuple[list[str], dict[str, object]]:
+def _filters(t: Transaction, query: Query, *, state: bool) -> tuple[list[str], dict[str, object]]:
     """The conditions (and their parameters) on the owner, the context and,
     with `state`, the state a query asks for."""
     where = ["owner = :owner"]
-    params: dict[str, object] = {"owner": query.owner}
+    params: dict[str, object] = {"owner": t.dialect.key(query.owner)}
     if query.context_id is not None:
         where.append("context = :context")
-        params["context"] = query.context_id
+        params["context"] = t.dialect.key(query.context_id)
     if query.state is not None:
         params["state"] = query.state
         if state:

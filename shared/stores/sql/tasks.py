@@ -163,7 +163,9 @@ class TaskLog:
         if row is None or snapshot:
             whole = {**columns, "doc": encode(task)}
             if row is None:
-                t.send(_NEW, {**whole, "owner": task.get("owner", ""), "context": context_of(task)})
+                key = t.dialect.key
+                owner, context = key(task.get("owner", "")), key(context_of(task))
+                t.send(_NEW, {**whole, "owner": owner, "context": context})
             else:
                 t.send(_WHOLE, whole)
             base = seq
@@ -190,7 +192,8 @@ class TaskLog:
         """The task made, unless its message key names a task still kept
         (that task, not made) or its context is another owner's
         (`ContextTaken`). A key whose task is gone or `supersedes` is let go."""
-        task_id, owner, context = task["id"], task.get("owner", ""), task["contextId"]
+        task_id, context_id = task["id"], task["contextId"]
+        owner, context = t.dialect.key(task.get("owner", "")), t.dialect.key(context_id)
         earlier_key = None
         if message_key is not None:
             row = t.one("SELECT id FROM tasks WHERE mkey = :key", {"key": message_key})
@@ -206,7 +209,7 @@ class TaskLog:
         )
         taken = t.one("SELECT owner FROM contexts WHERE context = :context", {"context": context})
         if taken[0] != owner:
-            raise ContextTaken(f"context {context} belongs to another caller")
+            raise ContextTaken(f"context {context_id} belongs to another caller")
         record = self.write(t, now, task, [current_status(task)], None, True)
         assert record is not None, "a write that compares nothing is made"
         if earlier_key is not None:

@@ -1,6 +1,7 @@
 -- The task log in the tables the SQLite store keeps, read and written by
 -- the SQL both stores share (shared/stores/sql/tasks.py, listing.py):
--- the owner and the context as they are (no digests), the time indexes as
+-- the owner and the context (as their digests, as before: text holds no NUL
+-- character; shared/stores/sql/dialects.py), the time indexes as
 -- members of the scored indexes 'working', 'waiting' and 'interrupted',
 -- the listing moment and the reaper's beat as rows of `times`, and the
 -- counts a listing totals by owner, context and state. The write functions
@@ -29,12 +30,9 @@ DROP FUNCTION recounted();
 -- call the functions just dropped, and fail).
 LOCK TABLE tasks IN SHARE ROW EXCLUSIVE MODE;
 
-ALTER TABLE tasks
-  ADD COLUMN owner text COLLATE "C",
-  ADD COLUMN context text COLLATE "C",
-  ADD COLUMN lineage integer NOT NULL DEFAULT 0;
-UPDATE tasks SET owner = coalesce(doc::jsonb ->> 'owner', ''), context = cj::jsonb #>> '{}';
-ALTER TABLE tasks ALTER COLUMN owner SET NOT NULL, ALTER COLUMN context SET NOT NULL;
+ALTER TABLE tasks RENAME COLUMN o TO owner;
+ALTER TABLE tasks RENAME COLUMN c TO context;
+ALTER TABLE tasks ADD COLUMN lineage integer NOT NULL DEFAULT 0;
 
 INSERT INTO indexes (name, member, score)
   SELECT 'working', id, heartbeat FROM tasks WHERE heartbeat IS NOT NULL
@@ -42,21 +40,15 @@ INSERT INTO indexes (name, member, score)
   UNION ALL SELECT 'interrupted', id, interrupted FROM tasks WHERE interrupted IS NOT NULL
 ON CONFLICT (name, member) DO UPDATE SET score = excluded.score;
 
+DROP INDEX tasks_by_owner, tasks_by_context, tasks_by_state;
 ALTER TABLE tasks
-  DROP COLUMN o, DROP COLUMN c, DROP COLUMN cj, DROP COLUMN heartbeat, DROP COLUMN sent,
-  DROP COLUMN interrupted, DROP COLUMN st;
+  DROP COLUMN cj, DROP COLUMN heartbeat, DROP COLUMN sent, DROP COLUMN interrupted, DROP COLUMN st;
 -- What a listing reads, whole in its index: a page and its count touch no task's row.
 CREATE INDEX tasks_by_owner ON tasks (owner, ts, id) INCLUDE (state, expires);
 CREATE INDEX tasks_by_context ON tasks (owner, context, ts, id) INCLUDE (state, expires);
 
--- A context's owner, by the context itself; a context no task uses is gone
--- already (the purge drops it with its last task).
-DROP TABLE contexts;
-CREATE TABLE contexts (
-    context text COLLATE "C" PRIMARY KEY,
-    owner   text COLLATE "C" NOT NULL
-);
-INSERT INTO contexts SELECT DISTINCT ON (context) context, owner FROM tasks ORDER BY context;
+ALTER TABLE contexts RENAME COLUMN c TO context;
+ALTER TABLE contexts RENAME COLUMN o TO owner;
 
 ALTER TABLE beat RENAME TO times;
 INSERT INTO times SELECT 'listed', as_of FROM listed
