@@ -96,15 +96,24 @@ def test_a_bucket_is_full_at_first_and_tells_the_wait_once_empty(backend: Backen
 
 def test_a_bucket_refills_at_its_rate_and_never_past_its_size(backend: Backend) -> None:
     limiter, rate = backend.limiter, 4.0
-    assert all(limiter.take("alice", rate, 2) == 0.0 for _ in range(2))
-    assert limiter.take("alice", rate, 2) > 0
+    # On a server's clock a loaded machine may take longer than a token's
+    # refill between two takes; such a try says nothing, and a fresh owner
+    # tries again.
+    for attempt in range(20):
+        owner, started = f"alice-{attempt}", time.monotonic()
+        takes = [limiter.take(owner, rate, 2) for _ in range(3)]
+        if backend.clock is not None or time.monotonic() - started < 0.8 / rate:
+            break
+    else:
+        pytest.fail("no three takes within a token's refill in 20 tries")
+    assert takes[:2] == [0.0, 0.0] and takes[2] > 0, takes
     backend.advance(0.75)  # three tokens' worth: the bucket holds two
-    assert [limiter.take("alice", rate, 2) for _ in range(3)][:2] == [0.0, 0.0]
+    assert [limiter.take(owner, rate, 2) for _ in range(3)][:2] == [0.0, 0.0]
     if backend.clock is not None:
         backend.advance(0.125)  # half a token
-        assert limiter.take("alice", rate, 2) == pytest.approx(0.125)
+        assert limiter.take(owner, rate, 2) == pytest.approx(0.125)
         backend.advance(0.125)
-        assert limiter.take("alice", rate, 2) == 0.0
+        assert limiter.take(owner, rate, 2) == 0.0
 
 
 def test_each_owner_has_a_bucket_of_its_own(backend: Backend) -> None:
