@@ -42,8 +42,8 @@ def embedded_server(folder: Path, env: dict[str, str]) -> Iterator[tuple[str, in
         assert process.poll() is None, (folder / log.name).read_text(errors="replace")
         try:
             return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).ok
-        except requests.ConnectionError:
-            return False
+        except (requests.ConnectionError, requests.Timeout):
+            return False  # not listening yet, or too busy starting to answer in time
 
     try:
         wait_for(healthy, timeout=90, what="toolnexus-serve to answer")
