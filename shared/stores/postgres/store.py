@@ -1,7 +1,7 @@
 """PostgreSQL: the task log's shared SQL (`shared.stores.sql.tasks`) on a
 pool of connections, each write one transaction sent in psycopg's pipeline
-mode (the task's row read, locked, then the rest at once), its notification
-in the same transaction.
+mode in two round trips (the listing moment and the task's row read,
+locked; then the rest, the notification and the commit at once).
 
 Tables (schema `toolnexus`, created by `toolnexus-serve db upgrade`, see
 `migrations/`): the task log's (`tasks`, `events`, `history`, `contexts`,
@@ -18,12 +18,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.pq import TransactionStatus
 
 from shared.errors import ConfigError, StoreError
 from shared.ops.store_metrics import count_failover
@@ -161,13 +162,22 @@ class PostgresStore(SqlStore):
     # --- the database ------------------------------------------------------------
 
     def _writing(self, work: Callable[[Transaction], R]) -> R:
-        with (
-            self.statements.connection() as conn,
-            conn.pipeline() as pipeline,
-            conn.transaction(),
-            conn.cursor() as cursor,
-        ):
-            return work(Transaction(cursor, POSTGRESQL, pipeline.sync, conn.cursor))
+        """`work` between a `BEGIN` and a `COMMIT` sent in pipeline mode, so
+        the transaction costs no round trip of its own: the first answer read
+        (the write's locked reads) comes back with the `BEGIN`, and the
+        `COMMIT` goes with the rest: two round trips a write."""
+        with self.statements.connection() as conn:
+            try:
+                with conn.pipeline() as pipeline, conn.cursor() as cursor:
+                    cursor.execute("BEGIN")
+                    done = work(Transaction(cursor, POSTGRESQL, pipeline.sync, conn.cursor))
+                    cursor.execute("COMMIT")
+            except BaseException:
+                if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+                    with suppress(psycopg.Error):
+                        conn.execute("ROLLBACK")
+                raise
+            return done
 
     def _reading(self, work: Callable[[Transaction], R]) -> R:
         """Each statement as of its own moment (one statement: one moment)."""
