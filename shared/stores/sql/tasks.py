@@ -149,9 +149,12 @@ class TaskLog:
                 status = event["status"]
                 ts = epoch(status.get("timestamp", ""))
                 changes.append({"id": task_id, "seq": seq, "ts": ts, "state": status["state"]})
-        t.each(_EVENT, logged)
-        if changes:
-            t.each(_CHANGE, changes)
+        # One statement each (a write appends one or two events; `executemany`
+        # costs more than that many statements).
+        for params in logged:
+            t.send(_EVENT, params)
+        for params in changes:
+            t.send(_CHANGE, params)
         state = state_of(task)
         columns = {
             "id": task_id,
