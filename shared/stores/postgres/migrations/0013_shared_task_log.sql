@@ -22,6 +22,7 @@ DROP FUNCTION tail(text, bigint);
 DROP FUNCTION alive(double precision, double precision);
 DROP FUNCTION filed_at(double precision);
 DROP FUNCTION listing_at(double precision);
+DROP FUNCTION listed_lock();
 DROP FUNCTION counts_fold();
 DROP FUNCTION counted();
 DROP FUNCTION recounted();
