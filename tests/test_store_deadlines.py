@@ -28,6 +28,7 @@ from shared.stores.postgres import postgres_store
 from shared.stores.postgres.session import server_settings
 from shared.stores.postgres.store import PostgresStore, split_url
 from shared.stores.redis.store import redis_store
+from shared.stores.sql.runner import Transaction
 from shared.task import WORKING
 from shared.transitions import transition
 from tests.support.failover import a_task
@@ -221,3 +222,41 @@ def test_a_redis_listener_whose_connection_is_lost_listens_again(redis_url: str)
             proxy.heal()
             transition(writer, task_id, to_state(WORKING))
             assert watch.wait(60, after=1), "the listener never heard again"
+
+
+def test_a_write_cut_off_between_its_two_exchanges_leaves_its_task_unlocked(
+    through: PostgresStore, proxy: FaultProxy, postgres_url: str
+) -> None:
+    """A write's transaction spans two exchanges (its locked reads, then the
+    rest and its COMMIT). Its client lost between them: the server waits for
+    it idle in the transaction, which it ends after the timeout, so another
+    process's write of the task goes through while the lost client is still
+    cut off, and the lost write never lands."""
+    direct = postgres_store(postgres_url, timeout=TIMEOUT)
+    task = direct.save(a_task())
+    assert through.get(task["id"]) == task  # its connection made before the partition
+    cut = threading.Event()
+
+    def cut_off(t: Transaction) -> None:
+        t.firsts(("SELECT seq FROM tasks WHERE id = :id FOR UPDATE", {"id": task["id"]}))
+        proxy.partition()  # the row locked, the rest not yet sent
+        cut.set()
+        t.send("UPDATE tasks SET state = 'lost' WHERE id = :id", {"id": task["id"]})
+
+    lost = threading.Thread(target=lambda: returned(lambda: through._writing(cut_off)))
+    lost.start()
+    assert cut.wait(30)
+
+    def moved() -> bool:
+        try:
+            return transition(direct, task["id"], to_state(WORKING)).applied
+        except StoreError:  # the row still locked: its lock timeout ran out
+            return False
+
+    # Still partitioned here: the row was freed by the server, not by the client.
+    wait_for(moved, timeout=30, interval=0.2, what="the task's row to be free again")
+    proxy.heal()
+    lost.join(30)
+    record = direct.read(task["id"])
+    assert record is not None and record.task["status"]["state"] == WORKING
+    direct.close()

@@ -9,9 +9,10 @@ silent peer. So each side is told to give up within the store's timeout
 - the server ends a statement that runs longer than `timeout`
   (`statement_timeout`), gives up a lock wait as long (`lock_timeout`: its
   holder is stuck), ends a session left idle inside a
-  transaction after `timeout` (`idle_in_transaction_session_timeout`: the
-  store never holds a transaction open across a round trip, so only a
-  vanished client leaves one), and probes a quiet client after `timeout`,
+  transaction after `timeout` (`idle_in_transaction_session_timeout`: a
+  write's transaction spans two exchanges, each ended by a Sync so that
+  the server counts the wait between them as idle; a client that stops or
+  vanishes there holds its locks no longer than that), and probes a quiet client after `timeout`,
   dropping it after three unanswered probes a second apart or data
   unacknowledged for `timeout` + 3 s (`tcp_keepalives_*`,
   `tcp_user_timeout`);

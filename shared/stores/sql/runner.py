@@ -29,8 +29,11 @@ class Cursor(Protocol):
 class Transaction:
     """Statements inside one transaction begun on `cursor`, in the shared form.
     `sync`, where the statements are pipelined (sent before the answers to
-    the earlier ones are read): what makes every answer read, before a
-    count is."""
+    the earlier ones are read): what sends everything pending and reads
+    every answer, called before any answer is read. Each exchange then ends
+    where the server waits for the client as idle in the transaction, which
+    its timeout ends: a client that stops between two exchanges holds its
+    locks no longer than that."""
 
     def __init__(
         self,
@@ -54,8 +57,7 @@ class Transaction:
     def execute(self, text: str, params: Parameters) -> int:
         """The rows the statement changed."""
         cursor = self._cursor.execute(self._dialect.compiled(text), params)
-        if self._sync is not None:
-            self._sync()
+        self._answered()
         return int(cursor.rowcount)
 
     def send(self, text: str, params: Parameters) -> None:
@@ -65,7 +67,9 @@ class Transaction:
 
     def rows(self, text: str, params: Parameters) -> list[Any]:
         """The rows a query reads."""
-        return list(self._cursor.execute(self._dialect.compiled(text), params).fetchall())
+        cursor = self._cursor.execute(self._dialect.compiled(text), params)
+        self._answered()
+        return list(cursor.fetchall())
 
     def firsts(self, *queries: tuple[str, Parameters]) -> list[Any]:
         """The first row each query reads (None where it reads none), run in
@@ -74,15 +78,22 @@ class Transaction:
             self._cursors().execute(self._dialect.compiled(text), params)
             for text, params in queries
         ]
+        self._answered()
         return [cursor.fetchone() for cursor in opened]
 
     def one(self, text: str, params: Parameters) -> Any:
         """The first row a query reads, or None."""
-        return self._cursor.execute(self._dialect.compiled(text), params).fetchone()
+        cursor = self._cursor.execute(self._dialect.compiled(text), params)
+        self._answered()
+        return cursor.fetchone()
 
     def each(self, text: str, params: Iterable[Parameters]) -> None:
         """The statement once for each set of parameters."""
         self._cursor.executemany(self._dialect.compiled(text), list(params))
+
+    def _answered(self) -> None:
+        if self._sync is not None:
+            self._sync()
 
 
 class Runner(Protocol):
