@@ -23,6 +23,7 @@ from shared.events import artifact_update, to_state
 from shared.generation import generation_of
 from shared.store.contract import Record, TaskStore
 from shared.store.follow import follow
+from shared.store.listing import Query
 from shared.stores.redis.store import redis_store
 from shared.task import COMPLETED, WORKING, new_task, text_message
 from shared.transitions import transition
@@ -183,3 +184,20 @@ def test_no_generation_is_emitted_twice_across_a_redis_crash(server: RedisServer
         generation = generation_of(event)
         if generation:
             assert emitted[generation] == event  # the same content, or no generation at all
+
+
+def test_a_listing_shows_a_generation_the_task_says_is_unknown(server: RedisServer) -> None:
+    """A write that finds its task on a new lineage marks the generation
+    unknown (`g` = 0) and returns for the writer to stamp its events again;
+    until that write lands (for good, if the writer dies first) the snapshot
+    and tail still carry the old generation. A ListTasks page shows the
+    task as GetTask does."""
+    store = redis_store(f"{server.url}/0")
+    task_id = store.create(new_task(text_message("user", "go"))).task["id"]
+    assert transition(store, task_id, to_state(WORKING)).applied
+    chunk(store, task_id, "one")
+    store.client.hset(f"toolnexus:task:{task_id}", "g", "0")  # what the script's `redo` leaves
+    record = store.read(task_id)
+    assert record is not None and generation_of(record.task) == 0
+    page = store.listing(Query("", None, None, None, 10, time.time(), None))
+    assert [(task["id"], generation_of(task)) for task in page.tasks] == [(task_id, 0)]

@@ -11,23 +11,27 @@ range counts. The tasks of the page are read in one round trip.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 import redis
 
-from shared.codec import decode
-from shared.events import fold
 from shared.keys import digest
+from shared.store.contract import Record
 from shared.store.listing import Listing, Position, Query, as_of, before, matches, merged_page
 from shared.task import Task
 
 _CHUNK = 100
+# A task's record from its snapshot, event number, tail and generation, as
+# GetTask reads it (the store's `_record`).
+RecordOf = Callable[[Any, Any, Any, Any], Record | None]
 
 
 class RedisListing:
-    def __init__(self, client: redis.Redis, prefix: str) -> None:
+    def __init__(self, client: redis.Redis, prefix: str, record: RecordOf) -> None:
         self._client = client
         self._prefix = prefix
+        self._record = record
 
     def answer(self, query: Query) -> Listing:
         listed = f"{self._prefix}lidx:{digest(query.owner)}"
@@ -135,25 +139,21 @@ class RedisListing:
         return total
 
     def _tasks(self, ids: list[str]) -> list[Task]:
-        """The tasks of a page, read together in one atomic round trip."""
+        """The tasks of a page, read together in one atomic round trip, each
+        as GetTask reads it (one expired since it was listed, or unreadable,
+        left out)."""
         if not ids:
             return []
         pipe = self._client.pipeline(transaction=True)
         for task_id in ids:
-            pipe.hmget(f"{self._prefix}task:{task_id}", "doc")
+            pipe.hmget(f"{self._prefix}task:{task_id}", "doc", "seq", "g")
             pipe.get(f"{self._prefix}tail:{task_id}")
         replies: list[Any] = pipe.execute()
-        tasks = []
-        for index in range(0, len(replies), 2):
-            (doc,), tail = replies[index], replies[index + 1]
-            if doc is None:
-                continue  # expired since it was listed
-            try:
-                events = [decode(line) for line in cast(bytes, tail or b"").splitlines()]
-                tasks.append(fold(decode(doc), events))
-            except ValueError:
-                continue
-        return tasks
+        records = (
+            self._record(doc, seq, tail, kept)
+            for (doc, seq, kept), tail in zip(replies[::2], replies[1::2], strict=True)
+        )
+        return [record.task for record in records if record is not None]
 
 
 def _change(entry: bytes) -> tuple[float, str]:

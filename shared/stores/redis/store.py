@@ -360,7 +360,7 @@ class RedisStore(DocumentFeatures):
 
     def listing(self, query: Query) -> Listing:
         with self._reachable():
-            return RedisListing(self.client, self._prefix).answer(query)
+            return RedisListing(self.client, self._prefix, _record).answer(query)
 
     def purge_expired(self) -> int:
         """Redis expires finished tasks by itself; this drops their entries
