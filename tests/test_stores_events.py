@@ -327,6 +327,33 @@ def test_a_task_past_its_time_gives_up_its_key_and_its_id_before_any_purge(
     assert [event["kind"] for _, event in store.events(done, 0)] == ["status-update"]
 
 
+def test_a_context_is_free_again_once_its_last_task_expired(
+    store_kind: str, stores: Stores
+) -> None:
+    clock = Clock()
+    by_itself = KINDS[store_kind].expires_itself
+    store = stores.open(
+        store_kind, clock=None if by_itself else clock, terminal_ttl=1 if by_itself else 60
+    )
+    done = store.create(a_task("alice", "ctx-ttl")).task["id"]
+    transition(store, done, to_state(WORKING))
+    transition(store, done, to_state(COMPLETED))
+    with pytest.raises(ContextTaken):  # kept with its task
+        store.create(a_task("bob", "ctx-ttl"))
+    clock.now += 61
+    if not by_itself:
+        store.purge_expired()
+
+    def taken_by_bob() -> bool:
+        try:
+            return store.create(a_task("bob", "ctx-ttl")).created
+        except ContextTaken:
+            return False
+
+    wait_for(taken_by_bob, timeout=30, what="the context to go with its last task")
+    assert store.get(done) is None
+
+
 def test_finished_tasks_and_their_message_keys_expire(
     store_kind: str, stores: Stores, tmp_path: Path
 ) -> None:

@@ -66,6 +66,7 @@ class _Entry:
     log: deque[tuple[int, Event]] = field(default_factory=deque)
     message_key: str | None = None
     expires: float | None = None
+    created: bool = False  # by `create`, which counts it in its context
     # (status time, state) of each status it has had, for listings that hold still
     statuses: list[tuple[float, str]] = field(default_factory=list)
 
@@ -88,6 +89,7 @@ class MemoryStore(TimeIndexed, DocumentFeatures):
         self._entries: dict[str, _Entry] = {}
         self._messages: dict[str, str] = {}  # message key -> task id
         self._contexts: dict[str, str] = {}  # context id -> owner
+        self._in_context: dict[str, int] = {}  # context id -> tasks created in it, kept
         self._expiries: list[tuple[float, str]] = []  # a heap of (when, task id)
         self._beat: float | None = None
         self._notifier = Notifier()
@@ -142,7 +144,11 @@ class MemoryStore(TimeIndexed, DocumentFeatures):
                     return Created(_copied(entry.task), False)
             if self._contexts.setdefault(context, owner) != owner:
                 raise ContextTaken(f"context {context} belongs to another caller")
-            entry = _Entry(stored, 1, log=self._new_log(), message_key=message_key)
+            self._in_context[context] = self._in_context.get(context, 0) + 1
+            replaced = self._entries.get(task_id)
+            if replaced is not None and replaced.created:
+                self._left_context(replaced.task["contextId"])
+            entry = _Entry(stored, 1, log=self._new_log(), message_key=message_key, created=True)
             entry.log.append((1, event))
             self._entries[task_id] = entry
             if message_key is not None:
@@ -311,7 +317,8 @@ class MemoryStore(TimeIndexed, DocumentFeatures):
 
     def _expire(self) -> int:
         """Forget finished tasks past their time to live, with their message
-        keys; the number forgotten."""
+        keys, and the owner of a context once the last task created in it
+        is gone (as every store does); the number forgotten."""
         forgotten = 0
         now = self._clock()
         while self._expiries and self._expiries[0][0] <= now:
@@ -323,7 +330,16 @@ class MemoryStore(TimeIndexed, DocumentFeatures):
                 forgotten += 1
                 if entry.message_key is not None:
                     self._messages.pop(entry.message_key, None)
+                if entry.created:
+                    self._left_context(entry.task["contextId"])
         return forgotten
+
+    def _left_context(self, context: str) -> None:
+        left = self._in_context.pop(context) - 1
+        if left:
+            self._in_context[context] = left
+        else:
+            del self._contexts[context]
 
 
 def _copied(value: Any) -> Any:
