@@ -1,7 +1,7 @@
 """The turn book: what a store keeps for fair turns (`shared.owners.turns`),
 its contract, and its algorithm over plain data, kept in this process
 (`LocalBook`, the memory store's) or as one small document of the store's
-(`DocumentBook`, the file and PostgreSQL stores')."""
+(`DocumentBook`, the SQLite, file and PostgreSQL stores')."""
 
 from __future__ import annotations
 
@@ -377,8 +377,7 @@ class DocumentBook(SteppedBook):
     with a warning: beat's resend holds again every submitted task that is
     neither held nor in flight (see `shared.owners.turns`). A store's write
     that ends a task takes it out of flight inside its own transaction
-    (SQLite: the book over the documents of that transaction; PostgreSQL:
-    in the write's SQL function)."""
+    (the SQL stores: the book over the documents of that transaction)."""
 
     NAME: Final = "turn-book"
 

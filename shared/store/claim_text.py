@@ -1,8 +1,8 @@
 """The worker's claim as text a store's own script completes.
 
-A store that claims in one server-side step (Redis' script, PostgreSQL's
-function) fills in what only the stored task knows: its contextId and the
-generation the claim leaves it at. The event goes as three pieces of JSON
+A store that claims in one server-side step (Redis's script) fills in what
+only the stored task knows: its contextId and the generation the claim
+leaves it at. The event goes as three pieces of JSON
 text, split where those two values go.
 """
 

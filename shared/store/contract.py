@@ -1,7 +1,7 @@
 """The task store contract.
 
 `Store` is the one interface every caller uses; every built-in store (memory,
-file, Redis and PostgreSQL, in `shared.stores`) has all of it. A user's store
+file, SQLite, Redis and PostgreSQL, in `shared.stores`) has all of it. A user's store
 may be just `get` and `save` (`TaskStore`): the wiring
 (`shared.store.wiring.open_store`) wraps such a store once in
 `shared.store.adapter.Adapted`, which gives it the rest and says at start-up

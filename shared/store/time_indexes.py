@@ -11,9 +11,8 @@ A store calls `placed(task, state)` with each write (the task enters the
 index of its new state at the store's time and leaves the others);
 `heartbeat` and `resent` re-score tasks still in their index, never
 bringing back one that left; `due(name, cutoff)` is the range query: the
-tasks whose score is older than `cutoff`. Stores that keep these indexes in
-their own atomic writes (Redis's scripts, PostgreSQL's columns) do not use
-this module.
+tasks whose score is older than `cutoff`. The Redis store keeps these indexes
+inside its own write scripts and does not use this module.
 """
 
 from __future__ import annotations
