@@ -134,6 +134,37 @@ def test_every_bad_setting_is_one_line_and_exit_2(
         assert said in lines[0], (args, lines)
 
 
+@pytest.fixture
+def shared_port() -> Iterator[int]:
+    """A port held as grpcio's own servers hold theirs by default, with
+    SO_REUSEPORT: what a gRPC server left running from an earlier start holds."""
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]
+
+
+@pytest.mark.parametrize("role", ["", "grpc"], ids=["embedded", "grpc"])
+def test_a_grpc_port_held_by_another_server_is_refused_not_shared(
+    role: str, tmp_path: Path, shared_port: int
+) -> None:
+    """Bound beside the holder, a second server would take some of its
+    connections silently; it stops, saying why in one line."""
+    grpc = {
+        "TOOLNEXUS_GRPC_URL": f"127.0.0.1:{shared_port}",
+        "TOOLNEXUS_GRPC_PORT": str(shared_port),
+        "TOOLNEXUS_STORE": f"file:{tmp_path}/tasks",
+    }
+    args = [role] if role else ["--port", str(free_port())]
+    done = run(args, tmp_path, **grpc)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    assert f"port {shared_port} on 127.0.0.1 is in use" in lines[-1], done.stderr
+    assert lines[-1].startswith("toolnexus-serve"), done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_a_bad_return_names_every_result_type() -> None:
     with pytest.raises(UnsupportedResult) as refused:
         final_change(42)

@@ -20,6 +20,7 @@ import asyncio
 import dataclasses
 import logging
 import signal
+import sys
 from collections.abc import Callable
 
 from shared.ops.collector import start_collector
@@ -77,7 +78,12 @@ def main(argv: list[str] | None = None) -> None:
 
 async def _serve_until_signalled(settings: Settings) -> None:
     served, close = servicer(settings)
-    server, port = aio_server(settings, served)
+    try:
+        server, port = aio_server(settings, served)
+    except OSError as error:  # the port taken, or not ours to listen on: one line
+        close()
+        print(f"toolnexus-serve grpc: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     await server.start()
     if settings.metrics_port is not None:
         serve_metrics(settings.host, settings.metrics_port)

@@ -23,6 +23,7 @@ from typing import Any
 
 import grpc
 
+from shared.addresses import listening_socket
 from shared.settings import Settings
 from web.grpc.aio import AsyncA2AGrpcService
 from web.grpc.service import A2AGrpcService
@@ -75,14 +76,26 @@ def _options(settings: Settings) -> list[tuple[str, int]]:
         ("grpc.keepalive_permit_without_calls", 1),
         # a client may ping as often as the server does
         ("grpc.http2.min_ping_interval_without_data_ms", min(keepalive_ms, 10_000)),
+        # grpcio sets SO_REUSEPORT by default: a second server on a taken port
+        # would bind beside the first and take half its connections, old code
+        # or another store behind it, instead of failing.
+        ("grpc.so_reuseport", 0),
     ]
 
 
 def _bind(settings: Settings, server: Any) -> int:
-    address = f"{settings.grpc_host}:{settings.grpc_port}"
-    if settings.grpc_tls_cert is not None and settings.grpc_tls_key is not None:
-        pair = (settings.grpc_tls_key.encode(), settings.grpc_tls_cert.encode())
-        port: int = server.add_secure_port(address, grpc.ssl_server_credentials([pair]))
-    else:
-        port = server.add_insecure_port(address)
-    return port
+    """The port bound; `PortInUse` (or an `OSError` saying why) when it
+    cannot be, as every role that listens says it."""
+    host, port = settings.grpc_host, settings.grpc_port
+    address = f"{host}:{port}"
+    try:
+        if settings.grpc_tls_cert is not None and settings.grpc_tls_key is not None:
+            pair = (settings.grpc_tls_key.encode(), settings.grpc_tls_cert.encode())
+            bound: int = server.add_secure_port(address, grpc.ssl_server_credentials([pair]))
+        else:
+            bound = server.add_insecure_port(address)
+    except RuntimeError:
+        # grpcio says only "Failed to bind": a plain socket tells why.
+        listening_socket(host, port).close()
+        raise
+    return bound
