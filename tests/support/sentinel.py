@@ -147,8 +147,12 @@ class SentinelGroup:
     def kill_master(self) -> None:
         self.master.kill()
 
-    def wait_for_failover(self, timeout: float = 30.0) -> tuple[str, int]:
-        """The address every Sentinel names once the replica is promoted."""
+    def wait_for_failover(self, timeout: float = 75.0) -> tuple[str, int]:
+        """The address every Sentinel names once the replica is promoted.
+        A few seconds, usually; the deadline allows for a Sentinel in TILT
+        mode (30 s of judging nothing, entered when its timer runs two
+        seconds late, as on a loaded machine) and an election tried again
+        after it (twice the failover timeout)."""
         old = ("127.0.0.1", self.master.port)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
