@@ -354,6 +354,31 @@ def test_a_context_is_free_again_once_its_last_task_expired(
     assert store.get(done) is None
 
 
+def test_a_context_stays_its_owners_while_a_task_in_it_lives(
+    store_kind: str, stores: Stores
+) -> None:
+    clock = Clock()
+    by_itself = KINDS[store_kind].expires_itself
+    store = stores.open(
+        store_kind, clock=None if by_itself else clock, terminal_ttl=1 if by_itself else 60
+    )
+    done = store.create(a_task("alice", "ctx-live")).task["id"]
+    alive = store.create(a_task("alice", "ctx-live")).task["id"]
+    transition(store, alive, to_state(WORKING))
+    transition(store, done, to_state(WORKING))
+    transition(store, done, to_state(COMPLETED))
+    clock.now += 61
+    if by_itself:
+        wait_for(lambda: store.get(done) is None, timeout=30, what="the store to expire the task")
+    else:
+        store.purge_expired()
+        assert store.get(done) is None
+    with pytest.raises(ContextTaken):  # a task of alice's still works in it
+        store.create(a_task("bob", "ctx-live"))
+    kept = store.get(alive)
+    assert kept is not None and state_of(kept) == WORKING
+
+
 def test_finished_tasks_and_their_message_keys_expire(
     store_kind: str, stores: Stores, tmp_path: Path
 ) -> None:

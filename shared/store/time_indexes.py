@@ -11,8 +11,9 @@ A store calls `placed(task, state)` with each write (the task enters the
 index of its new state at the store's time and leaves the others);
 `heartbeat` and `resent` re-score tasks still in their index, never
 bringing back one that left; `due(name, cutoff)` is the range query: the
-tasks whose score is older than `cutoff`. The Redis store keeps these indexes
-inside its own write scripts and does not use this module.
+tasks whose score is older than `cutoff`. A store that writes a task and its
+place in one step of its own (the SQL stores' transaction, the Redis store's
+script) asks `scores(state)` or `index_of(state)` and writes what they say.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ STATES: Final[dict[str, frozenset[str]]] = {
 }
 
 
+def index_of(state: str) -> str | None:
+    """The time index a task in `state` is in; None for a task in none."""
+    return next((name for name, states in STATES.items() if state in states), None)
+
+
 class TimeIndexes:
     def __init__(self, indexes: Indexes, clock: Callable[[], float] = time.time) -> None:
         self._indexes = indexes
@@ -50,8 +56,8 @@ class TimeIndexes:
         """Where a task now in `state` belongs: its index scored now, None
         for the others (what `placed` writes, for a store that writes it with
         the task, in the same transaction)."""
-        now = self._clock()
-        return {name: now if state in states else None for name, states in STATES.items()}
+        now, entered = self._clock(), index_of(state)
+        return {name: now if name == entered else None for name in STATES}
 
     def heartbeat(self, *task_ids: str) -> None:
         self._indexes.rescore(WORKING_INDEX, task_ids, self._clock())

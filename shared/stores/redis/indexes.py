@@ -1,6 +1,8 @@
 """Scored indexes (`shared.indexes`) in Redis, beside the tasks under the
 same prefix: `<prefix>idx:<name>`, a sorted set (which orders members of
-one score by their text, as the contract asks). A write goes through the
+one score by their text, as the contract asks); the time indexes keep the
+keys `<prefix><name>` they had before they were scored indexes, so a store
+written earlier reads the same. A write goes through the
 store's `Replicas`, so with TOOLNEXUS_REDIS_MIN_REPLICAS it is confirmed
 as every other write the service relies on."""
 
@@ -12,6 +14,7 @@ from typing import cast
 
 import redis
 
+from shared.store.time_indexes import STATES as TIME_INDEXES
 from shared.stores.redis.faults import reachable
 from shared.stores.redis.replicas import Replicas
 from shared.stores.redis.scripts import load
@@ -26,16 +29,16 @@ class RedisIndexes:
 
     def add(self, name: str, member: str, score: float) -> None:
         with reachable(self._client):
-            self._replicas.command("ZADD", self._key(name), repr(float(score)), member)
+            self._replicas.command("ZADD", self.key(name), repr(float(score)), member)
 
     def remove(self, name: str, *members: str) -> None:
         if members:
             with reachable(self._client):
-                self._replicas.command("ZREM", self._key(name), *members)
+                self._replicas.command("ZREM", self.key(name), *members)
 
     def place(self, member: str, scores: Mapping[str, float | None]) -> None:
         if scores:
-            keys = [self._key(name) for name in scores]
+            keys = [self.key(name) for name in scores]
             args = [member, *("" if s is None else repr(float(s)) for s in scores.values())]
             with reachable(self._client):
                 self._replicas.script(self._place, keys, args)
@@ -44,12 +47,12 @@ class RedisIndexes:
         if members:
             with reachable(self._client):
                 self._replicas.command(
-                    "ZADD", self._key(name), "XX", *[v for m in members for v in (score, m)]
+                    "ZADD", self.key(name), "XX", *[v for m in members for v in (score, m)]
                 )
 
     def score(self, name: str, member: str) -> float | None:
         with reachable(self._client):
-            found = self._client.zscore(self._key(name), member)
+            found = self._client.zscore(self.key(name), member)
         return None if found is None else float(found)
 
     def range(
@@ -60,7 +63,7 @@ class RedisIndexes:
             found = cast(
                 list[tuple[bytes, float]],
                 self._client.zrangebyscore(
-                    self._key(name),
+                    self.key(name),
                     "-inf",
                     high,
                     start=None if limit is None else 0,
@@ -70,5 +73,8 @@ class RedisIndexes:
             )
         return [(member.decode(), float(score)) for member, score in found]
 
-    def _key(self, name: str) -> str:
+    def key(self, name: str) -> str:
+        """The sorted set of index `name`."""
+        if name in TIME_INDEXES:
+            return f"{self._prefix}{name}"
         return f"{self._prefix}idx:{name}"

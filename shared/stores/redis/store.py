@@ -6,9 +6,8 @@ Keys (prefix defaults to "toolnexus:"; the layout is in `shared.stores.redis.scr
   <prefix>log:<id>     stream: the task's events, entry ids 0-<seq>
   <prefix>msg:<hash>   the task a message created (idempotent sends)
   <prefix>ctx:<hash>   the owner of a context
-  <prefix>working      ZSET id -> last heartbeat (the reaper's query)
-  <prefix>waiting      ZSET id -> when it was (re)sent to the queue
-  <prefix>interrupted  ZSET id -> since when it waits for the peer
+  <prefix>working, <prefix>waiting, <prefix>interrupted
+                       the time indexes (`shared.store.time_indexes`), ZSETs
   <prefix>beat         when the reaper last ran
   channel <prefix>events: "<id> <n>" for every task that got events, n its newest
 
@@ -54,6 +53,17 @@ from shared.store.contract import (
 from shared.store.features import DocumentFeatures
 from shared.store.listing import Listing, Query
 from shared.store.spec import POOL_SIZE
+from shared.store.time_indexes import (
+    INTERRUPTED_INDEX,
+    WAITING_INDEX,
+    WORKING_INDEX,
+    TimeIndexed,
+    TimeIndexes,
+    index_of,
+)
+from shared.store.time_indexes import (
+    STATES as TIME_INDEXES,
+)
 from shared.store.wakeups import Waiter
 from shared.stores.redis.documents import RedisDocuments
 from shared.stores.redis.faults import reachable
@@ -73,12 +83,12 @@ from shared.stores.redis.scripts import (
     READ,
 )
 from shared.stores.redis.turns import RedisTurnBook, taken_ids
-from shared.task import IN_FLIGHT, Task, epoch, is_terminal, state_of
+from shared.task import IN_FLIGHT, SUBMITTED, Task, epoch, is_terminal, state_of
 
 Clock = Callable[[], float]
 
 
-class RedisStore(DocumentFeatures):
+class RedisStore(DocumentFeatures, TimeIndexed):
     lists_by_scan = False
 
     def __init__(
@@ -95,12 +105,9 @@ class RedisStore(DocumentFeatures):
         self._replicas = replicas or Replicas(client)
         self._log_limit = log_limit
         self._prefix = prefix
-        self._working = f"{prefix}working"
-        self._waiting = f"{prefix}waiting"
         self._channel = f"{prefix}events"
         self._beat = f"{prefix}beat"
         self._expiring = f"{prefix}expiring"
-        self._interrupted = f"{prefix}interrupted"
         self._ttl = int(terminal_ttl) if terminal_ttl else 0
         self._clock = clock
         self._create = client.register_script(CREATE)
@@ -113,7 +120,12 @@ class RedisStore(DocumentFeatures):
         self._listener = RedisListener(client, self._channel, self._newest)
         # Small documents (shared.documents), under the features that keep state.
         self.documents = RedisDocuments(client, prefix, self._replicas)
-        self.indexes = RedisIndexes(client, prefix, self._replicas)
+        indexes = RedisIndexes(client, prefix, self._replicas)
+        self.indexes = indexes
+        # Written by the task's own scripts (which index: `_entered`), read
+        # and re-scored as every store's are.
+        self._times = TimeIndexes(indexes, clock)
+        self._time_keys = {name: indexes.key(name) for name in TIME_INDEXES}
         self._push = Once()
         self._turns = RedisTurnBook(client, prefix)
 
@@ -210,7 +222,7 @@ class RedisStore(DocumentFeatures):
             self._key("log", task_id),
             self._key("msg", message_key or "none"),
             self._key("ctx", digest(task["contextId"])),
-            self._waiting,
+            self._entered(SUBMITTED),
             self._key("hist", task_id),
         ]
         args = [
@@ -284,7 +296,7 @@ class RedisStore(DocumentFeatures):
         status_time = repr(epoch(event["status"]["timestamp"]))
         args: list[str | int] = [from_state, "", state, repr(self._clock()), 0, task_id]
         args += [self._channel, self._log_limit, self._prefix, status_time, "", ""]
-        args += [before, between, after]
+        args += [before, between, after, self._entered(state)]
         with self._reachable():
             try:
                 keys = self._write_keys(task_id)
@@ -327,27 +339,6 @@ class RedisStore(DocumentFeatures):
             if task is not None:
                 tasks[key.decode()[start:]] = task
         return tasks
-
-    def heartbeat(self, *task_ids: str) -> None:
-        if not task_ids:
-            return
-        now = self._clock()
-        with self._reachable():
-            # XX: refresh only; a task that left `working` must stay out.
-            self.client.zadd(self._working, dict.fromkeys(task_ids, now), xx=True)
-
-    def stale(self, cutoff: float) -> list[str]:
-        return self._older(self._working, cutoff)
-
-    def waiting(self, cutoff: float) -> list[str]:
-        return self._older(self._waiting, cutoff)
-
-    def interrupted(self, cutoff: float) -> list[str]:
-        return self._older(self._interrupted, cutoff)
-
-    def resent(self, task_id: str) -> None:
-        with self._reachable():
-            self.client.zadd(self._waiting, {task_id: self._clock()}, xx=True)
 
     def record_beat(self) -> None:
         with self._reachable():
@@ -431,6 +422,7 @@ class RedisStore(DocumentFeatures):
             *self._listed(task),
             encode(context_of(task)),
             _generation(task),
+            self._entered(state),
             *(encode(event) for event in events),
         ]
         # Out of flight: the turn book's release goes with the write, where
@@ -469,11 +461,11 @@ class RedisStore(DocumentFeatures):
             self._key("task", task_id),
             self._key("tail", task_id),
             self._key("log", task_id),
-            self._working,
-            self._waiting,
+            self._time_keys[WORKING_INDEX],
+            self._time_keys[WAITING_INDEX],
             self._key("hist", task_id),
             self._expiring,
-            self._interrupted,
+            self._time_keys[INTERRUPTED_INDEX],
         ]
 
     def _listed(self, task: Task) -> tuple[str, str, str]:
@@ -482,10 +474,11 @@ class RedisStore(DocumentFeatures):
         status_time = epoch(task["status"].get("timestamp", ""))
         return repr(status_time), digest(task.get("owner", "")), digest(context_of(task))
 
-    def _older(self, index: str, cutoff: float) -> list[str]:
-        with self._reachable():
-            ids = self.client.zrangebyscore(index, "-inf", f"({cutoff!r}")
-        return [i.decode() for i in cast(list[bytes], ids)]
+    def _entered(self, state: str) -> str:
+        """The key of the time index a task in `state` is in ('' for none):
+        the scripts place it there, scored now, and take it out of the others."""
+        name = index_of(state)
+        return self._time_keys[name] if name is not None else ""
 
     def _key(self, kind: str, name: str) -> str:
         return f"{self._prefix}{kind}:{name}"

@@ -2,8 +2,9 @@
 -- (the Lua table `events`) after `seq`, write the snapshot (ARGV[2]; '' =
 -- append to the tail only) and keep every index in step with the new state,
 -- filed under the digests `owner` and `context_digest`; `generation` is the
--- task's after the events ('' = it keeps none). KEYS and ARGV[2..10] as
--- COMMIT's. On the first write of a new lineage whose events carry a
+-- task's after the events ('' = it keeps none); `entered` the key of the
+-- time index the task is now in ('' = none; shared.store.time_indexes
+-- decides). KEYS and ARGV[2..10] as COMMIT's. On the first write of a new lineage whose events carry a
 -- generation, nothing is appended: the task's generation becomes unknown
 -- ('g' = 0), the jump of its numbers is kept, and the script returns
 -- `redo`, so the writer reads the task again and stamps its events anew.
@@ -60,20 +61,12 @@ if was[1] ~= state or stamped ~= ts then
     redis.call('LPOP', KEYS[6])
   end
 end
-if state == 'working' then
-  redis.call('ZADD', KEYS[4], ARGV[4], id)
-else
-  redis.call('ZREM', KEYS[4], id)
-end
-if state == 'submitted' then
-  redis.call('ZADD', KEYS[5], ARGV[4], id)
-else
-  redis.call('ZREM', KEYS[5], id)
-end
-if state == 'input-required' or state == 'auth-required' then
-  redis.call('ZADD', KEYS[8], ARGV[4], id)
-else
-  redis.call('ZREM', KEYS[8], id)
+for _, index in ipairs({KEYS[4], KEYS[5], KEYS[8]}) do
+  if index == entered then
+    redis.call('ZADD', index, ARGV[4], id)
+  else
+    redis.call('ZREM', index, id)
+  end
 end
 local ttl = tonumber(ARGV[5])
 if ttl > 0 then
@@ -83,10 +76,14 @@ if ttl > 0 then
   if mkey and mkey ~= '' then redis.call('EXPIRE', mkey, ttl) end
   local member = id .. '|' .. owner .. '|' .. context_digest .. '|' .. state
   redis.call('ZADD', KEYS[7], tonumber(ARGV[4]) + ttl, member)
-  -- The context's owner record goes with the last of its finished tasks
-  -- (a later task in the context makes it lasting again, in CREATE).
+  -- The context's owner record goes with the last task in it: it expires
+  -- with the task that leaves none unfinished (a later task in the context
+  -- makes it lasting again, in CREATE).
   local context = ARGV[9] .. 'ctx:' .. context_digest
-  local left = redis.call('TTL', context)
-  if left == -1 or (left >= 0 and left < ttl) then redis.call('EXPIRE', context, ttl) end
+  redis.call('SREM', context .. ':live', id)
+  if redis.call('SCARD', context .. ':live') == 0 then
+    local left = redis.call('TTL', context)
+    if left == -1 or (left >= 0 and left < ttl) then redis.call('EXPIRE', context, ttl) end
+  end
 end
 redis.call('PUBLISH', ARGV[7], id .. ' ' .. string.format('%.0f', seq))

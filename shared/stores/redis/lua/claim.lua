@@ -6,7 +6,8 @@
 -- task is returned as the claim left it; otherwise as it stands.
 -- KEYS: as COMMIT's. ARGV: expected state, '' (no snapshot), then ARGV[3..10]
 -- as COMMIT's, two unused, then the event's text before its context id,
--- between it and its generation, and after that. The generation is one more
+-- between it and its generation, and after that, then the time index the
+-- task is now in ('' = none). The generation is one more
 -- than the task's (`g`); 0 when the task keeps none or it is unknown.
 -- Returns {outcome, doc, seq, tail}: outcome 'claimed', 'refused', 'unknown',
 -- or 'unsupported' (a task saved before contexts were recorded).
@@ -22,7 +23,7 @@ if found[1] == ARGV[1] and found[4] then
     stamp = generation
   end
   local events = {ARGV[13] .. found[4] .. ARGV[14] .. stamp .. ARGV[15]}
-  local redo = {'unsupported'}
+  local entered, redo = ARGV[16], {'unsupported'}
   --#include append
   local now = redis.call('HMGET', KEYS[1], 'doc', 'seq')
   return {'claimed', now[1], now[2], redis.call('GET', KEYS[2]), generation}

@@ -1,12 +1,13 @@
 --#include clock
 --#include listed
--- KEYS: task, tail, log, working index, waiting index, status history,
---       expiring index, interrupted index
+-- KEYS: task, tail, log, the working time index, the waiting one, status
+--       history, expiring index, the interrupted time index
 -- ARGV: expected seq ('' = overwrite whatever is there: `save`), snapshot
 --       ('' = append to the tail only), new state, now, ttl seconds (0 = keep),
 --       task id, channel, log limit, key prefix, status time, owner digest,
 --       context digest, the context id as JSON, the task's generation after
---       the events ('' = none kept), then one JSON event per argument
+--       the events ('' = none kept), the time index the task is now in
+--       ('' = none), then one JSON event per argument
 -- Returns 1 when written, 0 when `seq` is not the expected one (or the
 -- events must be stamped again, see append.lua).
 local seq
@@ -20,7 +21,7 @@ else
 end
 local owner, context_digest = ARGV[11], ARGV[12]
 local events = {}
-for i = 15, #ARGV do events[#events + 1] = ARGV[i] end
-local generation, redo = ARGV[14], 0
+for i = 16, #ARGV do events[#events + 1] = ARGV[i] end
+local generation, entered, redo = ARGV[14], ARGV[15], 0
 --#include append
 return 1

@@ -1,7 +1,7 @@
 --#include clock
 --#include listed
--- KEYS: task, tail, log, message key (or a placeholder), context key, waiting
---       index, status history
+-- KEYS: task, tail, log, message key (or a placeholder), context key, the
+--       time index a submitted task is in ('' = none), status history
 -- ARGV: snapshot, first event, task id, now, owner, has message key ("1"/"0"),
 --       key prefix, channel, log limit, the task id the key may be moved from
 --       (""), status time, owner digest, context digest, the context id as JSON,
@@ -15,8 +15,10 @@ if ARGV[6] == '1' then
 end
 local owner = redis.call('GET', KEYS[5])
 if owner and owner ~= ARGV[5] then return {'context', ''} end
--- A context's owner record is kept while a task in it lives (see COMMIT).
+-- A context's owner record is kept while a task in it lives (see append.lua):
+-- `<context key>:live` holds its tasks not yet finished.
 if owner then redis.call('PERSIST', KEYS[5]) else redis.call('SET', KEYS[5], ARGV[5]) end
+redis.call('SADD', KEYS[5] .. ':live', ARGV[3])
 local mkey = ''
 if ARGV[6] == '1' then
   mkey = KEYS[4]
@@ -29,7 +31,7 @@ redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'seq', 1, 'base', 1, 'state', 'submi
   'run', this_run(), 'ls', redis.call('LASTSAVE'), 'lw', now_us())
 if ARGV[15] ~= '' then redis.call('HSET', KEYS[1], 'g', ARGV[15]) end
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[9], '0-1', 'e', ARGV[2])
-redis.call('ZADD', KEYS[6], ARGV[4], ARGV[3])
+if KEYS[6] ~= '' then redis.call('ZADD', KEYS[6], ARGV[4], ARGV[3]) end
 redis.call('RPUSH', KEYS[7], filed .. '|submitted')
 local listed = ARGV[7] .. 'lidx:' .. ARGV[12]
 redis.call('ZADD', listed, filed, ARGV[3])
