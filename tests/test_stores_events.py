@@ -327,14 +327,22 @@ def test_a_task_past_its_time_gives_up_its_key_and_its_id_before_any_purge(
     assert [event["kind"] for _, event in store.events(done, 0)] == ["status-update"]
 
 
-def test_a_context_is_free_again_once_its_last_task_expired(
-    store_kind: str, stores: Stores
-) -> None:
+def expiring(store_kind: str, stores: Stores) -> tuple[Any, Clock, bool]:
+    """A store whose finished tasks expire, its clock, and whether it expires
+    them by its server's clock (a TTL of 1 s it reaches while the test
+    waits) rather than the test's (60 s, the clock moved on by the test)."""
     clock = Clock()
     by_itself = KINDS[store_kind].expires_itself
     store = stores.open(
         store_kind, clock=None if by_itself else clock, terminal_ttl=1 if by_itself else 60
     )
+    return store, clock, by_itself
+
+
+def test_a_context_is_free_again_once_its_last_task_expired(
+    store_kind: str, stores: Stores
+) -> None:
+    store, clock, by_itself = expiring(store_kind, stores)
     done = store.create(a_task("alice", "ctx-ttl")).task["id"]
     transition(store, done, to_state(WORKING))
     transition(store, done, to_state(COMPLETED))
@@ -354,43 +362,13 @@ def test_a_context_is_free_again_once_its_last_task_expired(
     assert store.get(done) is None
 
 
-def test_a_context_stays_its_owners_while_a_task_in_it_lives(
-    store_kind: str, stores: Stores
-) -> None:
-    clock = Clock()
-    by_itself = KINDS[store_kind].expires_itself
-    store = stores.open(
-        store_kind, clock=None if by_itself else clock, terminal_ttl=1 if by_itself else 60
-    )
-    done = store.create(a_task("alice", "ctx-live")).task["id"]
-    alive = store.create(a_task("alice", "ctx-live")).task["id"]
-    transition(store, alive, to_state(WORKING))
-    transition(store, done, to_state(WORKING))
-    transition(store, done, to_state(COMPLETED))
-    clock.now += 61
-    if by_itself:
-        wait_for(lambda: store.get(done) is None, timeout=30, what="the store to expire the task")
-    else:
-        store.purge_expired()
-        assert store.get(done) is None
-    with pytest.raises(ContextTaken):  # a task of alice's still works in it
-        store.create(a_task("bob", "ctx-live"))
-    kept = store.get(alive)
-    assert kept is not None and state_of(kept) == WORKING
-
-
 def test_finished_tasks_and_their_message_keys_expire(
     store_kind: str, stores: Stores, tmp_path: Path
 ) -> None:
-    clock = Clock()
-    # A store that expires by its server's clock: a TTL it reaches while the test waits.
-    by_itself = KINDS[store_kind].expires_itself
-    store = stores.open(
-        store_kind, clock=None if by_itself else clock, terminal_ttl=1 if by_itself else 60
-    )
+    store, clock, by_itself = expiring(store_kind, stores)
     key = message_key("", "m-ttl")
-    done = store.create(a_task(), key).task["id"]
-    alive = store.create(a_task()).task["id"]
+    done = store.create(a_task("alice", "ctx-ttl"), key).task["id"]
+    alive = store.create(a_task("alice", "ctx-ttl")).task["id"]
     transition(store, done, to_state(WORKING))
     transition(store, done, to_state(COMPLETED))
     transition(store, alive, to_state(WORKING))
@@ -402,6 +380,8 @@ def test_finished_tasks_and_their_message_keys_expire(
         assert store.purge_expired() == 1  # and removed by the reaper's sweep
         assert store.purge_expired() == 0
     assert store.get(alive) is not None  # a task still running never expires
+    with pytest.raises(ContextTaken):  # nor does its context's owner
+        store.create(a_task("bob", "ctx-ttl"))
     assert store.events(done, 0) == []
     again = store.create(a_task(), key)
     assert again.created and again.task["id"] != done  # the key went with the task
