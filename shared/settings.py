@@ -436,6 +436,10 @@ class Settings:
     stale_after: float = _env("STALE_AFTER", _seconds, 60.0)
     heartbeat: float = _env("HEARTBEAT", _seconds, 10.0)
     reap_every: float = _env("REAP_EVERY", _seconds, 15.0)
+    # beat's re-sends of tasks still `submitted`: at most resend_batch a run,
+    # each task's intervals doubling up to resend_backoff_max
+    resend_batch: int = _env("RESEND_BATCH", _count, 200)
+    resend_backoff_max: float = _env("RESEND_BACKOFF_MAX", _seconds, 600.0)
     time_limit: float = _env("TIME_LIMIT", _seconds, 300.0)
     concurrency: int | None = _env("CONCURRENCY", _optional_count, None)
     # the agent card

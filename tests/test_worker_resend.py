@@ -26,12 +26,12 @@ from shared.broker.dispatcher import REAP_TASK
 from shared.events import to_state
 from shared.settings import Settings
 from shared.stores.redis.store import redis_store
-from shared.task import CANCELED, COMPLETED, WORKING, new_task, state_of, text_message
+from shared.task import CANCELED, COMPLETED, WORKING, iso_at, new_task, state_of, text_message
 from shared.transitions import transition
 from tests.support.compose import ROOT, LocalStack
 from tests.support.polling import wait_for
 from tests.support.store_kinds import Stores
-from worker.engine.reaper import resend_waiting, sweep
+from worker.engine.reaper import Resending, resend_waiting, sweep
 from worker.runtime.app import create_celery
 
 DYING_CONSUMER = """
@@ -80,6 +80,44 @@ def test_only_tasks_waiting_too_long_are_sent_again(clocked: tuple[Any, Clock]) 
     transition(store, old, to_state(WORKING))  # claimed at last: it leaves the index
     clock.now += 1000
     assert resend_waiting(store, sent.append, clock.now, older_than=60) == [young]
+
+
+def submitted_now(store: Any, clock: Clock) -> str:
+    """A task submitted at the test clock's time."""
+    task = new_task(text_message("user", "waits"))
+    task["status"]["timestamp"] = iso_at(clock.now)
+    return str(store.save(task)["id"])
+
+
+def test_each_resend_of_a_task_waits_twice_as_long_as_the_one_before(
+    clocked: tuple[Any, Clock],
+) -> None:
+    store, clock = clocked
+    task_id = submitted_now(store, clock)
+    resending = Resending(batch=None, backoff_max=200)
+    sends, sent = [], []
+    for _ in range(700):  # a reaper run every second
+        clock.now += 1
+        if resend_waiting(store, sent.append, clock.now, 60, resending):
+            sends.append(clock.now - 1000)
+    assert set(sent) == {task_id}
+    # Due after 60 s, then as long again as it had waited (62, 124 s), then
+    # never more than 200 s apart (a message lost meanwhile waits that long).
+    assert sends == [61, 123, 247, 448, 649]
+
+
+def test_a_backlog_is_sent_again_a_batch_a_run_the_longest_waiting_first(
+    clocked: tuple[Any, Clock],
+) -> None:
+    store, clock = clocked
+    backlog = []
+    for _ in range(5):
+        backlog.append(submitted_now(store, clock))
+        clock.now += 1
+    clock.now += 100
+    resending = Resending(batch=2, backoff_max=600)
+    runs = [resend_waiting(store, lambda _: None, clock.now, 60, resending) for _ in range(4)]
+    assert runs == [backlog[:2], backlog[2:4], backlog[4:], []]
 
 
 def test_a_broker_that_cannot_take_the_resend_does_not_stop_the_reaper(

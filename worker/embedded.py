@@ -48,7 +48,7 @@ from worker.embedded_flags import parse_embedded_args as parse_args
 from worker.engine.agent import load_agent
 from worker.engine.green_loop import GreenLoop
 from worker.engine.inprocess import InProcessDispatcher, default_threads
-from worker.engine.reaper import ReaperThread, resend_waiting, turns_send
+from worker.engine.reaper import ReaperThread, Resending, resend_waiting, turns_send
 from worker.push.delivery import push_thread
 
 if TYPE_CHECKING:
@@ -105,7 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if settings.grpc_url is not None:
             grpc_server = serve_grpc(settings, assembly_of(app))
         resend = dispatcher.enqueue if turns is None else turns_send(turns, store)
-        if resumed := resend_waiting(store, resend, time.time(), 0.0):
+        # All of them at once: they were left by a run that is gone.
+        at_once = Resending(None, settings.resend_backoff_max)
+        if resumed := resend_waiting(store, resend, time.time(), 0.0, at_once):
             log.info("queued %d task(s) left submitted by a previous run", len(resumed))
     except (ToolnexusError, OSError, RuntimeError) as error:  # bad skills dir, store down,
         # a port taken (grpcio says so with a RuntimeError)
@@ -124,6 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         on_terminal=agent.on_task,
         clock=time.time,
         turns=turns,
+        resending=Resending.of(settings),
     ).start()
     pusher = push_thread(store, settings)
     collector = start_collector(settings.gc_freeze_every, settings.gc_thaw_every)

@@ -157,7 +157,7 @@ class Adapted:
     def waiting(self, cutoff: float) -> list[str]:
         return []
 
-    def resent(self, task_id: str) -> None:
+    def resent(self, task_id: str, after: float = 0.0) -> None:
         pass
 
     def interrupted(self, cutoff: float) -> list[str]:

@@ -192,8 +192,10 @@ class Store(TaskStore, Protocol):
     the given tasks still in it (never re-adding one that left), all in one
     call; `stale(cutoff)` is a range query: ids whose last heartbeat is older
     than `cutoff` (seconds since the epoch). Likewise `waiting(cutoff)` over
-    `submitted` tasks (when last sent to the queue; `resent(id)` re-scores)
-    and `interrupted(cutoff)` over tasks waiting for the peer.
+    `submitted` tasks (when last sent to the queue; `resent(id, after)`
+    re-scores those still in it to `after` seconds from now: when the reaper
+    is to count it sent) and `interrupted(cutoff)` over tasks waiting for the
+    peer.
 
     Upkeep: `purge_expired()` removes every finished task past its time to
     live, with its log, indexes and message record (0 for a store that
@@ -235,7 +237,7 @@ class Store(TaskStore, Protocol):
 
     def waiting(self, cutoff: float) -> list[str]: ...
 
-    def resent(self, task_id: str) -> None: ...
+    def resent(self, task_id: str, after: float = 0.0) -> None: ...
 
     def interrupted(self, cutoff: float) -> list[str]: ...
 

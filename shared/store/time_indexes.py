@@ -62,8 +62,8 @@ class TimeIndexes:
     def heartbeat(self, *task_ids: str) -> None:
         self._indexes.rescore(WORKING_INDEX, task_ids, self._clock())
 
-    def resent(self, task_id: str) -> None:
-        self._indexes.rescore(WAITING_INDEX, [task_id], self._clock())
+    def resent(self, task_id: str, after: float = 0.0) -> None:
+        self._indexes.rescore(WAITING_INDEX, [task_id], self._clock() + after)
 
     def due(self, name: str, cutoff: float) -> list[str]:
         """The tasks in index `name` scored before `cutoff`, oldest first."""
@@ -95,8 +95,8 @@ class TimeIndexed:
     def waiting(self, cutoff: float) -> list[str]:
         return self._times.due(WAITING_INDEX, cutoff)
 
-    def resent(self, task_id: str) -> None:
-        self._times.resent(task_id)
+    def resent(self, task_id: str, after: float = 0.0) -> None:
+        self._times.resent(task_id, after)
 
     def interrupted(self, cutoff: float) -> list[str]:
         return self._times.due(INTERRUPTED_INDEX, cutoff)

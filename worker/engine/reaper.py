@@ -10,7 +10,11 @@
    was down, a web process killed between saving and publishing. The
    store's waiting index says when each was last sent; one range query
    finds them whatever the broker did. A copy of a message that was not
-   lost after all finds the task claimed and does nothing.
+   lost after all finds the task claimed and does nothing. A task that
+   merely waits in a long queue cannot be told from a lost one, so each
+   re-send backs off (the next after the task has waited twice as long, up
+   to a maximum) and a run sends a bounded batch, the longest waiting
+   first: a backlog is not sent again in a storm.
 3. Fail tasks left waiting for the peer (input-required, auth-required)
    longer than the input timeout, saying so in their status, so that a
    conversation nobody finishes does not keep its task forever.
@@ -23,13 +27,16 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from shared.errors import StoreError
 from shared.owners.turns import Turns
+from shared.settings import Settings
 from shared.store.contract import Store
-from shared.task import INTERRUPTED_STATES, WORKING
+from shared.task import INTERRUPTED_STATES, WORKING, Task, epoch
 from shared.transitions import OnTerminal, transition
 from worker.engine.metrics import worker_metrics
 from worker.engine.results import failed
@@ -37,6 +44,19 @@ from worker.engine.results import failed
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class Resending:
+    """How the reaper re-sends waiting tasks: at most `batch` a run (None:
+    all), and no task's interval between re-sends past `backoff_max` seconds."""
+
+    batch: int | None = None
+    backoff_max: float = math.inf
+
+    @classmethod
+    def of(cls, settings: Settings) -> Resending:
+        return cls(settings.resend_batch, settings.resend_backoff_max)
 
 
 def reap_stale(
@@ -92,18 +112,41 @@ def end_unanswered(
 
 
 def resend_waiting(
-    store: Store, send: Callable[[str], None], now: float, older_than: float
+    store: Store,
+    send: Callable[[str], None],
+    now: float,
+    older_than: float,
+    resending: Resending = Resending(),
 ) -> list[str]:
-    """Send again each task `submitted` and last sent before `now - older_than`."""
-    resent = []
-    for task_id in store.waiting(now - older_than):
+    """Send again the tasks `submitted` and last sent before `now -
+    older_than`, the longest waiting first, `resending.batch` at most. Each
+    is then not due again until it has waited as long again as it had since
+    it was submitted (so the intervals double), `resending.backoff_max`
+    seconds at most, and `older_than` at least."""
+    due = store.waiting(now - older_than)
+    resent = due[: resending.batch]
+    for task_id in resent:
         send(task_id)
-        store.resent(task_id)
-        resent.append(task_id)
+        later = _backoff(store.get(task_id), now, older_than, resending.backoff_max)
+        store.resent(task_id, after=later)
     if resent:
         worker_metrics().resent.inc(len(resent))
         log.info("reaper: sent %d waiting task(s) again: %s", len(resent), resent)
+    if len(due) > len(resent):
+        log.warning(
+            "reaper: %d more waiting task(s) left for the next runs", len(due) - len(resent)
+        )
     return resent
+
+
+def _backoff(task: Task | None, now: float, older_than: float, longest: float) -> float:
+    """How long after `older_than` a task re-sent `now` is due again: its
+    next interval is as long as it has waited since it was submitted, at
+    most `longest`."""
+    if task is None or "timestamp" not in task["status"]:
+        return 0.0
+    waited = now - epoch(task["status"]["timestamp"])
+    return max(0.0, min(waited, longest) - older_than)
 
 
 def turns_send(turns: Turns, store: Store) -> Callable[[str], None]:
@@ -124,9 +167,11 @@ def sweep(
     *,
     input_timeout: float | None = None,
     turns: Turns | None = None,
+    resending: Resending = Resending(),
 ) -> list[str]:
-    """One run of the reaper: reap, resend, end what waited too long for
-    input (`input_timeout`, None: never), purge, and record that it ran.
+    """One run of the reaper: reap, resend (as `resending` says), end what
+    waited too long for input (`input_timeout`, None: never), purge, and
+    record that it ran.
     With `turns`, a resend goes through the turn book, and the book is put
     right against the tasks and the workers (`Turns.repair`)."""
     reaped = reap_stale(store, now, stale_after, on_terminal)
@@ -135,7 +180,7 @@ def sweep(
     if turns is not None:
         send = turns_send(turns, store)
     try:
-        resend_waiting(store, send, now, stale_after)
+        resend_waiting(store, send, now, stale_after, resending)
         if turns is not None:
             turns.repair(store.get)
     except StoreError:
@@ -163,8 +208,10 @@ class ReaperThread:
         clock: Clock,
         input_timeout: float | None = None,
         turns: Turns | None = None,
+        resending: Resending = Resending(),
     ) -> None:
         self._input_timeout = input_timeout
+        self._resending = resending
         self._turns = turns
         self._store = store
         self._send = send
@@ -195,6 +242,7 @@ class ReaperThread:
                     self._on_terminal,
                     input_timeout=self._input_timeout,
                     turns=self._turns,
+                    resending=self._resending,
                 )
             except StoreError as error:
                 log.warning("reaper: store unavailable, will retry: %s", error)

@@ -54,7 +54,7 @@ from shared.store.wiring import abilities_of, open_store
 from worker.engine.agent import Agent, agent_or_problem
 from worker.engine.green_jobs import off_loop
 from worker.engine.observe import observed_fulfil
-from worker.engine.reaper import sweep
+from worker.engine.reaper import Resending, sweep
 from worker.push.delivery import GaveUp, Policy, deliver, push_feed
 from worker.push.delivery import sweep as sweep_push
 from worker.runtime.cancel import register_cancel
@@ -289,6 +289,7 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
             hook,
             input_timeout=settings.input_timeout,
             turns=runtime.turns(),
+            resending=Resending.of(settings),
         )
 
     register_push(app, settings, runtime)
