@@ -105,9 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if settings.grpc_url is not None:
             grpc_server = serve_grpc(settings, assembly_of(app))
         resend = dispatcher.enqueue if turns is None else turns_send(turns, store)
-        # All of them at once: they were left by a run that is gone.
-        at_once = Resending(None, settings.resend_backoff_max)
-        if resumed := resend_waiting(store, resend, time.time(), 0.0, at_once):
+        # All of them at once, as new: they were left by a run that is gone.
+        if resumed := resend_waiting(store, resend, time.time(), 0.0):
             log.info("queued %d task(s) left submitted by a previous run", len(resumed))
     except (ToolnexusError, OSError, RuntimeError) as error:  # bad skills dir, store down,
         # a port taken (grpcio says so with a RuntimeError)

@@ -27,7 +27,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,10 +48,11 @@ Clock = Callable[[], float]
 @dataclass(frozen=True)
 class Resending:
     """How the reaper re-sends waiting tasks: at most `batch` a run (None:
-    all), and no task's interval between re-sends past `backoff_max` seconds."""
+    all), each task's interval between re-sends growing up to `backoff_max`
+    seconds (0: no back-off, every re-send one threshold after the last)."""
 
     batch: int | None = None
-    backoff_max: float = math.inf
+    backoff_max: float = 0.0
 
     @classmethod
     def of(cls, settings: Settings) -> Resending:
@@ -146,7 +146,7 @@ def _backoff(task: Task | None, now: float, older_than: float, longest: float) -
     if task is None or "timestamp" not in task["status"]:
         return 0.0
     waited = now - epoch(task["status"]["timestamp"])
-    return max(0.0, min(waited, longest) - older_than)
+    return max(0.0, min(waited, longest) - older_than)  # an unreadable stamp waited `longest`
 
 
 def turns_send(turns: Turns, store: Store) -> Callable[[str], None]:
