@@ -79,8 +79,11 @@ def test_the_store_follows_the_promoted_master(group: SentinelGroup) -> None:
         assert current is not None and found.startswith(f"{current[0]}:{current[1]} ")
         assert failovers() >= before + 1
 
-        # The acknowledged write survived; a commit on the new master is heard.
+        # The acknowledged write survived; a commit on the new master is heard
+        # (once a replica is in sync with it: after a second failover the
+        # other node resynchronises first, and min_replicas=1 waits for it).
         quiet(waiter)
+        group.wait_in_sync()
         seq = advance(store, task_id, COMPLETED)
         assert waiter.wait(10, after=seq - 1)
     record = store.read(task_id)

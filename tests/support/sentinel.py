@@ -176,11 +176,21 @@ class SentinelGroup:
             self.master.start()
         finally:
             self.master.args = args
-        (node,) = [replica for replica in self.replicas if replica.port == promoted[1]]
+        self.wait_in_sync(promoted, timeout)
+
+    def wait_in_sync(self, address: tuple[str, int] | None = None, timeout: float = 60.0) -> None:
+        """Return once the node at `address` (None: the master the Sentinels
+        name, asked again each time) has a replica in sync: after a failover
+        the other node resynchronises first, and until then a write asked to
+        wait for a replica is not confirmed."""
         deadline = time.monotonic() + timeout
-        while node.online_replicas() < 1:
+        while True:
+            at = address or self.master_address()
+            nodes = [n for n in (self.master, *self.replicas) if at and n.port == at[1]]
+            if nodes and nodes[0].online_replicas() >= 1:
+                return
             if time.monotonic() > deadline:
-                raise TimeoutError("the old master did not come back as a replica in time")
+                raise TimeoutError(f"no replica in sync with {at} in time")
             time.sleep(0.05)
 
     def close(self) -> None:
