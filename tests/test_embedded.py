@@ -92,8 +92,8 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
             assert process.poll() is None, process.communicate()[1]
             try:
                 return requests.get(served.url + "healthz", timeout=1).status_code == 200
-            except requests.ConnectionError:
-                return False
+            except (requests.ConnectionError, requests.Timeout):
+                return False  # not listening yet, or still starting on a busy machine
 
         wait_for(healthy, timeout=90, what="toolnexus-serve to answer")
         return served

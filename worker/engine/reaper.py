@@ -127,7 +127,9 @@ def resend_waiting(
     resent = due[: resending.batch]
     for task_id in resent:
         send(task_id)
-        later = _backoff(store.get(task_id), now, older_than, resending.backoff_max)
+        later = 0.0
+        if resending.backoff_max > older_than:  # else no task is due later than one threshold
+            later = _backoff(store.get(task_id), now, older_than, resending.backoff_max)
         store.resent(task_id, after=later)
     if resent:
         worker_metrics().resent.inc(len(resent))
