@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import json
+import time
 from typing import Any
 
 import pytest
@@ -9,6 +12,7 @@ from flask.testing import FlaskClient
 
 from shared import Settings, memory_store
 from shared.task import Task
+from tests.support.store_kinds import Stores
 from tests.test_web_support import PlayingDispatcher, complete, rpc, user_message
 from web import create_app
 
@@ -144,3 +148,31 @@ def test_store_without_all_is_unsupported_operation() -> None:
     assert reply["error"]["data"][0]["reason"] == "UNSUPPORTED_OPERATION"
     task = send(client, "still works")  # the rest of the service does not need `all`
     assert rpc(client, "GetTask", {"id": task["id"]})["result"]["id"] == task["id"]
+
+
+def token(*cursor: Any) -> str:
+    return base64.urlsafe_b64encode(json.dumps(list(cursor)).encode()).decode()
+
+
+def test_a_page_token_from_the_future_is_refused_and_every_store_goes_on_serving(
+    store_kind: str, stores: Stores
+) -> None:
+    """A store records the moment a listing reads as of and stamps later
+    statuses after it: a forged moment years ahead would break every write."""
+    opened = stores.open(store_kind)
+    served = create_app(
+        Settings(), store=opened, dispatcher=PlayingDispatcher(opened, auto=False)
+    ).test_client()
+    forged = [
+        [time.time() + 3e14, 1.0, "x"],  # the year ten million
+        [time.time() + 3600, 1.0, "x"],
+        [float("inf"), 1.0, "x"],
+        [float("nan"), 1.0, "x"],
+        [time.time(), float("-inf"), "x"],
+    ]
+    for cursor in forged:
+        reply = rpc(served, "ListTasks", {"pageToken": token(*cursor)}, version="1.0")
+        assert reply["error"]["code"] == -32602, (cursor, reply)
+
+    task = send(served, "still serving")
+    assert list_tasks(served)["tasks"][0]["id"] == task["id"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +25,10 @@ from shared.task import Task
 from web.core.errors import InvalidParams, UnsupportedOperation
 from web.core.params import ListQuery
 from web.core.tasks import with_history
+
+# How far ahead of this front end's clock another's may run: a page token
+# it issued may start that much in the future here.
+CLOCK_SKEW = 5.0
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,10 @@ def _decode(token: str) -> tuple[float, Position]:
         isinstance(value, list)
         and len(value) == 3
         and all(isinstance(v, float | int) and not isinstance(v, bool) for v in value[:2])
+        and all(math.isfinite(v) for v in value[:2])
+        # A listing's moment is recorded by the store, which stamps every later
+        # status after it: a moment from the future would move every task's time.
+        and value[0] <= time.time() + CLOCK_SKEW
         and isinstance(value[2], str)
     ):
         raise InvalidParams("pageToken is not a token this server issued", field="pageToken")
