@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, cast
 
+from shared.attempts import FIELD as RUN
 from shared.events import Event
 from shared.generation import FIELD as GENERATION
 from shared.generation import generation_of, wire
@@ -37,12 +38,14 @@ _FILE_KEYS: Final = (
     ("mimeType", "mediaType"),
     ("name", "filename"),
 )
-_PRIVATE: Final = frozenset({"owner"})
+_PRIVATE: Final = frozenset({"owner", RUN})
 _HIDDEN: Final = {
     V03: _PRIVATE | {GENERATION},
     V10: _PRIVATE | {GENERATION, "kind"},  # 1.0 tasks carry no `kind`
     V11: _PRIVATE | {"kind"},
 }
+# An event's fields no peer sees as they are stored.
+_UNSHOWN: Final = frozenset({GENERATION, RUN})
 # 1.0 stream responses: which wrapper each stored event kind goes in.
 _STREAM_KEYS: Final = {
     "task": "task",
@@ -168,7 +171,7 @@ def event_for(version: str, event: Event) -> dict[str, Any]:
     if kind == "message":
         shaped = message_for(version, event)
     else:
-        shaped = {key: value for key, value in event.items() if key != GENERATION}
+        shaped = {key: value for key, value in event.items() if key not in _UNSHOWN}
         if kind == "status-update":
             shaped["status"] = status_for(version, event["status"])  # type: ignore[typeddict-item]
         else:

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, NotRequired, TypedDict
 
+from shared.attempts import FIELD as RUN
+from shared.attempts import merged
 from shared.generation import FIELD as GENERATION
 from shared.generation import generation_of
 from shared.task import (
@@ -42,6 +44,7 @@ class StatusUpdate(TypedDict):
     final: bool  # the task stopped: terminal, or waiting for the peer
     metadata: NotRequired[dict[str, Any]]
     generation: NotRequired[int]  # the task's after this update (shared.generation)
+    run: NotRequired[dict[str, Any]]  # changes to the task's run record (shared.attempts)
 
 
 class ArtifactUpdate(TypedDict):
@@ -53,9 +56,19 @@ class ArtifactUpdate(TypedDict):
     lastChunk: bool
     metadata: NotRequired[dict[str, Any]]
     generation: NotRequired[int]
+    run: NotRequired[dict[str, Any]]
 
 
-Event = StatusUpdate | ArtifactUpdate | Message
+class CheckpointSaved(TypedDict):
+    """A run's checkpoint (`shared.attempts`): kept in the log for a later
+    attempt, never shown to a peer (followers pass over it: `is_private`)."""
+
+    kind: Literal["checkpoint"]
+    taskId: str
+    run: dict[str, Any]
+
+
+Event = StatusUpdate | ArtifactUpdate | Message | CheckpointSaved
 # What a change computes from the current task: the events it appends.
 Change = Callable[[Task], Sequence[Event]]
 
@@ -106,6 +119,15 @@ def artifact_update(
     }
 
 
+def checkpoint_event(task: Task, run: dict[str, Any]) -> CheckpointSaved:
+    return {"kind": "checkpoint", "taskId": task["id"], "run": run}
+
+
+def is_private(event: Event) -> bool:
+    """An event the service keeps for itself: no follower shows it."""
+    return event["kind"] == "checkpoint"
+
+
 def message_added(task: Task, message: Message) -> Message:
     return _addressed(task, message)
 
@@ -130,6 +152,8 @@ def fold(task: Task, events: Iterable[Event]) -> Task:
         kind = event["kind"]
         if GENERATION in event:
             folded["generation"] = event["generation"]  # type: ignore[typeddict-item]
+        if RUN in event:
+            folded["run"] = merged(folded, event)
         if kind == "status-update":
             status = event["status"]  # type: ignore[typeddict-item]
             folded["status"] = status

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from shared.attempts import Attempts
 from shared.errors import ConfigError
 from shared.loading import is_reference
 from shared.store.spec import FSYNC_POLICIES, check_store_spec, check_url_port
@@ -440,6 +441,11 @@ class Settings:
     # each task's intervals doubling up to resend_backoff_max
     resend_batch: int = _env("RESEND_BATCH", _count, 200)
     resend_backoff_max: float = _env("RESEND_BACKOFF_MAX", _seconds, 600.0)
+    # runs a turn gets when one ends without an outcome (a worker lost, the
+    # agent's Retry; 1: the task fails), and the backoff between them
+    max_attempts: int = _env("MAX_ATTEMPTS", _count, 1)
+    retry_backoff: float = _env("RETRY_BACKOFF", _seconds, 1.0)
+    retry_backoff_max: float = _env("RETRY_BACKOFF_MAX", _seconds, 60.0)
     time_limit: float = _env("TIME_LIMIT", _seconds, 300.0)
     concurrency: int | None = _env("CONCURRENCY", _optional_count, None)
     # the agent card
@@ -582,6 +588,10 @@ class Settings:
             )
         if not self.jwt_principal_claim:
             raise ConfigError("TOOLNEXUS_JWT_PRINCIPAL_CLAIM must name a claim, e.g. sub")
+
+    @property
+    def attempts(self) -> Attempts:
+        return Attempts(self.max_attempts, self.retry_backoff, self.retry_backoff_max)
 
     @property
     def hard_time_limit(self) -> float:

@@ -122,6 +122,8 @@ class Task(TypedDict):
     # One more for every status or artifact update (shared.generation); shown
     # only to A2A 1.1 peers.
     generation: NotRequired[int]
+    # Its attempt and which run may write (shared.attempts); never shown to a peer.
+    run: NotRequired[dict[str, Any]]
 
 
 # Which state may follow which. Terminal states have no successors: that is

@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection
 from typing import Any, cast
 
 from shared.errors import StoreError
-from shared.events import Change, StatusUpdate, fold, status_update, to_state
+from shared.events import Change, StatusUpdate, fold, status_update
 from shared.generation import stamped
 from shared.store.contract import Commit, Outcome, Record, Store
 from shared.task import Task, can_transition, is_at_rest, is_terminal, state_of
@@ -42,6 +42,7 @@ def transition(
     from_states: Collection[str] | None = None,
     current: Record | None = None,
     on_terminal: OnTerminal | None = None,
+    when: Callable[[Task], bool] | None = None,
 ) -> Outcome:
     """Apply `change` to the stored task if the state machine allows it.
 
@@ -51,7 +52,8 @@ def transition(
     a new state may not follow the one before it, or when `from_states` is
     given and the task is in none of them: the worker claims only
     `submitted` tasks (so a duplicate delivery never runs one twice) and the
-    reaper fails only `working` ones.
+    reaper fails only `working` ones; likewise when `when(task)` is false (a
+    run writes only while it holds the task: `shared.attempts.holds`).
 
     `current` is the version the caller believes is stored (the record of
     its last transition); on an event store it saves the first read, and a
@@ -65,6 +67,8 @@ def transition(
             return Outcome(False, None)
         task = record.task
         if from_states is not None and state_of(task) not in from_states:
+            return Outcome(False, record)
+        if when is not None and not when(task):
             return Outcome(False, record)
         events = change(task)
         if not events or not _allowed(state_of(task), events):
@@ -82,21 +86,31 @@ def transition(
     raise StoreError(f"task {task_id}: gave up after {_ATTEMPTS} conflicting writes")
 
 
-def claim(store: Store, task_id: str, *, to: str, from_state: str) -> Outcome:
+def claim(
+    store: Store, task_id: str, *, to: str, from_state: str, run: dict[str, Any] | None = None
+) -> Outcome:
     """`transition(store, task_id, to_state(to), from_states={from_state})`,
     through the store's own `claim` (one round trip on Redis): the worker's
-    claim of every task.
+    claim of every task. `run`: what the claim sets in the task's run
+    record (`shared.attempts`).
 
     Only a move the state machine allows to a state that is not at rest
     goes through `claim`: one to a state at rest is written whole, may
     expire and runs the `on_task` hook, which only `transition` does."""
+
+    def claimed(task: Task) -> StatusUpdate:
+        event = status_update(task, to)
+        if run is not None:
+            event["run"] = run
+        return event
+
     if can_transition(from_state, to) and not is_at_rest(to):
         # The store fills in the task's contextId; the rest of the event is made here.
-        event = status_update(cast(Task, {"id": task_id, "contextId": ""}), to)
+        event = claimed(cast(Task, {"id": task_id, "contextId": ""}))
         outcome = store.claim(task_id, from_state, event)
         if outcome is not None:
             return outcome
-    return transition(store, task_id, to_state(to), from_states={from_state})
+    return transition(store, task_id, lambda task: [claimed(task)], from_states={from_state})
 
 
 def claim_by_commit(store: Store, task_id: str, from_state: str, event: StatusUpdate) -> Outcome:

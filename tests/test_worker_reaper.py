@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
+from shared.errors import StoreError
 from shared.events import to_state
 from shared.settings import Settings
+from shared.store.contract import Commit
 from shared.store.wiring import open_store
 from shared.stores.memory.store import memory_store
 from shared.task import COMPLETED, Task, new_task, state_of, text_message
@@ -108,6 +110,31 @@ def test_a_task_that_left_working_after_the_listing_is_left_alone(
 
     assert reap_stale(Frozen(), clock.now, 60) == []
     assert state_of(store.get(task_id)) == "input-required"
+
+
+def test_a_task_the_store_cannot_write_keeps_no_other_stale_task_waiting(
+    clocked: tuple[Any, Clock],
+) -> None:
+    """One stale task's row is locked (its write fails): the others are failed
+    in the same run, and the locked one in the first run after it frees."""
+    store, clock = clocked
+    locked, others = save_in(store, "working"), [save_in(store, "working") for _ in range(2)]
+    clock.now += 100
+    lock = {"held": True}
+
+    class Locking:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store, name)
+
+        def commit(self, commit: Commit) -> bool:
+            if lock["held"] and commit.task["id"] == locked:
+                raise StoreError("canceling statement due to lock timeout")
+            return bool(store.commit(commit))
+
+    assert sorted(reap_stale(Locking(), clock.now, 60)) == sorted(others)
+    assert state_of(store.get(locked)) == "working"
+    lock["held"] = False
+    assert reap_stale(Locking(), clock.now, 60) == [locked]
 
 
 def race_reaper_against_worker(store: Any, task_id: str, now: float) -> dict[str, bool]:

@@ -10,7 +10,9 @@ taken, give one part or a list: a `str` is a text part, `File` a file,
 
 The function's parameters are chosen by name: `text` (the latest user
 message as text), `message` (that whole message, with `parts_of` to read
-its files and data) and `task` (the stored task, a copy).
+its files and data), `task` (the stored task, a copy), `attempt` (which
+run of the turn this is, from 1; see `Retry`) and `checkpoint` (what the
+last `Checkpoint` an earlier attempt yielded holds; None when none did).
 """
 
 from __future__ import annotations
@@ -115,6 +117,28 @@ class Reject:
     message: Parts
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """Yield it from a generator to save how far it got (any JSON value): a
+    later attempt of the task (TOOLNEXUS_MAX_ATTEMPTS) receives it as its
+    `checkpoint` parameter and goes on from there."""
+
+    value: Any
+
+
+class Retry(Exception):
+    """Raise it to ask for another attempt (a model API's 429, a time-out of
+    the agent's own): the task stays `working` and the function is called
+    again `after` seconds from now (None: the configured backoff), counted
+    against TOOLNEXUS_MAX_ATTEMPTS; with none left the task fails, saying
+    `reason`."""
+
+    def __init__(self, reason: str, after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.after = after
+
+
 def parts_of(message: Mapping[str, Any]) -> list[PartLike]:
     """A received message's parts as `str`, `File` and `Data` values."""
     found: list[PartLike] = []
@@ -141,6 +165,7 @@ def parts_of(message: Mapping[str, Any]) -> list[PartLike]:
 __all__ = [
     "Artifact",
     "Ask",
+    "Checkpoint",
     "Chunk",
     "Data",
     "Done",
@@ -150,5 +175,6 @@ __all__ = [
     "Progress",
     "Reject",
     "Reply",
+    "Retry",
     "parts_of",
 ]

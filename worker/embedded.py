@@ -126,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         clock=time.time,
         turns=turns,
         resending=Resending.of(settings),
+        attempts=settings.attempts,
+        send_later=dispatcher.enqueue_later,
     ).start()
     pusher = push_thread(store, settings)
     collector = start_collector(settings.gc_freeze_every, settings.gc_thaw_every)

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
-from shared.events import Event
+from shared.events import Event, is_private
 from shared.ops.event_metrics import gaps_of
 from shared.store.contract import Record, Store
 from shared.task import INTERRUPTED_STATES, Task, is_terminal, state_of
@@ -73,7 +73,8 @@ def follow(
     next one; `IDLE` after each `idle` seconds of quiet. Ends after a final
     event (or a stopped task), at `deadline` (a `time.monotonic()` value),
     or as soon as `interrupt` is set. `reader` names the follower in the
-    gap count. Raises StoreError when the store cannot be reached.
+    gap count. Events kept for the service alone (`shared.events.is_private`)
+    are passed over. Raises StoreError when the store cannot be reached.
 
     With `nudge`, the follower never blocks (an event loop drives it, a
     step at a time on a few threads): where it would wait it yields `IDLE`
@@ -134,7 +135,8 @@ def _read(
                 # The store's task stands at `after`, yet its log goes on
                 # past a hole: no task to offer instead, so the log is it.
                 log.warning("task %s: log jumps from %d to %d", task_id, after, seq)
-            yield seq, event
+            if not is_private(event):
+                yield seq, event
             after = seq
         else:
             if len(page) < PAGE:

@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from toolnexus import Ask, Chunk, Done, Progress, Reject
+from toolnexus import Ask, Checkpoint, Chunk, Done, Progress, Reject, Retry
 
 
 def scripted(text: str) -> object:
@@ -60,6 +60,34 @@ def scripted(text: str) -> object:
         seconds, _, rest = rest.partition(" ")
         return _steps(float(seconds), rest)
     return {"text": f"ran: {rest or text}"}
+
+
+def attempted(text: str, attempt: int) -> object:
+    """`scripted` knowing its attempt: `hang-until <n> <text>` blocks on every
+    attempt before the n-th (a test kills its process), `retry-until <n>
+    <text>` asks for another attempt before the n-th; then it answers
+    saying which attempt it was."""
+    verb, _, rest = text.partition(" ")
+    until, _, rest = rest.partition(" ")
+    if verb in ("hang-until", "retry-until") and attempt < int(until):
+        scripted(f"attempt {attempt}")  # logged with this process's id
+        if verb == "retry-until":
+            raise Retry(f"busy on attempt {attempt}", after=0.1)
+        time.sleep(300)
+    return {"text": f"ran: {rest} on attempt {attempt}"}
+
+
+def stepping(text: str, attempt: int, checkpoint: int | None) -> Iterator[Any]:
+    """`<steps> <seconds>`: that many steps of `seconds` each, a progress
+    message and a checkpoint after each, from the step after `checkpoint`;
+    each step's start is logged (`scripted`) as `attempt <a> step <n>`."""
+    steps, _, seconds = text.partition(" ")
+    for step in range((checkpoint or 0) + 1, int(steps) + 1):
+        scripted(f"attempt {attempt} step {step}")
+        time.sleep(float(seconds or 0))
+        yield Progress(f"step {step}")
+        yield Checkpoint(step)
+    return f"{steps} steps"
 
 
 def _steps(seconds: float, text: str) -> Iterator[Any]:

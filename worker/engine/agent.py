@@ -15,7 +15,7 @@ from shared.transitions import OnTerminal
 
 RunFunction = Callable[..., object]
 # What a function may ask for, by parameter name.
-INPUTS = frozenset({"text", "message", "task"})
+INPUTS = frozenset({"text", "message", "task", "attempt", "checkpoint"})
 
 NO_FUNCTION = "no fulfilment function configured: set TOOLNEXUS_RUN=package.module:function"
 
@@ -52,7 +52,8 @@ class Agent:
 
     @cached_property
     def inputs(self) -> frozenset[str]:
-        """Which of `text`, `message` and `task` the function declares by name.
+        """Which of `text`, `message`, `task`, `attempt` and `checkpoint` the
+        function declares by name.
 
         A function that declares none of them (e.g. `def run(prompt)`) gets
         the text as its one positional argument, as it always has."""

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
+from shared.attempts import run_of
 from shared.task import Message, Task, latest_user_message
 from toolnexus import Ask, Done, NeedAuth, Reject, Reply
 from worker.engine.agent import Agent
@@ -49,7 +50,14 @@ def call(agent: Agent, task: Task, run: RunAsync | None = None) -> Outputs:
     if not inputs:
         result = agent.run(text)
     else:
-        offered: dict[str, Any] = {"text": text, "message": message, "task": task}
+        record = run_of(task)
+        offered: dict[str, Any] = {
+            "text": text,
+            "message": message,
+            "task": task,
+            "attempt": record.attempt,
+            "checkpoint": record.checkpoint["value"] if record.checkpoint is not None else None,
+        }
         result = agent.run(**{name: copy.deepcopy(offered[name]) for name in inputs})
     if inspect.isgenerator(result):
         return (yield from _drive(result))

@@ -28,19 +28,22 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 
+from shared.attempts import first_claim, holds, is_released, run_of, taken
 from shared.backoff import Backoff
 from shared.errors import StoreError
-from shared.events import Change
+from shared.events import Change, Event, status_update
 from shared.settings import Settings
 from shared.store.contract import Outcome, Record, Store
-from shared.task import SUBMITTED, WORKING, state_of
+from shared.task import SUBMITTED, WORKING, Task, state_of
 from shared.transitions import claim, transition
+from toolnexus import Checkpoint, Retry
 from worker.engine.agent import Agent
 from worker.engine.calling import RunAsync, call, run_async
 from worker.engine.green_jobs import off_loop
 from worker.engine.heartbeat import heartbeating
 from worker.engine.io_calls import CallStopped, running_io_call, watching
 from worker.engine.results import RunProgress, UnsupportedResult, failed, final_change
+from worker.engine.retries import SendLater, end_without_outcome
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,8 @@ def fulfil(
     on_run: Callable[[], object] | None = None,
     io_pool: bool = False,
     run_async: RunAsync = run_async,
+    send_later: SendLater | None = None,
+    run_lost: bool = False,
 ) -> str:
     """Run one delivery of `task_id`; return the task's state afterwards ("" if unknown).
 
@@ -64,6 +69,10 @@ def fulfil(
     `io_pool`: one of many I/O calls in this process (`worker.engine.io_calls`).
     `run_async`: how async agent code runs (the embedded server's one loop,
     `worker.engine.green_loop`); an I/O call runs on its pool's loop instead.
+    `send_later(id, delay)`: how a task released for another attempt is
+    queued again (None: the reaper finds it). `run_lost`: this delivery's
+    message came back because the process running it died (a redelivery),
+    so a task it finds held gets another attempt at once.
     """
     with ExitStack() as stack:
         # An I/O call watches its task from before the claim, so that a
@@ -72,7 +81,7 @@ def fulfil(
         watch = off_loop(stack.enter_context, watching(store, task_id)) if io_pool else None
         # The claim reads the task itself: no separate load, one round trip
         # fewer (and on a store that claims in one step, no separate read either).
-        claimed = off_loop(claim, store, task_id, to=WORKING, from_state=SUBMITTED)
+        claimed = off_loop(_claim, store, task_id, settings, agent, send_later, run_lost)
         if claimed.record is None:
             log.warning("task %s: not in the store, nothing to run", task_id)
             return ""
@@ -87,11 +96,65 @@ def fulfil(
                 running_io_call(store, claimed.record, agent, settings, watch)
             )
             run = call.run_async
-        saved = _run(store, agent, claimed.record, settings, timeout_errors, on_run, run)
+        saved = _run(
+            store, agent, claimed.record, settings, timeout_errors, on_run, run, send_later
+        )
     final = state_of(saved.task) if saved.task else ""
     if not saved.applied:
         log.info("task %s: became %s while running; result discarded", task_id, final)
     return final
+
+
+def _claim(
+    store: Store,
+    task_id: str,
+    settings: Settings,
+    agent: Agent,
+    send_later: SendLater | None,
+    run_lost: bool,
+) -> Outcome:
+    """Claim a `submitted` task, or take one released for another attempt.
+    A task found held after `run_lost` is released first (its run is gone)."""
+    claimed = claim(store, task_id, to=WORKING, from_state=SUBMITTED, run=first_claim())
+    if claimed.applied or claimed.record is None or state_of(claimed.task) != WORKING:
+        return claimed
+    run = run_of(claimed.record.task)
+    if run.held and run_lost and settings.attempts.most > 1:
+        reason = "the worker process running it was lost"
+        ended = end_without_outcome(
+            store,
+            task_id,
+            settings.attempts,
+            reason,
+            epoch=run.epoch,
+            current=claimed.record,
+            on_terminal=agent.on_task,
+        )
+        if ended.retry_in is not None:
+            _send_later(send_later, task_id, ended.retry_in)
+        return Outcome(False, ended.outcome.record)
+    if run.held:
+        return claimed
+    return transition(store, task_id, _taken, from_states={WORKING}, when=is_released)
+
+
+def _taken(task: Task) -> list[Event]:
+    event = status_update(task, WORKING)
+    event["run"] = taken()
+    return [event]
+
+
+def _send_later(send_later: SendLater | None, task_id: str, delay: float) -> None:
+    """Queue a released task again; should that fail, the reaper finds it
+    (a released task keeps no heartbeat) and sends it."""
+    if send_later is None:
+        return
+    try:
+        send_later(task_id, delay)
+    except Exception as error:
+        log.warning(
+            "task %s: cannot queue its next attempt now (the reaper will): %s", task_id, error
+        )
 
 
 def _run(
@@ -102,12 +165,16 @@ def _run(
     timeout_errors: tuple[type[BaseException], ...],
     on_run: Callable[[], object] | None,
     run: RunAsync,
+    send_later: SendLater | None,
 ) -> Outcome:
     """Drive the function, saving each yielded item, then its result."""
+    epoch = run_of(claimed.task).epoch
     if agent.run is None:
-        return _save(store, claimed, failed(agent.problem), agent, settings)
+        return _save(store, claimed, failed(agent.problem), agent, settings, epoch)
     task_id = claimed.task["id"]
-    record, progress, produced = claimed, RunProgress(), False
+    counting = settings.attempts.most > 1  # else no later attempt reads the counts
+    progress = RunProgress(run_of(claimed.task), counting=counting)
+    record, produced = claimed, False
     if on_run is not None:
         on_run()
     outputs = call(agent, claimed.task, run)
@@ -118,10 +185,34 @@ def _run(
             except StopIteration as stop:
                 finish = final_change(stop.value, after_output=produced)
                 break
-            saved = _save(store, record, progress.change(item), agent, settings)
+            if isinstance(item, Checkpoint):
+                if not counting:
+                    continue  # one attempt: nothing would ever resume from it
+                change = progress.checkpoint(item)
+            elif progress.already_published():
+                produced = True
+                continue
+            else:
+                change = progress.change(item)
+            saved = _save(store, record, change, agent, settings, epoch)
             if not saved.applied or saved.record is None:
-                return saved  # canceled or reaped meanwhile: stop the function here
+                return saved  # canceled, reaped or released meanwhile: stop the function here
             record, produced = saved.record, True
+    except Retry as retry:
+        ended = off_loop(
+            end_without_outcome,
+            store,
+            task_id,
+            settings.attempts,
+            f"the agent asked to retry: {retry.reason}",
+            epoch=epoch,
+            asked=retry.after,
+            current=record,
+            on_terminal=agent.on_task,
+        )
+        if ended.retry_in is not None:
+            _send_later(send_later, task_id, ended.retry_in)
+        return ended.outcome
     except timeout_errors:
         finish = failed(f"timed out after {settings.time_limit:g} s")
     except CallStopped as stopped:  # its time limit or a cancel (worker.engine.io_calls)
@@ -133,22 +224,28 @@ def _run(
         finish = failed(f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
     finally:
         outputs.close()
-    return _save(store, record, finish, agent, settings)
+    return _save(store, record, finish, agent, settings, epoch)
 
 
 def _save(
-    store: Store, running: Record, change: Change, agent: Agent, settings: Settings
+    store: Store, running: Record, change: Change, agent: Agent, settings: Settings, epoch: int
 ) -> Outcome:
     """`_save_retrying`, off the loop in a green job (its retries sleep, and
     the user's hook runs on a terminal save)."""
-    return off_loop(_save_retrying, store, running, change, agent, settings)
+    return off_loop(_save_retrying, store, running, change, agent, settings, epoch)
 
 
 def _save_retrying(
-    store: Store, running: Record, change: Change, agent: Agent, settings: Settings
+    store: Store,
+    running: Record,
+    change: Change,
+    agent: Agent,
+    settings: Settings,
+    epoch: int,
 ) -> Outcome:
-    """Save a change as a transition from `working`, retrying through a short
-    store outage: the function has run, so its output is worth waiting for.
+    """Save a change as a transition from `working` while this run (claimed
+    at `epoch`) holds the task, retrying through a short store outage: the
+    function has run, so its output is worth waiting for.
     Heartbeats go on meanwhile; after `stale_after` the reaper would fail the
     task anyway, so that is how long this tries before giving up."""
     deadline = time.monotonic() + settings.stale_after
@@ -163,6 +260,7 @@ def _save_retrying(
                 from_states={WORKING},
                 current=known,
                 on_terminal=agent.on_task,
+                when=holds(epoch),
             )
         except StoreError as error:
             delay = backoff.next()

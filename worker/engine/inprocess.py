@@ -96,6 +96,21 @@ class InProcessDispatcher:
         self._queued_at.append(time.time())
         self._queue.put((task_id, request_id(), current_context()))
 
+    def enqueue_later(self, task_id: str, delay: float) -> None:
+        """`enqueue` after `delay` seconds (a task's next attempt)."""
+        if delay <= 0:
+            self.enqueue(task_id)
+            return
+        timer = threading.Timer(delay, self._enqueue_unless_closed, (task_id,))
+        timer.daemon = True
+        timer.start()
+
+    def _enqueue_unless_closed(self, task_id: str) -> None:
+        # Shut down meanwhile: the task stays released, and the next start's
+        # reaper finds it.
+        if not self._closed.is_set():
+            self.enqueue(task_id)
+
     def backlog(self) -> list[Backlog]:
         """The tasks queued in this process that no thread has taken yet."""
         queued = list(self._queued_at)
@@ -145,6 +160,7 @@ class InProcessDispatcher:
                 self._agent,
                 self._settings,
                 run_async=self._run_async,
+                send_later=self.enqueue_later,
             )
         except Exception:
             log.exception("task %s: fulfilment crashed", task_id)

@@ -23,6 +23,7 @@ from worker.engine.agent import Agent
 from worker.engine.calling import RunAsync, run_async
 from worker.engine.fulfil import fulfil
 from worker.engine.metrics import outcome_of, worker_metrics
+from worker.engine.retries import SendLater
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,8 @@ def observed_fulfil(
     timeout_errors: tuple[type[BaseException], ...] = (),
     io_pool: bool = False,
     run_async: RunAsync = run_async,
+    send_later: SendLater | None = None,
+    run_lost: bool = False,
 ) -> str:
     """`fulfil`, logged and counted when this delivery ran the function."""
     started: list[float] = []
@@ -57,6 +60,8 @@ def observed_fulfil(
                 on_run=on_run,
                 io_pool=io_pool,
                 run_async=run_async,
+                send_later=send_later,
+                run_lost=run_lost,
             )
     finally:
         if started:

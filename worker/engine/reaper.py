@@ -1,9 +1,11 @@
 """The reaper: what beat (or the embedded server) runs every few seconds.
 
-1. Fail `working` tasks whose worker stopped heartbeating. A worker that
-   dies (SIGKILL, OOM, lost host) cannot report anything; its task would
-   stay `working` forever. The store's working index says when each running
-   task last heartbeat; anything older than `stale_after` is failed.
+1. End the run of `working` tasks whose worker stopped heartbeating. A
+   worker that dies (SIGKILL, OOM, lost host) cannot report anything; its
+   task would stay `working` forever. The store's working index says when
+   each running task last heartbeat; anything older than `stale_after` is
+   released for another attempt while TOOLNEXUS_MAX_ATTEMPTS allows
+   (`worker.engine.retries`), else failed.
 2. Send again every task still `submitted` long after it was queued. Its
    message may be gone: a broker that lost its data, a worker that died
    between receiving and claiming it, a delivery rejected while the store
@@ -31,14 +33,16 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from shared.attempts import ONE_RUN, Attempts, run_of
 from shared.errors import StoreError
 from shared.owners.turns import Turns
 from shared.settings import Settings
 from shared.store.contract import Store
-from shared.task import INTERRUPTED_STATES, WORKING, Task, epoch
+from shared.task import INTERRUPTED_STATES, WORKING, Task, epoch, state_of
 from shared.transitions import OnTerminal, transition
 from worker.engine.metrics import worker_metrics
 from worker.engine.results import failed
+from worker.engine.retries import SendLater, end_without_outcome
 
 log = logging.getLogger(__name__)
 
@@ -64,30 +68,83 @@ def reap_stale(
     now: float,
     stale_after: float,
     on_terminal: OnTerminal | None = None,
+    *,
+    attempts: Attempts = ONE_RUN,
+    send_later: SendLater | None = None,
 ) -> list[str]:
-    """Fail every task still `working` whose last heartbeat is older than
-    `now - stale_after`; return the ids this call failed.
+    """End the run of every task still `working` whose last heartbeat is
+    older than `now - stale_after`: release the task for its next attempt
+    while `attempts` remain (queued again with `send_later`), else fail it;
+    return the ids this call failed. A task released earlier that no
+    delivery took (its message lost) is queued again, no attempt counted.
 
-    On Redis this is one range query over the working index plus one
-    compare-and-set per stale task. A worker finishing at the same moment
-    races on that compare-and-set: exactly one terminal state is written.
+    On Redis this is one range query over the working index plus a read and
+    a compare-and-set per stale task. A worker finishing at the same moment
+    races on that compare-and-set: exactly one of the two writes is made.
     """
     reason = f"worker lost: no heartbeat for {stale_after:g} s"
     reaped = []
+    unwritten: list[tuple[str, StoreError]] = []
     for task_id in store.stale(now - stale_after):
-        # Only from `working`: a task that asked for input or finished after
-        # it was listed is not the reaper's business.
-        outcome = transition(
-            store, task_id, failed(reason), from_states={WORKING}, on_terminal=on_terminal
-        )
-        if outcome.applied:
-            reaped.append(task_id)
-        elif outcome.task is None:
-            log.warning("reaper: stale entry %s has no readable task", task_id)
+        try:
+            if _end_stale(store, task_id, reason, on_terminal, attempts, send_later):
+                reaped.append(task_id)
+        except StoreError as error:
+            # One task the store cannot write now (a row another session
+            # still locks) must not keep every other stale task waiting.
+            unwritten.append((task_id, error))
     if reaped:
         worker_metrics().reaped.inc(len(reaped))
         log.warning("reaper: failed %d stale task(s) (%s): %s", len(reaped), reason, reaped)
+    if unwritten:
+        ids = [task_id for task_id, _ in unwritten]
+        log.warning(
+            "reaper: could not fail %d stale task(s) %s (the next run retries): %s",
+            len(ids),
+            ids,
+            unwritten[0][1],
+        )
     return reaped
+
+
+def _end_stale(
+    store: Store,
+    task_id: str,
+    reason: str,
+    on_terminal: OnTerminal | None,
+    attempts: Attempts,
+    send_later: SendLater | None,
+) -> bool:
+    """One stale task's run ended; True when it was failed."""
+    record = store.read(task_id)
+    if record is None:
+        log.warning("reaper: stale entry %s has no readable task", task_id)
+        return False
+    # Only from `working`: a task that asked for input or finished after
+    # it was listed is not the reaper's business.
+    if state_of(record.task) != WORKING:
+        return False
+    run = run_of(record.task)
+    if not run.held:
+        if send_later is not None:
+            send_later(task_id, 0.0)
+            store.heartbeat(task_id)  # not stale again before a delivery could take it
+        return False
+    ended = end_without_outcome(
+        store,
+        task_id,
+        attempts,
+        reason,
+        epoch=run.epoch,
+        current=record,
+        on_terminal=on_terminal,
+    )
+    if ended.retry_in is not None:
+        if send_later is not None:
+            send_later(task_id, ended.retry_in)
+        log.warning("reaper: task %s released for another attempt (%s)", task_id, reason)
+        return False
+    return ended.outcome.applied
 
 
 def end_unanswered(
@@ -170,13 +227,18 @@ def sweep(
     input_timeout: float | None = None,
     turns: Turns | None = None,
     resending: Resending = Resending(),
+    attempts: Attempts = ONE_RUN,
+    send_later: SendLater | None = None,
 ) -> list[str]:
-    """One run of the reaper: reap, resend (as `resending` says), end what
-    waited too long for input (`input_timeout`, None: never), purge, and
-    record that it ran.
+    """One run of the reaper: reap (releasing a task for another attempt
+    while `attempts` remain, queued with `send_later`), resend (as
+    `resending` says), end what waited too long for input (`input_timeout`,
+    None: never), purge, and record that it ran.
     With `turns`, a resend goes through the turn book, and the book is put
     right against the tasks and the workers (`Turns.repair`)."""
-    reaped = reap_stale(store, now, stale_after, on_terminal)
+    reaped = reap_stale(
+        store, now, stale_after, on_terminal, attempts=attempts, send_later=send_later
+    )
     if input_timeout:
         end_unanswered(store, now, input_timeout, on_terminal)
     if turns is not None:
@@ -211,7 +273,11 @@ class ReaperThread:
         input_timeout: float | None = None,
         turns: Turns | None = None,
         resending: Resending = Resending(),
+        attempts: Attempts = ONE_RUN,
+        send_later: SendLater | None = None,
     ) -> None:
+        self._attempts = attempts
+        self._send_later = send_later
         self._input_timeout = input_timeout
         self._resending = resending
         self._turns = turns
@@ -245,6 +311,8 @@ class ReaperThread:
                     input_timeout=self._input_timeout,
                     turns=self._turns,
                     resending=self._resending,
+                    attempts=self._attempts,
+                    send_later=self._send_later,
                 )
             except StoreError as error:
                 log.warning("reaper: store unavailable, will retry: %s", error)

@@ -18,10 +18,18 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
+from shared.attempts import Run, checkpoint_saved, published
 from shared.codec import strict_json
-from shared.events import Change, Event, artifact_update, message_added, status_update
+from shared.events import (
+    Change,
+    Event,
+    artifact_update,
+    checkpoint_event,
+    message_added,
+    status_update,
+)
 from shared.mappings import is_mapping
 from shared.quoting import shown
 from shared.task import (
@@ -39,7 +47,19 @@ from shared.task import (
 from shared.task import (
     Artifact as StoredArtifact,
 )
-from toolnexus import Artifact, Ask, Chunk, Data, Done, File, NeedAuth, Progress, Reject, Reply
+from toolnexus import (
+    Artifact,
+    Ask,
+    Checkpoint,
+    Chunk,
+    Data,
+    Done,
+    File,
+    NeedAuth,
+    Progress,
+    Reject,
+    Reply,
+)
 
 RESULT_ARTIFACT = "result"
 _STOPS = {Ask: INPUT_REQUIRED, NeedAuth: AUTH_REQUIRED, Reject: REJECTED}
@@ -81,13 +101,54 @@ def final_change(result: object, *, after_output: bool = False) -> Change:
 
 
 class RunProgress:
-    """The progress of one run: which artifact each chunk name writes to."""
+    """The progress of one run: which artifact each chunk name writes to and,
+    where a later attempt may read it (`counting`), how many items the run
+    published since its checkpoint, recorded with each (`shared.attempts`).
+    A run of a later attempt goes on from what the task's run record says
+    (`run`): chunks append to the artifacts already begun, and the first
+    items it yields that the lost run had published after the checkpoint
+    are counted but not published again (`already_published`)."""
 
-    def __init__(self) -> None:
-        self._chunked: dict[str, str] = {}
+    def __init__(self, run: Run | None = None, *, counting: bool = False) -> None:
+        self._chunked: dict[str, str] = dict(run.chunks) if run is not None else {}
+        self._counting = counting
+        self._published = 0
+        self._lost = run.published if run is not None and run.attempt > 1 else 0
+
+    def already_published(self) -> bool:
+        """Whether the next item is one the lost run published (then counted here)."""
+        if self._published < self._lost:
+            self._published += 1
+            return True
+        return False
+
+    def checkpoint(self, item: Checkpoint) -> Change:
+        """The change that saves a checkpoint: nothing published since."""
+        try:
+            strict_json(item.value)
+        except (TypeError, ValueError) as error:
+            raise UnsupportedResult(
+                f"Checkpoint({shown(item.value, _SHOWN)}) is not JSON: {error}"
+            ) from None
+        self._published = self._lost = 0
+        run = checkpoint_saved(item.value, self._chunked)
+        return lambda task: [checkpoint_event(task, run)]
 
     def change(self, item: object) -> Change:
         """The change that saves one yielded item, while the task is working."""
+        change = self._change(item)
+        if not self._counting:
+            return change
+        self._published += 1
+        run = published(self._published, self._chunked)
+
+        def counted(task: Task) -> list[Event]:
+            *before, last = change(task)
+            return [*before, cast(Event, {**last, "run": run})]
+
+        return counted
+
+    def _change(self, item: object) -> Change:
         if isinstance(item, str | Progress):
             message = agent_message(item if isinstance(item, str) else item.message)
             return lambda task: [status_update(task, WORKING, message)]
@@ -98,7 +159,8 @@ class RunProgress:
             return self._chunk(item)
         raise UnsupportedResult(
             f"the fulfilment function yielded {shown(item, _SHOWN)}; expected a str,"
-            " Progress, Artifact or Chunk (or a final result: Done, Reply, Ask, NeedAuth, Reject)"
+            " Progress, Artifact, Chunk or Checkpoint (or a final result: Done, Reply, Ask,"
+            " NeedAuth, Reject)"
         )
 
     def _chunk(self, chunk: Chunk) -> Change:

@@ -249,6 +249,8 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
                 settings,
                 timeout_errors=(SoftTimeLimitExceeded,),
                 io_pool=io_pool,
+                send_later=send_later,
+                run_lost=redelivered(self.request),
             )
             off_loop(runtime.delivered, task_id, state)
             return celery_result(
@@ -258,7 +260,7 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
                 announce_revoked=lambda: self.send_event(
                     "task-revoked", terminated=False, signum=None, expired=False
                 ),
-                redelivered=bool((self.request.delivery_info or {}).get("redelivered")),
+                redelivered=redelivered(self.request),
                 resent=is_resend(self.request.id, task_id),
                 recheck=lambda: self.retry(countdown=recheck_after(settings)),
             )
@@ -266,17 +268,22 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
     # An async agent's deliveries wait on the loop, holding no thread.
     run_on_loop(fulfil_task, lambda: io_pool and runtime.agent().is_async)
 
-    def send(task_id: str) -> None:
-        # The reaper's resend: a Celery id of its own, so that a copy never
-        # shares the running message's entry in a worker (shared.broker.dispatcher).
+    def send_later(task_id: str, delay: float) -> None:
+        # The reaper's resend and a task's next attempt: a Celery id of its
+        # own, so that a copy never shares the running message's entry in a
+        # worker (shared.broker.dispatcher).
         app.send_task(
             FULFIL_TASK,
             args=[task_id],
             task_id=resend_id(task_id),
             queue=settings.queue,
             headers=sent_at(),
+            countdown=delay or None,
             confirm_timeout=CONFIRM_TIMEOUT,  # beat must not wait on RabbitMQ for ever
         )
+
+    def send(task_id: str) -> None:
+        send_later(task_id, 0.0)
 
     @app.task(name=REAP_TASK, shared=False)  # type: ignore[untyped-decorator]
     def reap_task() -> list[str]:
@@ -290,11 +297,20 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
             input_timeout=settings.input_timeout,
             turns=runtime.turns(),
             resending=Resending.of(settings),
+            attempts=settings.attempts,
+            send_later=send_later,
         )
 
     register_push(app, settings, runtime)
     app.steps["worker"].add(slot_keeping(settings, runtime))
     return app
+
+
+def redelivered(request: Any) -> bool:
+    """Whether the broker delivered this message before: the delivery that
+    had it ended without acknowledging it (a pool process lost, a worker
+    killed or cut off)."""
+    return bool((request.delivery_info or {}).get("redelivered"))
 
 
 def slot_keeping(settings: Settings, runtime: ProcessRuntime) -> type[bootsteps.StartStopStep]:
