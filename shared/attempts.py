@@ -18,7 +18,9 @@ one is on its first attempt, epoch 0, held.
 
 from __future__ import annotations
 
+import os
 import random
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -30,7 +32,8 @@ FIELD: Final = "run"
 class Run:
     """`attempt`: the run of the current turn, from 1; `epoch`: how many
     times the task was released, ever (the fencing token); `held`: a run has
-    it (False from a release until the next claim); `checkpoint`: the last
+    it (False from a release until the next claim); `holder`: the process
+    whose run holds it (`<pid>@<host>`); `checkpoint`: the last
     value a run of this turn saved with `toolnexus.Checkpoint`, wrapped as
     `{"value": ...}` (None: none saved); `published`: how many items the
     turn's runs published since that checkpoint (since the turn began
@@ -40,6 +43,7 @@ class Run:
     attempt: int = 1
     epoch: int = 0
     held: bool = True
+    holder: str = ""
     checkpoint: Mapping[str, Any] | None = None
     published: int = 0
     chunks: Mapping[str, str] = field(default_factory=dict)
@@ -56,6 +60,7 @@ def run_of(item: Mapping[str, Any]) -> Run:
         attempt=max(1, _count(record.get("attempt"))),
         epoch=_count(record.get("epoch")),
         held=held if isinstance(held, bool) else True,
+        holder=holder if isinstance(holder := record.get("holder"), str) else "",
         checkpoint=checkpoint
         if isinstance(checkpoint, Mapping) and "value" in checkpoint
         else None,
@@ -79,9 +84,17 @@ def merged(task: Mapping[str, Any], event: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # What the status update of each move sets (merged into the task's record).
-def first_claim() -> dict[str, Any]:
-    """A claim from `submitted`: a new turn, on its first attempt, from no checkpoint."""
-    return {"attempt": 1, "held": True, "checkpoint": None, "published": 0, "chunks": {}}
+def first_claim(holder: str) -> dict[str, Any]:
+    """A claim from `submitted` by `holder`: a new turn, on its first
+    attempt, from no checkpoint."""
+    return {
+        "attempt": 1,
+        "held": True,
+        "holder": holder,
+        "checkpoint": None,
+        "published": 0,
+        "chunks": {},
+    }
 
 
 def checkpoint_saved(value: Any, chunks: Mapping[str, str]) -> dict[str, Any]:
@@ -94,14 +107,19 @@ def published(count: int, chunks: Mapping[str, str]) -> dict[str, Any]:
     return {"published": count, "chunks": dict(chunks)}
 
 
-def taken() -> dict[str, Any]:
-    """A claim of a released task: the attempt the release counted."""
-    return {"held": True}
+def taken(holder: str) -> dict[str, Any]:
+    """A claim of a released task by `holder`: the attempt the release counted."""
+    return {"held": True, "holder": holder}
 
 
 def released(run: Run) -> dict[str, Any]:
     """A release: the next attempt, in a new epoch, held by nobody yet."""
-    return {"attempt": run.attempt + 1, "epoch": run.epoch + 1, "held": False}
+    return {"attempt": run.attempt + 1, "epoch": run.epoch + 1, "held": False, "holder": ""}
+
+
+def process_name(pid: int | None = None) -> str:
+    """A holder's name: the process (this one by default) on this host."""
+    return f"{pid if pid is not None else os.getpid()}@{socket.gethostname()}"
 
 
 def holds(epoch: int) -> Callable[[Mapping[str, Any]], bool]:

@@ -446,6 +446,9 @@ class Settings:
     max_attempts: int = _env("MAX_ATTEMPTS", _count, 1)
     retry_backoff: float = _env("RETRY_BACKOFF", _seconds, 1.0)
     retry_backoff_max: float = _env("RETRY_BACKOFF_MAX", _seconds, 60.0)
+    # seconds a stopping worker lets its running tasks finish before it
+    # hands back those with attempts left
+    drain_timeout: float = _env("DRAIN_TIMEOUT", _seconds, 30.0)
     time_limit: float = _env("TIME_LIMIT", _seconds, 300.0)
     concurrency: int | None = _env("CONCURRENCY", _optional_count, None)
     # the agent card

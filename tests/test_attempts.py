@@ -8,16 +8,25 @@ killed under a real Celery worker is the end-to-end case.
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from shared.attempts import Attempts, first_claim, holds, run_of
+from shared.attempts import (
+    Attempts,
+    first_claim,
+    holds,
+    is_released,
+    process_name,
+    run_of,
+    taken,
+)
 from shared.dialects import V03, V10, V11, event_for, task_for
 from shared.events import status_update, to_state
 from shared.settings import Settings
@@ -71,7 +80,9 @@ def claimed_task(store: Any) -> tuple[str, int]:
     """A task claimed as a worker claims it: its id and the claim's epoch."""
     task = new_task(text_message("user", "x"))
     store.create(task)
-    outcome = claim(store, task["id"], to=WORKING, from_state=SUBMITTED, run=first_claim())
+    outcome = claim(
+        store, task["id"], to=WORKING, from_state=SUBMITTED, run=first_claim(process_name())
+    )
     assert outcome.applied and outcome.record is not None
     return task["id"], run_of(outcome.record.task).epoch
 
@@ -153,11 +164,10 @@ def test_the_last_attempt_s_stale_run_fails_the_task_naming_the_attempts(
 
 def claim_released(store: Any, task_id: str) -> bool:
     """A delivery taking a released task, as `fulfil` does, without running anything."""
-    from shared.attempts import is_released, taken
 
     def take(task: Task) -> list[Any]:
         event = status_update(task, WORKING)
-        event["run"] = taken()
+        event["run"] = taken("another@host")
         return [event]
 
     return transition(store, task_id, take, from_states={WORKING}, when=is_released).applied
@@ -356,3 +366,41 @@ def test_a_killed_pool_process_s_generator_goes_on_from_its_checkpoint(fleet: An
         if m["parts"][0]["text"].startswith("step ")
     ]
     assert published == [f"step {n}" for n in range(1, 61)]
+
+
+def test_a_stopped_worker_hands_back_what_outlives_its_drain_and_finishes_the_rest(
+    fleet: Any,
+) -> None:
+    fleet.env["TOOLNEXUS_DRAIN_TIMEOUT"] = "1"
+    leaving = fleet.worker("leaving")
+    task_id = fleet.submit("hang-until 2 hello")
+    runs = str(fleet.tmp_path / "runs")
+    wait_for(lambda: runs_of(runs, "attempt 1"), timeout=60, what=f"attempt 1\n{fleet.logs()}")
+    short = fleet.submit("plain quick")  # the worker's second process takes it
+    fleet.worker("staying")
+
+    leaving.send_signal(signal.SIGTERM)  # the worker's main process: a warm shutdown
+
+    assert leaving.wait(60) == 0
+    task = fleet.wait(task_id, "completed", timeout=60)
+    assert said(task) == "ran: hello on attempt 2"
+    history = [m["parts"][0]["text"] for m in task.get("history", []) if m["role"] == "agent"]
+    assert any(
+        text.startswith(
+            "attempt 1 of 2 ended without an outcome (its worker shut down before it finished)"
+        )
+        for text in history
+    ), history
+    assert state_of(fleet.wait(short, "completed")) == COMPLETED
+
+
+def test_the_celery_internals_a_worker_hands_runs_back_with_are_where_they_were() -> None:
+    """`worker/runtime/handback.py` reads these by name; a Celery that moves
+    them fails here, not in a worker being drained."""
+    from celery.worker import state
+    from celery.worker.request import Request
+
+    assert isinstance(state.active_requests, Iterable)
+    for name in ("worker_pid", "args", "name", "cancel", "on_failure"):
+        assert hasattr(Request, name), name
+    assert "emit_retry" in inspect.signature(Request.cancel).parameters

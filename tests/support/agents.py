@@ -78,12 +78,13 @@ def attempted(text: str, attempt: int) -> object:
 
 
 def stepping(text: str, attempt: int, checkpoint: int | None) -> Iterator[Any]:
-    """`<steps> <seconds>`: that many steps of `seconds` each, a progress
-    message and a checkpoint after each, from the step after `checkpoint`;
-    each step's start is logged (`scripted`) as `attempt <a> step <n>`."""
-    steps, _, seconds = text.partition(" ")
+    """`<steps> <seconds> [<tag>]`: that many steps of `seconds` each, a
+    progress message and a checkpoint after each, from the step after
+    `checkpoint`; each step's start is logged (`scripted`) as `[<tag> ]attempt
+    <a> step <n>`."""
+    steps, seconds, *tag = text.split(" ")
     for step in range((checkpoint or 0) + 1, int(steps) + 1):
-        scripted(f"attempt {attempt} step {step}")
+        scripted(" ".join([*tag, f"attempt {attempt} step {step}"]))
         time.sleep(float(seconds or 0))
         yield Progress(f"step {step}")
         yield Checkpoint(step)

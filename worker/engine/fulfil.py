@@ -27,8 +27,9 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
+from functools import partial
 
-from shared.attempts import first_claim, holds, is_released, run_of, taken
+from shared.attempts import first_claim, holds, is_released, process_name, run_of, taken
 from shared.backoff import Backoff
 from shared.errors import StoreError
 from shared.events import Change, Event, status_update
@@ -43,7 +44,7 @@ from worker.engine.green_jobs import off_loop
 from worker.engine.heartbeat import heartbeating
 from worker.engine.io_calls import CallStopped, running_io_call, watching
 from worker.engine.results import RunProgress, UnsupportedResult, failed, final_change
-from worker.engine.retries import SendLater, end_without_outcome
+from worker.engine.retries import SendLater, end_without_outcome, queue_again
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,6 @@ def fulfil(
     io_pool: bool = False,
     run_async: RunAsync = run_async,
     send_later: SendLater | None = None,
-    run_lost: bool = False,
 ) -> str:
     """Run one delivery of `task_id`; return the task's state afterwards ("" if unknown).
 
@@ -70,9 +70,7 @@ def fulfil(
     `run_async`: how async agent code runs (the embedded server's one loop,
     `worker.engine.green_loop`); an I/O call runs on its pool's loop instead.
     `send_later(id, delay)`: how a task released for another attempt is
-    queued again (None: the reaper finds it). `run_lost`: this delivery's
-    message came back because the process running it died (a redelivery),
-    so a task it finds held gets another attempt at once.
+    queued again (None: the reaper finds it).
     """
     with ExitStack() as stack:
         # An I/O call watches its task from before the claim, so that a
@@ -81,7 +79,7 @@ def fulfil(
         watch = off_loop(stack.enter_context, watching(store, task_id)) if io_pool else None
         # The claim reads the task itself: no separate load, one round trip
         # fewer (and on a store that claims in one step, no separate read either).
-        claimed = off_loop(_claim, store, task_id, settings, agent, send_later, run_lost)
+        claimed = off_loop(_claim, store, task_id)
         if claimed.record is None:
             log.warning("task %s: not in the store, nothing to run", task_id)
             return ""
@@ -105,56 +103,23 @@ def fulfil(
     return final
 
 
-def _claim(
-    store: Store,
-    task_id: str,
-    settings: Settings,
-    agent: Agent,
-    send_later: SendLater | None,
-    run_lost: bool,
-) -> Outcome:
-    """Claim a `submitted` task, or take one released for another attempt.
-    A task found held after `run_lost` is released first (its run is gone)."""
-    claimed = claim(store, task_id, to=WORKING, from_state=SUBMITTED, run=first_claim())
+def _claim(store: Store, task_id: str) -> Outcome:
+    """Claim a `submitted` task, or take one released for another attempt."""
+    holder = process_name()
+    claimed = claim(store, task_id, to=WORKING, from_state=SUBMITTED, run=first_claim(holder))
     if claimed.applied or claimed.record is None or state_of(claimed.task) != WORKING:
         return claimed
-    run = run_of(claimed.record.task)
-    if run.held and run_lost and settings.attempts.most > 1:
-        reason = "the worker process running it was lost"
-        ended = end_without_outcome(
-            store,
-            task_id,
-            settings.attempts,
-            reason,
-            epoch=run.epoch,
-            current=claimed.record,
-            on_terminal=agent.on_task,
-        )
-        if ended.retry_in is not None:
-            _send_later(send_later, task_id, ended.retry_in)
-        return Outcome(False, ended.outcome.record)
-    if run.held:
+    if not is_released(claimed.record.task):
         return claimed
-    return transition(store, task_id, _taken, from_states={WORKING}, when=is_released)
+    return transition(
+        store, task_id, partial(_taken, holder), from_states={WORKING}, when=is_released
+    )
 
 
-def _taken(task: Task) -> list[Event]:
+def _taken(holder: str, task: Task) -> list[Event]:
     event = status_update(task, WORKING)
-    event["run"] = taken()
+    event["run"] = taken(holder)
     return [event]
-
-
-def _send_later(send_later: SendLater | None, task_id: str, delay: float) -> None:
-    """Queue a released task again; should that fail, the reaper finds it
-    (a released task keeps no heartbeat) and sends it."""
-    if send_later is None:
-        return
-    try:
-        send_later(task_id, delay)
-    except Exception as error:
-        log.warning(
-            "task %s: cannot queue its next attempt now (the reaper will): %s", task_id, error
-        )
 
 
 def _run(
@@ -211,7 +176,7 @@ def _run(
             on_terminal=agent.on_task,
         )
         if ended.retry_in is not None:
-            _send_later(send_later, task_id, ended.retry_in)
+            queue_again(send_later, task_id, ended.retry_in)
         return ended.outcome
     except timeout_errors:
         finish = failed(f"timed out after {settings.time_limit:g} s")

@@ -38,7 +38,6 @@ def observed_fulfil(
     io_pool: bool = False,
     run_async: RunAsync = run_async,
     send_later: SendLater | None = None,
-    run_lost: bool = False,
 ) -> str:
     """`fulfil`, logged and counted when this delivery ran the function."""
     started: list[float] = []
@@ -61,7 +60,6 @@ def observed_fulfil(
                 io_pool=io_pool,
                 run_async=run_async,
                 send_later=send_later,
-                run_lost=run_lost,
             )
     finally:
         if started:

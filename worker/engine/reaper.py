@@ -42,7 +42,7 @@ from shared.task import INTERRUPTED_STATES, WORKING, Task, epoch, state_of
 from shared.transitions import OnTerminal, transition
 from worker.engine.metrics import worker_metrics
 from worker.engine.results import failed
-from worker.engine.retries import SendLater, end_without_outcome
+from worker.engine.retries import SendLater, end_without_outcome, queue_again
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +126,8 @@ def _end_stale(
         return False
     run = run_of(record.task)
     if not run.held:
-        if send_later is not None:
-            send_later(task_id, 0.0)
-            store.heartbeat(task_id)  # not stale again before a delivery could take it
+        queue_again(send_later, task_id, 0.0)
+        store.heartbeat(task_id)  # not stale again before a delivery could take it
         return False
     ended = end_without_outcome(
         store,
@@ -140,8 +139,7 @@ def _end_stale(
         on_terminal=on_terminal,
     )
     if ended.retry_in is not None:
-        if send_later is not None:
-            send_later(task_id, ended.retry_in)
+        queue_again(send_later, task_id, ended.retry_in)
         log.warning("reaper: task %s released for another attempt (%s)", task_id, reason)
         return False
     return ended.outcome.applied

@@ -55,9 +55,11 @@ from worker.engine.agent import Agent, agent_or_problem
 from worker.engine.green_jobs import off_loop
 from worker.engine.observe import observed_fulfil
 from worker.engine.reaper import Resending, sweep
+from worker.engine.retries import hand_back
 from worker.push.delivery import GaveUp, Policy, deliver, push_feed
 from worker.push.delivery import sweep as sweep_push
 from worker.runtime.cancel import register_cancel
+from worker.runtime.handback import draining, holder_of, lost_requests
 from worker.runtime.outcome import TaskFailed, celery_result
 from worker.runtime.pools import (
     celery_pool,
@@ -232,11 +234,28 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
 
     # shared=False: each app keeps its own tasks (closures over its own
     # settings and store) instead of Celery registering them in every app.
+    def hand_back_run(task_id: str, pid: int, reason: str) -> bool:
+        ended = hand_back(
+            runtime.store(),
+            task_id,
+            holder_of(pid),
+            settings.attempts,
+            reason,
+            send_later=send_later,
+            on_terminal=runtime.agent().on_task,
+        )
+        return ended is not None and ended.outcome.applied
+
+    # With more than one attempt, a run this worker loses is handed back at once.
+    retrying = settings.attempts.most > 1
+    requests = {"Request": lost_requests(hand_back_run)} if retrying else {}
+
     @app.task(  # type: ignore[untyped-decorator]
         bind=True,
         name=FULFIL_TASK,
         shared=False,
         **STORE_RETRIED,
+        **requests,
         throws=(TaskFailed,),  # an expected outcome: logged without a traceback
     )
     def fulfil_task(self: Any, task_id: str) -> str:
@@ -250,7 +269,6 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
                 timeout_errors=(SoftTimeLimitExceeded,),
                 io_pool=io_pool,
                 send_later=send_later,
-                run_lost=redelivered(self.request),
             )
             off_loop(runtime.delivered, task_id, state)
             return celery_result(
@@ -303,6 +321,8 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
 
     register_push(app, settings, runtime)
     app.steps["worker"].add(slot_keeping(settings, runtime))
+    if retrying:
+        app.steps["worker"].add(draining(settings.drain_timeout, hand_back_run))
     return app
 
 
