@@ -33,7 +33,8 @@ class Run:
     """`attempt`: the run of the current turn, from 1; `epoch`: how many
     times the task was released, ever (the fencing token); `held`: a run has
     it (False from a release until the next claim); `holder`: the process
-    whose run holds it (`<pid>@<host>`); `checkpoint`: the last
+    whose run holds it (`<pid>@<host>`); `due`: when a released task's
+    next attempt may start (seconds since the epoch); `checkpoint`: the last
     value a run of this turn saved with `toolnexus.Checkpoint`, wrapped as
     `{"value": ...}` (None: none saved); `published`: how many items the
     turn's runs published since that checkpoint (since the turn began
@@ -44,6 +45,7 @@ class Run:
     epoch: int = 0
     held: bool = True
     holder: str = ""
+    due: float = 0.0
     checkpoint: Mapping[str, Any] | None = None
     published: int = 0
     chunks: Mapping[str, str] = field(default_factory=dict)
@@ -61,6 +63,7 @@ def run_of(item: Mapping[str, Any]) -> Run:
         epoch=_count(record.get("epoch")),
         held=held if isinstance(held, bool) else True,
         holder=holder if isinstance(holder := record.get("holder"), str) else "",
+        due=float(due) if isinstance(due := record.get("due"), int | float) else 0.0,
         checkpoint=checkpoint
         if isinstance(checkpoint, Mapping) and "value" in checkpoint
         else None,
@@ -112,9 +115,16 @@ def taken(holder: str) -> dict[str, Any]:
     return {"held": True, "holder": holder}
 
 
-def released(run: Run) -> dict[str, Any]:
-    """A release: the next attempt, in a new epoch, held by nobody yet."""
-    return {"attempt": run.attempt + 1, "epoch": run.epoch + 1, "held": False, "holder": ""}
+def released(run: Run, due: float) -> dict[str, Any]:
+    """A release: the next attempt, in a new epoch, held by nobody yet, to
+    be taken from `due` (seconds since the epoch) on."""
+    return {
+        "attempt": run.attempt + 1,
+        "epoch": run.epoch + 1,
+        "held": False,
+        "holder": "",
+        "due": due,
+    }
 
 
 def process_name(pid: int | None = None) -> str:
@@ -132,8 +142,16 @@ def holds(epoch: int) -> Callable[[Mapping[str, Any]], bool]:
     return check
 
 
-def is_released(task: Mapping[str, Any]) -> bool:
-    return not run_of(task).held
+def takes_now(now: float) -> Callable[[Mapping[str, Any]], bool]:
+    """Whether a delivery may take the task at `now`: released, and its
+    backoff over (a copy of its message that comes early leaves it to the
+    message queued for when it is due)."""
+
+    def check(task: Mapping[str, Any]) -> bool:
+        run = run_of(task)
+        return not run.held and run.due <= now
+
+    return check
 
 
 @dataclass(frozen=True)

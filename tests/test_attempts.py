@@ -22,10 +22,10 @@ from shared.attempts import (
     Attempts,
     first_claim,
     holds,
-    is_released,
     process_name,
     run_of,
     taken,
+    takes_now,
 )
 from shared.dialects import V03, V10, V11, event_for, task_for
 from shared.events import status_update, to_state
@@ -117,11 +117,11 @@ def test_a_stale_run_s_task_is_released_taken_by_the_next_and_the_first_writes_n
     assert not progress(store, task_id, first, "a late write from the lost run")
 
     # the next delivery takes it, and its run writes
-    taken = fulfil(
-        store, task_id, Agent(run=lambda attempt: f"done on attempt {attempt}"), SETTINGS
-    )
+    agent = Agent(run=lambda attempt: f"done on attempt {attempt}")
+    # not before its backoff ends: a delivery until then leaves it
+    assert fulfil(store, task_id, agent, SETTINGS) == WORKING
+    wait_for(lambda: fulfil(store, task_id, agent, SETTINGS) == COMPLETED, what="the next attempt")
 
-    assert taken == COMPLETED
     done = store.get(task_id)
     assert said(done) == "done on attempt 2"
     texts = [said({"status": event["status"]}) for _, event in _statuses(store, task_id)]
@@ -170,7 +170,9 @@ def claim_released(store: Any, task_id: str) -> bool:
         event["run"] = taken("another@host")
         return [event]
 
-    return transition(store, task_id, take, from_states={WORKING}, when=is_released).applied
+    # Whenever the release said it is due: no backoff waited for here.
+    anytime = takes_now(float("inf"))
+    return transition(store, task_id, take, from_states={WORKING}, when=anytime).applied
 
 
 def test_a_released_task_nobody_took_is_sent_again_without_counting_an_attempt(
@@ -212,6 +214,8 @@ def test_an_agent_s_retry_runs_it_again_after_the_delay_it_asked_for() -> None:
             f"attempt {attempt} of 3 ended without an outcome (the agent asked to retry:"
             f" busy on attempt {attempt}); attempt {attempt + 1} starts in 0.1 s"
         )
+        # the delivery queued for when it is due takes it
+        wait_for(lambda: run_of(store.get(task["id"]) or {}).due <= time.time(), what="its due")
     assert sent == [(task["id"], 0.1), (task["id"], 0.1)]
     assert fulfil(store, task["id"], agent, SETTINGS) == COMPLETED
     assert said(store.get(task["id"])) == "ran: hello on attempt 3"
@@ -318,7 +322,7 @@ def test_a_later_attempt_goes_on_from_the_checkpoint_and_publishes_nothing_twice
         fulfil(store, task["id"], agent, SETTINGS)
     clock.now += 100
     reap_stale(store, clock.now, 60, attempts=THREE, send_later=Sent().append_call)
-    assert fulfil(store, task["id"], agent, SETTINGS) == COMPLETED
+    wait_for(lambda: fulfil(store, task["id"], agent, SETTINGS) == COMPLETED, what="attempt 2")
 
     # the second attempt began after the last checkpoint (step 24), not before
     assert next(step for attempt, step in ran if attempt == 2) == 25

@@ -27,6 +27,7 @@ class Case:
     final: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     runs: Counter[str] = field(default_factory=Counter)
     deliveries: dict[str, list[tuple[int, str, float]]] = field(default_factory=dict)
+    attempts: int = 1
 
     def add(self, kind: str, start: float, end: float, ok: bool = True, **value: Any) -> Op:
         op = Op("client", kind, start, end, ok, value)
@@ -36,7 +37,9 @@ class Case:
     def anomalies(self) -> set[str]:
         texts = [*self.history.acknowledged().values(), *self.history.replies().values()]
         expected = {text: "ran: " + text.split(" ", 2)[2] for text in texts}
-        return set(check(self.history, self.final, self.runs, expected, self.deliveries))
+        return set(
+            check(self.history, self.final, self.runs, expected, self.deliveries, self.attempts)
+        )
 
 
 def task(state: str, result: str = RESULT) -> dict[str, Any]:
@@ -85,8 +88,30 @@ def _reply_elsewhere(case: Case) -> None:
     case.history.ops[0].value["replied"] = ["t9"]
 
 
-def _ran_twice(case: Case) -> None:
+def _ran_too_often(case: Case) -> None:
     case.runs[TEXT] = 2
+
+
+def _attempts_miscounted(case: Case) -> None:
+    case.attempts = 3
+    case.runs[TEXT] = 2  # ran twice, yet the task records one attempt
+
+
+def _failed_with_attempts_left(case: Case) -> None:
+    case.attempts = 3
+    failed = task("failed")
+    failed["status"]["message"] = {
+        "role": "agent",
+        "parts": [{"kind": "text", "text": "worker lost: no heartbeat for 3 s"}],
+    }
+    case.final.update(t1=failed)
+
+
+def _progress_repeated(case: Case) -> None:
+    done = case.final["t1"]
+    assert done is not None
+    said = [{"role": "agent", "parts": [{"kind": "text", "text": "step 1 of 4"}]}] * 2
+    done["history"] = [{"role": "user", "parts": [{"kind": "text", "text": TEXT}]}, *said]
 
 
 def _without_a_run(case: Case) -> None:
@@ -137,7 +162,10 @@ BREAKS: dict[str, Callable[[Case], None]] = {
     "lost": lambda case: case.final.update(t1=None),
     "stuck": lambda case: case.final.update(t1=task("working")),
     "failed-by-broker": _failed_by_broker,
-    "ran-twice": _ran_twice,
+    "ran-too-often": _ran_too_often,
+    "attempts-miscounted": _attempts_miscounted,
+    "failed-with-attempts-left": _failed_with_attempts_left,
+    "progress-repeated": _progress_repeated,
     "completed-without-a-run": _without_a_run,
     "wrong-result": lambda case: case.final.update(t1=task("completed", "ran: another")),
     "terminal-changed": _terminal_changed,
@@ -158,6 +186,14 @@ ALSO = {
     "stuck": {"stream-end", "terminal-changed"},
     # a task seen completed, then failed: its stream, reads and webhook disagree too
     "failed-by-broker": {"stream-end", "terminal-changed", "webhook-unheard", "webhook-wrong-end"},
+    "failed-with-attempts-left": {
+        "stream-end",
+        "terminal-changed",
+        "webhook-unheard",
+        "webhook-wrong-end",
+    },
+    # one attempt allowed, two runs: the task records one too
+    "ran-too-often": {"attempts-miscounted"},
 }
 
 

@@ -13,7 +13,13 @@ history against what the service promises (`docs/promises.md`):
   task ended for a while), none failed because the broker could not take
   it (`failed-by-broker`: the task is saved, and beat's resend queues it),
   each submission (its message, the reply to its
-  question) run at most once (`ran-twice`); a completed task's last
+  question) run at most as often as its attempts allow (`ran-too-often`:
+  once with one attempt), and no more often than the attempts its task
+  records, itself within the allowance (`attempts-miscounted`); none
+  failed for a lost run while attempts remained (`failed-with-attempts-left`);
+  no progress message published twice in one turn (`progress-repeated`: a
+  later attempt passes over what the lost run published, and a run that
+  lost its task writes nothing); a completed task's last
   submission ran, and its result is its own (`completed-without-a-run`,
   `wrong-result`); a reply is acknowledged as the task it answers
   (`reply-elsewhere`);
@@ -40,6 +46,7 @@ history against what the service promises (`docs/promises.md`):
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import Counter, defaultdict
@@ -124,13 +131,15 @@ def check(
     runs: Counter[str],
     expected_result: Mapping[str, str],
     deliveries: Deliveries | None = None,
+    attempts: int = 1,
 ) -> dict[str, list[str]]:
     """The anomalies of `history` by kind, each naming what shows it.
 
     `final`: each acknowledged task as read once every fault was healed and
     the fleet settled (None: not found); `runs`: how often the agent ran
     each message's text; `expected_result`: what each text's run answers;
-    `deliveries`: what each webhook was sent and accepted, in arrival order."""
+    `deliveries`: what each webhook was sent and accepted, in arrival order;
+    `attempts`: the fleet's TOOLNEXUS_MAX_ATTEMPTS."""
     found: dict[str, list[str]] = defaultdict(list)
     sends = history.of("send")
     by_message: dict[str, set[str]] = defaultdict(set)
@@ -157,9 +166,12 @@ def check(
             found["failed-by-broker"].append(f"task {task_id} ({text}): {status_text(task)[:80]}")
         submissions = [text, *([replies[task_id]] if task_id in replies else [])]
         for submitted in submissions:
-            if runs[submitted] > 1:
-                found["ran-twice"].append(f"task {task_id} ({submitted}): {runs[submitted]} runs")
+            if runs[submitted] > attempts:
+                found["ran-too-often"].append(
+                    f"task {task_id} ({submitted}): {runs[submitted]} runs, {attempts} allowed"
+                )
         last = submissions[-1]
+        _attempts(task_id, task, runs[last], attempts, found)
         if state == "completed":
             if runs[last] == 0:
                 found["completed-without-a-run"].append(f"task {task_id} ({last})")
@@ -172,6 +184,51 @@ def check(
     _webhooks(history, final, deliveries or {}, found)
     _numbers(history, deliveries or {}, found)
     return dict(found)
+
+
+# The status message of a released run (worker.engine.retries), and of a
+# failure that ended a lost run.
+_RELEASED = re.compile(r"attempt (\d+) of (\d+) ended without an outcome")
+_LOST = ("worker lost", "process running it was lost", "shut down before it finished")
+
+
+def _last_turn(task: Mapping[str, Any]) -> list[str]:
+    """The texts of the agent's messages since the last user message."""
+    texts: list[str] = []
+    for message in task.get("history") or []:
+        if not isinstance(message, dict):
+            continue
+        if str(message.get("role", "")).lower() in ("user", "role_user"):
+            texts = []
+            continue
+        parts = message.get("parts") or []
+        texts.append(" ".join(str(p.get("text", "")) for p in parts if isinstance(p, dict)))
+    return texts
+
+
+def _attempts(
+    task_id: str, task: Mapping[str, Any], ran: int, attempts: int, found: dict[str, list[str]]
+) -> None:
+    """What the task records of its last turn's attempts against how often
+    the agent ran it, and against the allowance."""
+    said = _last_turn(task)
+    made = 1 + sum(1 for text in said if _RELEASED.match(text))
+    if made > attempts or ran > made:
+        found["attempts-miscounted"].append(
+            f"task {task_id}: {made} attempt(s) recorded, {ran} run(s), {attempts} allowed"
+        )
+    status = status_text(task)
+    if (
+        attempts > 1
+        and state_of(task) == "failed"
+        and any(lost in status for lost in _LOST)
+        and "no attempts left" not in status
+    ):
+        found["failed-with-attempts-left"].append(f"task {task_id}: {status[:100]}")
+    steps = [text for text in said if text.startswith("step ")]
+    repeated = sorted({text for text in steps if steps.count(text) > 1})
+    if repeated:
+        found["progress-repeated"].append(f"task {task_id}: {repeated} published more than once")
 
 
 def hooked(history: History) -> dict[str, str]:

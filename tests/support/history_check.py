@@ -33,10 +33,11 @@ OUTAGE = {
 SECONDS = 0.0  # every fault once (the nemesis runs each once first): about 30 s of faults
 
 
-def check_history(backend: str, tmp_path: Path) -> None:
-    """One history on `backend`, with every fault injected and no anomaly."""
+def check_history(backend: str, tmp_path: Path, attempts: int = 1) -> None:
+    """One history on `backend` (its turns given `attempts` runs), with every
+    fault injected and no anomaly."""
     seed = int(os.environ.get("TOOLNEXUS_HISTORY_SEED") or random.SystemRandom().randrange(10**6))
-    outcome = run_history(tmp_path, backend, SECONDS, seed)
+    outcome = run_history(tmp_path, backend, SECONDS, seed, attempts)
     print(f"\n{outcome.line}\n{outcome.schedule}")
     assert outcome.history.acknowledged(), "no task was acknowledged"
     assert {op.value["fault"] for op in outcome.history.of("fault")} >= {

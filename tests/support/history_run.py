@@ -117,11 +117,14 @@ class Fleet:
         return f"127.0.0.1:{self.grpc_port}"
 
 
-def run_history(folder: Path, backend: str, seconds: float, seed: int) -> Outcome:
-    """Run one history of about `seconds` of faults on `backend` (one of BACKENDS)."""
+def run_history(
+    folder: Path, backend: str, seconds: float, seed: int, attempts: int = 1
+) -> Outcome:
+    """Run one history of about `seconds` of faults on `backend` (one of
+    BACKENDS), its fleet giving each turn of a task `attempts` runs."""
     history = History()
     receiver = Receiver().start()
-    with history_fleet(folder, backend, seed) as fleet:
+    with history_fleet(folder, backend, seed, attempts) as fleet:
         clients = Clients(
             fleet.stack.web_url,
             history,
@@ -158,25 +161,31 @@ def run_history(folder: Path, backend: str, seconds: float, seed: int) -> Outcom
         runs = Counter(line.rpartition("\t")[0] for line in logged.splitlines())
         texts = [*history.acknowledged().values(), *history.replies().values()]
         expected = {text: expected_result(text) for text in texts}
-        anomalies = check(history, final, runs, expected, deliveries)
+        anomalies = check(history, final, runs, expected, deliveries, attempts)
         if anomalies:
             print(fleet.stack.log_tails(40))
     history.dump(folder / "history.jsonl")
     # Measured, not asserted: how long the last acknowledged task took to end
     # once every fault was healed (the clients' last sends included).
     ended = f"tasks settled {settled:.1f} s after the faults were healed"
-    line = f"{backend}: {summary(history, anomalies, deliveries)}; {ended}"
+    deployment = backend if attempts == 1 else f"{backend} with {attempts} attempts"
+    line = f"{deployment}: {summary(history, anomalies, deliveries)}; {ended}"
     return Outcome(history, anomalies, nemesis.describe(), line)
 
 
 @contextmanager
-def history_fleet(folder: Path, backend: str, seed: int) -> Iterator[Fleet]:
+def history_fleet(folder: Path, backend: str, seed: int, attempts: int = 1) -> Iterator[Fleet]:
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r}: one of {BACKENDS}")
     runs = folder / "runs.log"
     settings = {
         **scripted_fleet(runs, stale_after=STALE_AFTER),
         "TOOLNEXUS_PG_TIMEOUT": f"{PG_TIMEOUT:g}",
+        "TOOLNEXUS_MAX_ATTEMPTS": str(attempts),
+        # as quick as the fleet's other settings: a retry within a second
+        "TOOLNEXUS_RETRY_BACKOFF": "0.2",
+        "TOOLNEXUS_RETRY_BACKOFF_MAX": "1",
+        "TOOLNEXUS_DRAIN_TIMEOUT": "2",
     }
     dotenv = dotenv_for(settings, secrets.token_hex(16))
     with ExitStack() as cleanup:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from functools import partial
 
-from shared.attempts import first_claim, holds, is_released, process_name, run_of, taken
+from shared.attempts import first_claim, holds, process_name, run_of, taken, takes_now
 from shared.backoff import Backoff
 from shared.errors import StoreError
 from shared.events import Change, Event, status_update
@@ -109,10 +109,10 @@ def _claim(store: Store, task_id: str) -> Outcome:
     claimed = claim(store, task_id, to=WORKING, from_state=SUBMITTED, run=first_claim(holder))
     if claimed.applied or claimed.record is None or state_of(claimed.task) != WORKING:
         return claimed
-    if not is_released(claimed.record.task):
+    if not takes_now(time.time())(claimed.record.task):
         return claimed
     return transition(
-        store, task_id, partial(_taken, holder), from_states={WORKING}, when=is_released
+        store, task_id, partial(_taken, holder), from_states={WORKING}, when=takes_now(time.time())
     )
 
 

@@ -12,6 +12,7 @@ noticed.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -63,7 +64,7 @@ def end_without_outcome(
         delay = attempts.delay(run, asked)
         delays.append(delay)
         event = status_update(task, WORKING, agent_message(attempts.said(run, reason, delay)))
-        event["run"] = released(run)
+        event["run"] = released(run, time.time() + delay)
         return [event]
 
     outcome = transition(

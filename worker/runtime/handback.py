@@ -25,7 +25,6 @@ Celery's internals this reads are checked by name in
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -51,8 +50,9 @@ DRAINED = "its worker shut down before it finished"
 
 def lost_requests(on_lost: OnLost) -> type[Request]:
     """The fulfil task's request class: a pool process lost under it is
-    reported to `on_lost`, on a thread of its own (the main process's loop
-    must not wait on the store)."""
+    reported to `on_lost` before Celery gives the message back (so the copy
+    that comes back finds the task released, and leaves it to the message
+    queued for when its backoff ends)."""
 
     class FulfilRequest(Request):  # type: ignore[misc]
         def on_failure(
@@ -62,7 +62,11 @@ def lost_requests(on_lost: OnLost) -> type[Request]:
             if isinstance(error, ExceptionWithTraceback):
                 error = error.exc
             if isinstance(error, WorkerLostError) and self.worker_pid and self.args:
-                _in_thread(on_lost, str(self.args[0]), int(self.worker_pid), POOL_PROCESS_LOST)
+                task_id = str(self.args[0])
+                try:
+                    on_lost(task_id, int(self.worker_pid), POOL_PROCESS_LOST)
+                except Exception:
+                    log.exception("task %s: could not hand it back (the reaper will)", task_id)
             return super().on_failure(exc_info, send_failed_event, return_ok)
 
     return FulfilRequest
@@ -101,16 +105,6 @@ def draining(timeout: float, on_lost: OnLost) -> type[bootsteps.StartStopStep]:
 
 def _running() -> list[Any]:
     return [request for request in list(state.active_requests) if request.name == FULFIL_TASK]
-
-
-def _in_thread(work: OnLost, task_id: str, pid: int, reason: str) -> None:
-    def run() -> None:
-        try:
-            work(task_id, pid, reason)
-        except Exception:
-            log.exception("task %s: could not hand it back (the reaper will)", task_id)
-
-    threading.Thread(target=run, name="toolnexus-hand-back", daemon=True).start()
 
 
 def holder_of(pid: int) -> str:
