@@ -206,13 +206,18 @@ def _last_turn(task: Mapping[str, Any]) -> list[str]:
     return texts
 
 
+def attempts_made(task: Mapping[str, Any]) -> int:
+    """The attempts the task's last turn records: one more than its releases."""
+    return 1 + sum(1 for text in _last_turn(task) if _RELEASED.match(text))
+
+
 def _attempts(
     task_id: str, task: Mapping[str, Any], ran: int, attempts: int, found: dict[str, list[str]]
 ) -> None:
     """What the task records of its last turn's attempts against how often
     the agent ran it, and against the allowance."""
     said = _last_turn(task)
-    made = 1 + sum(1 for text in said if _RELEASED.match(text))
+    made = attempts_made(task)
     if made > attempts or ran > made:
         found["attempts-miscounted"].append(
             f"task {task_id}: {made} attempt(s) recorded, {ran} run(s), {attempts} allowed"

@@ -58,6 +58,7 @@ from tests.support.history import (
     TERMINAL,
     Deliveries,
     History,
+    attempts_made,
     check,
     hooked,
     pushed_state,
@@ -168,7 +169,10 @@ def run_history(
     # Measured, not asserted: how long the last acknowledged task took to end
     # once every fault was healed (the clients' last sends included).
     ended = f"tasks settled {settled:.1f} s after the faults were healed"
-    deployment = backend if attempts == 1 else f"{backend} with {attempts} attempts"
+    deployment = backend
+    if attempts > 1:
+        again = sum(1 for task in final.values() if task is not None and attempts_made(task) > 1)
+        deployment = f"{backend} with {attempts} attempts ({again} task(s) run again)"
     line = f"{deployment}: {summary(history, anomalies, deliveries)}; {ended}"
     return Outcome(history, anomalies, nemesis.describe(), line)
 
