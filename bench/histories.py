@@ -1,12 +1,13 @@
 """Long runs of checked histories under faults (not a timed test):
 
     python3 bench/histories.py --minutes 30 [--backends redis,postgresql,file,amqp]
-                               [--each 120] [--seed N]
+                               [--each 120] [--seed N] [--attempts 3]
 
 Runs histories of `--each` seconds of faults (tests/support/history_run.py:
 a fleet, recording clients, a seeded nemesis, the checker) one after
 another, cycling over the backends, until `--minutes` of faults have run;
-each history draws its seed from `--seed` (or the clock). Prints one row
+each history draws its seed from `--seed` (or the clock); `--attempts`
+gives each turn of a task that many runs (TOOLNEXUS_MAX_ATTEMPTS). Prints one row
 per history (backend, seed, operations, faults, anomalies by kind) and the
 totals, and exits 1 if any history had an anomaly; each history's
 operations are kept under the printed folder (history.jsonl), with the
@@ -34,6 +35,9 @@ def main() -> int:
     parser.add_argument("--each", type=float, default=120.0, help="seconds of faults a history")
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument(
+        "--attempts", type=int, default=1, help="TOOLNEXUS_MAX_ATTEMPTS of every fleet"
+    )
     options = parser.parse_args()
     backends = [name.strip() for name in options.backends.split(",") if name.strip()]
     rng = random.Random(options.seed)
@@ -48,7 +52,7 @@ def main() -> int:
         here = folder / f"{rows:03d}-{backend}"
         here.mkdir()
         began = time.monotonic()
-        outcome = run_history(here, backend, options.each, seed)
+        outcome = run_history(here, backend, options.each, seed, options.attempts)
         ran += options.each
         rows += 1
         operations = len(outcome.history.ops)

@@ -59,7 +59,7 @@ from worker.engine.retries import hand_back
 from worker.push.delivery import GaveUp, Policy, deliver, push_feed
 from worker.push.delivery import sweep as sweep_push
 from worker.runtime.cancel import register_cancel
-from worker.runtime.handback import draining, holder_of, lost_requests
+from worker.runtime.handback import handing_back, holder_of, lost_requests
 from worker.runtime.outcome import TaskFailed, celery_result
 from worker.runtime.pools import (
     celery_pool,
@@ -322,7 +322,7 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
     register_push(app, settings, runtime)
     app.steps["worker"].add(slot_keeping(settings, runtime))
     if retrying:
-        app.steps["worker"].add(draining(settings.drain_timeout, hand_back_run))
+        app.steps["worker"].add(handing_back(settings.drain_timeout, hand_back_run))
     return app
 
 

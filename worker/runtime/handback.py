@@ -3,12 +3,14 @@
 Two moments a Celery worker's main process knows a run of its own ends
 without an outcome (`worker.engine.retries.hand_back`, while attempts remain):
 
-- **A pool process dies under a run** (SIGKILL, out of memory): Celery's
-  request sees `WorkerLostError` in the main process. The run that process
-  held (its `<pid>@<host>` in the task's run record) is ended there and then:
-  its next attempt starts within the backoff, not after the stale
-  threshold. The message still comes back (reject on worker lost); the copy
-  finds the task released or taken and does no harm.
+- **A pool process dies under a run** (SIGKILL, out of memory): the main
+  process sees it, by a look at its running requests' processes every
+  `WATCH_EVERY` seconds, or by Celery's `WorkerLostError` on the request,
+  whichever comes first (Celery's own look can take five seconds). The run
+  that process held (its `<pid>@<host>` in the task's run record) is ended
+  there and then: its next attempt starts within the backoff, not after the
+  stale threshold. The message still comes back (reject on worker lost);
+  the copy finds the task released or taken and does no harm.
 - **A drain runs out of time**: on SIGTERM the worker takes no new task and
   lets running ones finish for up to `TOOLNEXUS_DRAIN_TIMEOUT`; then each
   run still going is handed back and cancelled (Celery's own cancel of
@@ -25,8 +27,10 @@ Celery's internals this reads are checked by name in
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from billiard.einfo import ExceptionWithTraceback
@@ -45,6 +49,8 @@ log = logging.getLogger(__name__)
 OnLost = Callable[[str, int, str], bool]
 
 POOL_PROCESS_LOST = "the worker process running it was lost"
+# Seconds between looks at the pool processes running fulfilments.
+WATCH_EVERY = 0.2
 DRAINED = "its worker shut down before it finished"
 
 
@@ -72,15 +78,31 @@ def lost_requests(on_lost: OnLost) -> type[Request]:
     return FulfilRequest
 
 
-def draining(timeout: float, on_lost: OnLost) -> type[bootsteps.StartStopStep]:
-    """A worker bootstep that, as the worker stops, waits up to `timeout`
-    seconds for its running fulfilments, then hands each still running to
-    `on_lost` and cancels those it handed back."""
+def handing_back(timeout: float, on_lost: OnLost) -> type[bootsteps.StartStopStep]:
+    """A worker bootstep that watches the pool processes running fulfilments
+    (`WATCH_EVERY`) and hands a dead one's run to `on_lost`; and, as the
+    worker stops, waits up to `timeout` seconds for its running fulfilments,
+    then hands each still running to `on_lost` and cancels those it handed
+    back."""
 
-    class Drain(bootsteps.StartStopStep):  # type: ignore[misc]
+    class HandBack(bootsteps.StartStopStep):  # type: ignore[misc]
         requires = ("celery.worker.components:Pool",)
 
+        def __init__(self, worker: Any, **kwargs: Any) -> None:
+            super().__init__(worker, **kwargs)
+            self.watching = threading.Event()
+
+        def start(self, worker: Any) -> None:
+            self.watching.set()
+            threading.Thread(
+                target=_watch,
+                args=(self.watching, on_lost),
+                name="toolnexus-pool-watch",
+                daemon=True,
+            ).start()
+
         def stop(self, worker: Any) -> None:
+            self.watching.clear()
             deadline = time.monotonic() + timeout
             while _running() and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -100,11 +122,50 @@ def draining(timeout: float, on_lost: OnLost) -> type[bootsteps.StartStopStep]:
                     # again, and that delivery takes the released task.
                     request.cancel(worker.pool, emit_retry=False)
 
-    return Drain
+    return HandBack
 
 
 def _running() -> list[Any]:
-    return [request for request in list(state.active_requests) if request.name == FULFIL_TASK]
+    while True:
+        try:
+            requests = list(state.active_requests)
+        except RuntimeError:  # changed size while copied, by the worker's loop
+            continue
+        return [request for request in requests if request.name == FULFIL_TASK]
+
+
+def _watch(watching: threading.Event, on_lost: OnLost) -> None:
+    """Every WATCH_EVERY seconds, each running fulfilment whose pool process
+    is gone is handed back, once. Celery learns of a pool process's death
+    from the process's exit only for the processes it started with, else on
+    a five-second timer; this looks for itself."""
+    handed: set[tuple[str, int]] = set()
+    while watching.is_set():
+        running = {
+            (str(request.args[0]), int(request.worker_pid))
+            for request in _running()
+            if request.worker_pid and request.args
+        }
+        handed &= running  # those Celery has let go of meanwhile
+        for task_id, pid in running - handed:
+            if not _gone(pid):
+                continue
+            handed.add((task_id, pid))
+            try:
+                on_lost(task_id, pid, POOL_PROCESS_LOST)
+            except Exception:
+                log.exception("task %s: could not hand it back (the reaper will)", task_id)
+        time.sleep(WATCH_EVERY)
+
+
+def _gone(pid: int) -> bool:
+    """Whether process `pid` has exited (gone, or a zombie its parent has
+    not reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[0] in ("Z", "X")
 
 
 def holder_of(pid: int) -> str:
