@@ -42,7 +42,7 @@ from shared.task import INTERRUPTED_STATES, WORKING, Task, epoch, state_of
 from shared.transitions import OnTerminal, transition
 from worker.engine.metrics import worker_metrics
 from worker.engine.results import failed
-from worker.engine.retries import SendLater, end_without_outcome, queue_again
+from worker.engine.retries import SendLater, end_held_run, queue_again
 
 log = logging.getLogger(__name__)
 
@@ -129,17 +129,10 @@ def _end_stale(
         queue_again(send_later, task_id, 0.0)
         store.heartbeat(task_id)  # not stale again before a delivery could take it
         return False
-    ended = end_without_outcome(
-        store,
-        task_id,
-        attempts,
-        reason,
-        epoch=run.epoch,
-        current=record,
-        on_terminal=on_terminal,
+    ended = end_held_run(
+        store, record, attempts, reason, send_later=send_later, on_terminal=on_terminal
     )
     if ended.retry_in is not None:
-        queue_again(send_later, task_id, ended.retry_in)
         log.warning("reaper: task %s released for another attempt (%s)", task_id, reason)
         return False
     return ended.outcome.applied

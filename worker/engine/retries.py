@@ -114,14 +114,26 @@ def hand_back(
     run = run_of(record.task)
     if not run.held or run.holder != holder or not attempts.left_after(run):
         return None
+    return end_held_run(
+        store, record, attempts, reason, send_later=send_later, on_terminal=on_terminal
+    )
+
+
+def end_held_run(
+    store: Store,
+    record: Record,
+    attempts: Attempts,
+    reason: str,
+    *,
+    send_later: SendLater | None,
+    on_terminal: OnTerminal | None,
+) -> Ended:
+    """`end_without_outcome` for the run holding the task as `record` shows
+    it, and its next attempt queued when it has one."""
+    task_id = record.task["id"]
+    epoch = run_of(record.task).epoch
     ended = end_without_outcome(
-        store,
-        task_id,
-        attempts,
-        reason,
-        epoch=run.epoch,
-        current=record,
-        on_terminal=on_terminal,
+        store, task_id, attempts, reason, epoch=epoch, current=record, on_terminal=on_terminal
     )
     if ended.retry_in is not None:
         queue_again(send_later, task_id, ended.retry_in)
