@@ -142,6 +142,12 @@ def holds(epoch: int) -> Callable[[Mapping[str, Any]], bool]:
     return check
 
 
+def releases(event: Mapping[str, Any]) -> bool:
+    """Whether a logged event released its task (its run lost it)."""
+    record = event.get(FIELD)
+    return isinstance(record, Mapping) and record.get("held") is False
+
+
 def takes_now(now: float) -> Callable[[Mapping[str, Any]], bool]:
     """Whether a delivery may take the task at `now`: released, and its
     backoff over (a copy of its message that comes early leaves it to the

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
+from shared.attempts import run_of
 from shared.errors import ConfigError
 from shared.events import to_state
 from shared.settings import Settings
@@ -27,6 +28,7 @@ from tests.support.store_kinds import Stores
 from worker.engine.agent import Agent
 from worker.engine.fulfil import fulfil
 from worker.engine.io_calls import io_call_count
+from worker.engine.retries import end_without_outcome
 from worker.runtime.app import celery_config
 from worker.runtime.pools import IO_POOL_CLASS, IOPool, store_connections
 
@@ -129,6 +131,28 @@ def test_a_cancel_stops_an_io_call_s_coroutine() -> None:
     assert seen == ["cancelled"]
     assert state_of(store.get(task_id) or {}) == CANCELED
     wait_for(lambda: REGISTRY.get_sample_value("toolnexus_io_calls") == 0, timeout=10)
+
+
+def test_an_io_call_whose_task_was_released_stops_and_leaves_it_to_the_next_attempt() -> None:
+    """A run that lost its task (released for another attempt, say after a
+    pause past the stale threshold) stops as after a cancel, and its time
+    limit, when it comes, fails nobody's task."""
+    seen.clear()
+    store = memory_store()
+    task_id = submitted(store, "60")
+    settings = Settings(time_limit=120, max_attempts=3)
+    outcome = run_io_call(store, task_id, Agent(sleeps), settings)
+    wait_for(
+        lambda: state_of(store.get(task_id) or {}) == "working" and io_call_count(), timeout=10
+    )
+
+    ended = end_without_outcome(store, task_id, settings.attempts, "worker lost", epoch=0)
+
+    assert ended.retry_in is not None
+    wait_for(lambda: outcome, timeout=30, what="the released call to end")
+    assert seen == ["cancelled"]
+    task = store.get(task_id)
+    assert state_of(task or {}) == "working" and run_of(task or {}).attempt == 2
 
 
 def test_a_blocking_call_past_its_time_limit_is_failed_and_its_result_dropped() -> None:

@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any, TypeVar
 
+from shared.attempts import holds, releases, run_of
 from shared.errors import StoreError
 from shared.events import state_after
 from shared.settings import Settings
@@ -64,6 +65,9 @@ REPORT_EVERY = 60.0
 # Threads for the store calls the loop itself makes (a cancel's check, a
 # time limit's failure): few, since each is one short round trip.
 STORE_THREADS = 4
+# What the look for a cancel calls a task released for another attempt: the
+# call's run lost it, and stops as after a cancel.
+RELEASED = "released for another attempt"
 
 
 class CallStopped(Exception):
@@ -86,6 +90,7 @@ class IOCall:
         task_id = claimed.task["id"]
         seen = claimed.seq  # the claim's own event: later ones may be a cancel
         self.task_id = task_id
+        self._epoch = run_of(claimed.task).epoch
         self._calls = calls
         self._loop = calls.loop
         self._store = store
@@ -169,6 +174,7 @@ class IOCall:
                 failed(reason),
                 from_states={WORKING},
                 on_terminal=self._agent.on_task,
+                when=holds(self._epoch),
             )
         except StoreError as error:
             # A coroutine's pool thread saves the same failure, retrying; a
@@ -191,12 +197,16 @@ class IOCall:
         looked.add_done_callback(self._looked)
 
     def _states_since(self, seen: int) -> tuple[int, str]:
-        """The last event number, and the task's state after the events since `seen`."""
+        """The last event number, and the task's state after the events since
+        `seen` (RELEASED when one released it: this call's run lost it)."""
         try:
             logged = self._store.events(self.task_id, seen)
         except StoreError:
             return seen, WORKING  # cannot tell now; the next wake-up or the reaper will
-        state = state_after((event for _, event in logged), WORKING)
+        events = [event for _, event in logged]
+        state = state_after(events, WORKING)
+        if state == WORKING and any(releases(event) for event in events):
+            state = RELEASED
         return (logged[-1][0] if logged else seen), state
 
     def _looked(self, looked: asyncio.Future[tuple[int, str]]) -> None:
