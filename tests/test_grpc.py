@@ -461,7 +461,8 @@ def settled(store: Any, task_id: str) -> bool:
 
 def comparable(task: Any) -> Any:
     """A stored task without what differs between any two runs."""
-    varying = {"id", "contextId", "messageId", "timestamp", "taskId", "artifactId"}
+    # (the holder of a run names the worker process that claimed it)
+    varying = {"id", "contextId", "messageId", "timestamp", "taskId", "artifactId", "holder"}
 
     def strip(value: Any) -> Any:
         if isinstance(value, dict):
