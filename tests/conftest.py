@@ -178,6 +178,7 @@ LONGEST_FIRST = (
     "test_newcomer.py",
     "test_histories_on_one_host.py",
     "test_worker_process.py",
+    "test_histories_attempts.py",
     "test_failover_fleet.py",
     "test_reliability_retries.py",
     "test_fair_share.py",
