@@ -382,6 +382,7 @@ def test_a_stopped_worker_hands_back_what_outlives_its_drain_and_finishes_the_re
     wait_for(lambda: runs_of(runs, "attempt 1"), timeout=60, what=f"attempt 1\n{fleet.logs()}")
     short = fleet.submit("plain quick")  # the worker's second process takes it
     fleet.worker("staying")
+    flowing = [fleet.submit(f"plain load-{n}") for n in range(20)]  # work still coming
 
     leaving.send_signal(signal.SIGTERM)  # the worker's main process: a warm shutdown
 
@@ -396,6 +397,8 @@ def test_a_stopped_worker_hands_back_what_outlives_its_drain_and_finishes_the_re
         for text in history
     ), history
     assert state_of(fleet.wait(short, "completed")) == COMPLETED
+    for other in flowing:  # none failed: each ran, on one worker or the other
+        assert state_of(fleet.wait(other, "completed")) == COMPLETED
 
 
 def test_the_celery_internals_a_worker_hands_runs_back_with_are_where_they_were() -> None:
