@@ -137,6 +137,28 @@ def to_state(state: str, message: Message | None = None) -> Change:
     return lambda task: [status_update(task, state, message)]
 
 
+def identity(event: Event) -> tuple[object, ...]:
+    """What tells one saved change from another, whenever it was stamped:
+    its kind, state, and the ids of the message or artifact it carries."""
+    kind = event["kind"]
+    if kind == "status-update":
+        status = event["status"]  # type: ignore[typeddict-item]
+        return (kind, status.get("state"), (status.get("message") or {}).get("messageId"))
+    if kind == "artifact-update":
+        artifact = event["artifact"]  # type: ignore[typeddict-item]
+        parts = len(artifact.get("parts") or [])
+        return (
+            kind,
+            artifact.get("artifactId"),
+            event.get("append"),
+            event.get("lastChunk"),
+            parts,
+        )
+    if kind == "message":
+        return (kind, event.get("messageId"))
+    return (kind, repr(event.get("run")))
+
+
 def state_after(events: Iterable[Event], current: str) -> str:
     for event in events:
         if event["kind"] == "status-update":

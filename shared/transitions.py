@@ -81,7 +81,7 @@ def transition(
             continue
         saved = Record(proposed, record.seq + len(events), 0 if snapshot else tail)
         if on_terminal is not None and is_terminal(state_of(proposed)):
-            _notify(on_terminal, proposed)
+            notify(on_terminal, proposed)
         return Outcome(True, saved)
     raise StoreError(f"task {task_id}: gave up after {_ATTEMPTS} conflicting writes")
 
@@ -147,7 +147,8 @@ def _allowed(state: str, events: Collection[Any]) -> bool:
     return True
 
 
-def _notify(on_terminal: OnTerminal, task: Task) -> None:
+def notify(on_terminal: OnTerminal, task: Task) -> None:
+    """Run the on_task hook for a task that just became terminal; its errors are logged."""
     try:
         on_terminal(task["id"], state_of(task), copy.deepcopy(task))
     except Exception:

@@ -28,6 +28,7 @@ from shared.attempts import (
     takes_now,
 )
 from shared.dialects import V03, V10, V11, event_for, task_for
+from shared.errors import StoreError
 from shared.events import status_update, to_state
 from shared.settings import Settings
 from shared.store.follow import follow
@@ -48,7 +49,7 @@ from tests.support.agents import runs_of
 from tests.support.polling import wait_for
 from tests.support.store_kinds import Stores
 from tests.test_worker_process import Fleet
-from toolnexus import Checkpoint, Chunk, Progress
+from toolnexus import Artifact, Checkpoint, Chunk, Progress
 from worker.engine.agent import Agent
 from worker.engine.fulfil import fulfil
 from worker.engine.reaper import reap_stale
@@ -411,3 +412,59 @@ def test_the_celery_internals_a_worker_hands_runs_back_with_are_where_they_were(
     for name in ("worker_pid", "args", "name", "cancel", "on_failure"):
         assert hasattr(Request, name), name
     assert "emit_retry" in inspect.signature(Request.cancel).parameters
+
+
+def test_a_save_that_landed_though_its_reply_was_lost_is_not_written_again(
+    store_kind: str, stores: Stores
+) -> None:
+    """Every other write of the run lands and then its caller hears a store
+    error (a reply lost on the way back): each progress message, the
+    artifact and the end are logged once, and the hook hears the end once."""
+    store = stores.open(store_kind)
+    task = new_task(text_message("user", "count"))
+    store.create(task)
+    heard: list[str] = []
+
+    class LostReplies:
+        def __init__(self) -> None:
+            self.writes = 0
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store, name)
+
+        def commit(self, commit: Any) -> bool:
+            written = bool(store.commit(commit))
+            self.writes += 1
+            if written and self.writes % 2 == 1:
+                raise StoreError("connection reset by peer (the write had landed)")
+            return written
+
+    def steps(text: str) -> Iterator[Any]:
+        for step in range(1, 5):
+            yield Progress(f"step {step}")
+        yield Artifact("the answer", name="answer")
+        return "done"
+
+    agent = Agent(run=steps, on_task=lambda task_id, state, task: heard.append(state))
+    assert (
+        fulfil(LostReplies(), task["id"], agent, Settings(heartbeat=0.05, stale_after=10))
+        == COMPLETED
+    )
+
+    logged = [event for _, event in store.events(task["id"], 0)]
+    said_steps = [
+        said({"status": event["status"]})
+        for event in logged
+        if event["kind"] == "status-update" and "message" in event["status"]
+    ]
+    assert [text for text in said_steps if text.startswith("step ")] == [
+        f"step {n}" for n in range(1, 5)
+    ]
+    assert [e["artifact"].get("name") for e in logged if e["kind"] == "artifact-update"] == [
+        "answer",
+        "result",
+    ]
+    assert [e["status"]["state"] for e in logged if e["kind"] == "status-update"].count(
+        COMPLETED
+    ) == 1
+    assert heard == [COMPLETED]

@@ -32,11 +32,11 @@ from functools import partial
 from shared.attempts import first_claim, holds, process_name, run_of, taken, takes_now
 from shared.backoff import Backoff
 from shared.errors import StoreError
-from shared.events import Change, Event, status_update
+from shared.events import Change, Event, identity, status_update
 from shared.settings import Settings
 from shared.store.contract import Outcome, Record, Store
-from shared.task import SUBMITTED, WORKING, Task, state_of
-from shared.transitions import claim, transition
+from shared.task import SUBMITTED, WORKING, Task, is_terminal, state_of
+from shared.transitions import claim, notify, transition
 from toolnexus import Checkpoint, Retry
 from worker.engine.agent import Agent
 from worker.engine.calling import RunAsync, call, run_async
@@ -216,8 +216,13 @@ def _save_retrying(
     deadline = time.monotonic() + settings.stale_after
     backoff = Backoff(initial=0.05, cap=2.0)
     known: Record | None = running  # heartbeats do not change the stored task
+    tried = False
     while True:
         try:
+            # A write whose reply was lost may have landed: not written twice.
+            if tried and (landed := _landed(store, running, change, agent)) is not None:
+                return landed
+            tried = True
             return transition(
                 store,
                 running.task["id"],
@@ -234,3 +239,21 @@ def _save_retrying(
             log.warning("task %s: cannot save yet, retrying: %s", running.task["id"], error)
             time.sleep(delay)
             known = None
+
+
+def _landed(store: Store, running: Record, change: Change, agent: Agent) -> Outcome | None:
+    """The task as it stands, when the events logged right after `running`
+    are `change`'s own (a write that landed though its caller heard an
+    error); else None. The on_task hook runs if that write ended the task."""
+    task_id = running.task["id"]
+    record = store.read(task_id)
+    if record is None or record.seq <= running.seq:
+        return None
+    ours = list(change(running.task))
+    logged = [event for _, event in store.events(task_id, running.seq, len(ours))]
+    if [identity(event) for event in logged] != [identity(event) for event in ours]:
+        return None
+    log.info("task %s: its save had landed though the store answered with an error", task_id)
+    if agent.on_task is not None and is_terminal(state_of(record.task)):
+        notify(agent.on_task, record.task)
+    return Outcome(True, record)
