@@ -11,8 +11,10 @@ by a partition) can write nothing more, on every store: the check is part of
 the compare-and-append every write is (`shared.transitions`).
 
 The record sits on the task under a private field (`FIELD`, never shown to
-a peer: `shared.dialects`), changed by the status updates that claim and
-release the task; `shared.events.fold` merges each into it. A task without
+a peer: `shared.dialects`), changed by the events that claim and release
+the task, by a run's checkpoints (private events no follower shows) and, with
+more than one attempt, by each item a run publishes (its count since the
+checkpoint); `shared.events.fold` merges each change into it. A task without
 one is on its first attempt, epoch 0, held.
 """
 
