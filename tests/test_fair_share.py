@@ -91,7 +91,7 @@ def fleet(
 def _answers(url: str) -> bool:
     try:
         return requests.get(f"{url}/healthz", timeout=2).status_code == 200
-    except requests.ConnectionError:
+    except (requests.ConnectionError, requests.Timeout):
         return False
 
 

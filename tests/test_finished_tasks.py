@@ -74,7 +74,7 @@ def finish(store: Store, task_id: str) -> None:
 def serving(url: str) -> bool:
     try:
         return requests.get(f"{url}/healthz", timeout=5).status_code == 200
-    except requests.ConnectionError:
+    except (requests.ConnectionError, requests.Timeout):
         return False
 
 

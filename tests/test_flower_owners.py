@@ -144,7 +144,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
 def healthy(url: str) -> bool:
     try:
         return requests.get(f"{url}/healthz", timeout=2).status_code == 200
-    except requests.ConnectionError:
+    except (requests.ConnectionError, requests.Timeout):
         return False
 
 

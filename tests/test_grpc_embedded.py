@@ -75,7 +75,7 @@ def embedded(tmp_path: Path) -> Iterator[Embedded]:
         assert process.poll() is None, found.output()
         try:
             return requests.get(f"{found.url}/healthz", timeout=1).ok
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):
             return False
 
     try:

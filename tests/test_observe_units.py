@@ -271,7 +271,7 @@ def embedded(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         assert process.poll() is None, log.read_text()
         try:
             return requests.get(f"{url}/healthz", timeout=1).status_code == 200
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):
             return False
 
     try:

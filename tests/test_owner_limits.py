@@ -481,7 +481,7 @@ class Fleet:
 def serving(url: str) -> bool:
     try:
         return requests.get(f"{url}/healthz", timeout=5).status_code == 200
-    except requests.ConnectionError:
+    except (requests.ConnectionError, requests.Timeout):
         return False
 
 

@@ -69,7 +69,7 @@ def serve(folder: Path, role: list[str], **env: str) -> Served:
         assert process.poll() is None, log.read_text(errors="replace")
         try:
             return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).ok
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):
             return False
 
     wait_for(healthy, timeout=60, what=f"toolnexus-serve {' '.join(role)}")

@@ -250,7 +250,7 @@ def answers_health(port: int) -> Callable[[], bool]:
     def probe() -> bool:
         try:
             return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).ok
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):
             return False
 
     return probe
