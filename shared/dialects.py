@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any, Final, cast
 
 from shared.attempts import FIELD as RUN
+from shared.contexts import FIELD as SAME_CONTEXT
 from shared.events import Event
 from shared.generation import FIELD as GENERATION
 from shared.generation import generation_of, wire
@@ -38,7 +39,7 @@ _FILE_KEYS: Final = (
     ("mimeType", "mediaType"),
     ("name", "filename"),
 )
-_PRIVATE: Final = frozenset({"owner", RUN})
+_PRIVATE: Final = frozenset({"owner", RUN, SAME_CONTEXT})
 _HIDDEN: Final = {
     V03: _PRIVATE | {GENERATION},
     V10: _PRIVATE | {GENERATION, "kind"},  # 1.0 tasks carry no `kind`

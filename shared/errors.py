@@ -54,6 +54,16 @@ class ContextTaken(ToolnexusError):
     """A new task named a context that another caller's tasks already use."""
 
 
+class ContextBusy(ToolnexusError):
+    """A new task refused because an earlier task of its context is still
+    submitted or working (the same-context policy `reject`): `metadata`
+    names that task and the context."""
+
+    def __init__(self, message: str, *, task_id: str, context_id: str) -> None:
+        super().__init__(message)
+        self.metadata = {"busyTaskId": task_id, "contextId": context_id}
+
+
 class OwnerLimitExceeded(ToolnexusError):
     """A send over its owner's limits (`shared.owners.admission`), refused
     before anything of it is saved or queued: `limit` names which one

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from shared.attempts import Attempts
+from shared.contexts import PARALLEL, POLICIES
 from shared.errors import ConfigError
 from shared.loading import is_reference
 from shared.store.spec import FSYNC_POLICIES, check_store_spec, check_url_port
@@ -220,6 +221,12 @@ def _pool(value: str) -> str:
         )
     if value not in POOLS:
         raise ValueError(f"use one of {', '.join(POOLS)}")
+    return value
+
+
+def _same_context(value: str) -> str:
+    if value not in POLICIES:
+        raise ValueError(f"use one of {', '.join(POLICIES)}")
     return value
 
 
@@ -449,6 +456,9 @@ class Settings:
     # seconds a stopping worker lets its running tasks finish before it
     # hands back those with attempts left
     drain_timeout: float = _env("DRAIN_TIMEOUT", _seconds, 30.0)
+    # what a new task does while an earlier one of its context is still
+    # submitted or working (shared.contexts); a message may choose its own
+    same_context: str = _env("SAME_CONTEXT", _same_context, PARALLEL)
     time_limit: float = _env("TIME_LIMIT", _seconds, 300.0)
     concurrency: int | None = _env("CONCURRENCY", _optional_count, None)
     # the agent card

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from shared.errors import (
     BrokerError,
+    ContextBusy,
     ContextTaken,
     InvalidTaskId,
     InvalidTransition,
@@ -219,6 +220,7 @@ _TABLE: Final[tuple[tuple[type[Exception], int, str, int, int, str], ...]] = (
     ),
     (VersionNotSupported, -32009, "VERSION_NOT_SUPPORTED", 200, 400, _PRECONDITION),
     (TaskGenerationMismatch, -32010, "TASK_GENERATION_MISMATCH", 200, 409, "ABORTED"),
+    (ContextBusy, -32039, "CONTEXT_BUSY", 200, 409, "ABORTED"),
     (OwnerLimitExceeded, -32029, "OWNER_LIMIT_EXCEEDED", 200, 429, "RESOURCE_EXHAUSTED"),
     (Unauthorized, -32000, "UNAUTHENTICATED", 401, 401, "UNAUTHENTICATED"),
     (AuthUnavailable, -32603, "AUTH_UNAVAILABLE", 503, 503, _UNAVAILABLE),
@@ -227,8 +229,9 @@ _TABLE: Final[tuple[tuple[type[Exception], int, str, int, int, str], ...]] = (
 
 # Reasons this service defines itself (their ErrorInfo's domain is its own):
 # a send over its owner's limits (-32029: in JSON-RPC's range for server
-# errors, clear of A2A's -32001..-32009 and this service's -32010; 29 for 429).
-_OWN_REASONS: Final = frozenset({"OWNER_LIMIT_EXCEEDED"})
+# errors, clear of A2A's -32001..-32009 and this service's -32010; 29 for 429),
+# a new task refused while its context is busy (-32039, as clear of them).
+_OWN_REASONS: Final = frozenset({"OWNER_LIMIT_EXCEEDED", "CONTEXT_BUSY"})
 
 
 def describe(error: BaseException, *, task_id: str | None = None) -> WireError:

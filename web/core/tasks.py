@@ -17,6 +17,7 @@ store's turn book until its owner's turn (`shared.owners.turns`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Generator
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from shared.broker.dispatcher import Dispatcher
 from shared.broker.outbox import outbox_for
 from shared.broker.wiring import dispatcher_abilities
+from shared.contexts import INTERRUPT, PARALLEL, REJECT
 from shared.errors import (
     ContextTaken,
     InvalidTransition,
@@ -45,9 +47,11 @@ from shared.store.wiring import CreateHeld, abilities_of
 from shared.task import (
     CANCELED,
     INTERRUPTED_STATES,
+    REJECTED,
     SUBMITTED,
     Message,
     Task,
+    agent_message,
     is_terminal,
     new_task,
     state_of,
@@ -65,6 +69,7 @@ from web.core.media import accepts
 from web.core.params import SendParams, TaskQuery, WebhookParams
 from web.core.read_ahead import read_task
 from web.core.retries import is_latest, moved_on
+from web.core.same_context import marked, policy_of, refusal, refuse_if_busy, to_interrupt
 from web.core.send_limits import SendLimits
 
 log = logging.getLogger(__name__)
@@ -117,6 +122,7 @@ class Tasks:
         self.keepalive = settings.keepalive
         self.input_modes = settings.input_modes
         self.idempotent = settings.idempotent_sends
+        self.same_context = settings.same_context
         self._hook = hook
         self.push: PushStore | None = store.push_store(settings.task_ttl) if settings.push else None
         self.max_webhooks = settings.push_max_configs
@@ -173,12 +179,42 @@ class Tasks:
         if self.limits is not None:
             self.limits.take(owner)  # the owner's rate: before anything is saved
         if params.task_id is None:
-            sent, fresh = self._create(params, owner)
+            policy = policy_of(params.message, self.same_context)
+            if params.context_id is None:
+                policy = PARALLEL  # a new context: nothing in it to wait for
+            if policy == REJECT:
+                refuse_if_busy(self.store, owner, params.context_id)
+            sent, fresh = self._create(params, owner, policy)
+            if fresh and policy in (REJECT, INTERRUPT):
+                self._settle_context(sent.task, policy, owner)
         else:
             sent, fresh = self._resume(params, owner)
         if fresh:
             self._enqueue(sent.task)
         return sent
+
+    def _settle_context(self, task: Task, policy: str, owner: str) -> None:
+        """After a fresh task is saved into a context that may be busy:
+        `reject` ends it if a busy task came first; `interrupt` cancels the
+        busy ones (the new task waits for them to stop, `shared.contexts`)."""
+        try:
+            if policy == REJECT:
+                if (error := refusal(self.store, task)) is not None:
+                    transition(
+                        self.store,
+                        task["id"],
+                        to_state(REJECTED, agent_message(str(error))),
+                        on_terminal=self._hook,
+                    )
+                    self._out_of_turn(task["id"])
+                    raise error
+                return
+            for busy in to_interrupt(self.store, task):
+                # One that ended meanwhile left the context free of itself.
+                with contextlib.suppress(TaskNotCancelable):
+                    self.cancel(busy["id"], owner)
+        except StoreError as error:
+            raise TaskError(error, task["id"]) from error
 
     def get(self, query: TaskQuery, owner: str) -> Task:
         """The task as it stands; a finished one this process has read before
@@ -347,8 +383,8 @@ class Tasks:
             raise InvalidParams(str(error), field="id") from None
         return config
 
-    def _create(self, params: SendParams, owner: str) -> tuple[Sent, bool]:
-        task = new_task(params.message, params.context_id, owner or None)
+    def _create(self, params: SendParams, owner: str, policy: str) -> tuple[Sent, bool]:
+        task = marked(new_task(params.message, params.context_id, owner or None), policy)
         push = self._push() if params.webhook is not None else None  # refused before anything
         key = message_key(owner, params.message["messageId"]) if self.idempotent else None
         limits = self.limits

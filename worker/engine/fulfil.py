@@ -31,9 +31,11 @@ from functools import partial
 
 from shared.attempts import first_claim, holds, process_name, run_of, taken, takes_now
 from shared.backoff import Backoff
+from shared.contexts import look_again_after, waits_for_context
 from shared.errors import StoreError
 from shared.events import Change, Event, identity, status_update
 from shared.settings import Settings
+from shared.store.busy import ahead_of
 from shared.store.contract import Outcome, Record, Store
 from shared.task import SUBMITTED, WORKING, Task, is_terminal, state_of
 from shared.transitions import claim, notify, transition
@@ -70,8 +72,11 @@ def fulfil(
     `run_async`: how async agent code runs (the embedded server's one loop,
     `worker.engine.green_loop`); an I/O call runs on its pool's loop instead.
     `send_later(id, delay)`: how a task released for another attempt is
-    queued again (None: the reaper finds it).
+    queued again, and a waiting task's next look at its context (None: the
+    reaper finds it).
     """
+    if off_loop(_waits_for_context, store, task_id, send_later):
+        return SUBMITTED
     with ExitStack() as stack:
         # An I/O call watches its task from before the claim, so that a
         # cancel saved right after the claim still reaches it.
@@ -101,6 +106,32 @@ def fulfil(
     if not saved.applied:
         log.info("task %s: became %s while running; result discarded", task_id, final)
     return final
+
+
+def _waits_for_context(store: Store, task_id: str, send_later: SendLater | None) -> bool:
+    """Whether the task waits for its context (`shared.contexts`): a busy
+    task of it came first. It is then left `submitted` and looked at again
+    a little later; each look tells the reaper it was just sent."""
+    record = store.read(task_id)
+    if record is None or state_of(record.task) != SUBMITTED:
+        return False
+    if not waits_for_context(record.task):
+        return False
+    ahead = next(ahead_of(store, record.task), None)
+    if ahead is None:
+        return False
+    delay = look_again_after(record.task, time.time())
+    log.debug(
+        "task %s: waits for task %s of its context (%s); looks again in %.1f s",
+        task_id,
+        ahead["id"],
+        state_of(ahead),
+        delay,
+    )
+    if send_later is not None:
+        send_later(task_id, delay)
+        store.resent(task_id)
+    return True
 
 
 def _claim(store: Store, task_id: str) -> Outcome:
