@@ -46,7 +46,7 @@ from web.core.errors import (
 )
 from web.core.versions import VERSION_HEADER, typed_errors, wire_version
 from web.http.body import JSON
-from web.http.disconnects import HangupMonitor
+from web.http.disconnects import HANGUPS, HangupMonitor
 from web.http.observe import observe
 from web.jsonrpc.endpoint import RpcEndpoint
 from web.rest.binding import RestEndpoint
@@ -183,6 +183,7 @@ def create_app(
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected_error)
     hangups = HangupMonitor()
+    app.extensions[HANGUPS] = hangups  # ended on SIGTERM (`web.http.disconnects.end_streams`)
     extended = assembly.extended_card
     endpoint = RpcEndpoint(tasks, authenticator, browsers, settings.max_body, hangups, extended)
     rest = RestEndpoint(tasks, authenticator, browsers, settings.max_body, hangups, extended)

@@ -40,6 +40,7 @@ from shared.settings import Settings
 from shared.store.wiring import open_store
 from web import create_app
 from web.app import assembly_of
+from web.http.disconnects import end_streams
 from web.http.gevent_server import gevent_server
 from web.http.observe import CountingDispatcher
 from worker.command import PROGRAM
@@ -209,8 +210,10 @@ EMBEDDED_OMITS = ("broker", "queue", "time_limit")
 
 
 def _serve_until_signalled(server: WSGIServer) -> None:
-    """Serve until SIGINT or SIGTERM, then stop taking requests; open
-    connections get a second to finish, then are closed."""
+    """Serve until SIGINT or SIGTERM, then stop taking requests; open event
+    streams end at once (a client resumes elsewhere, or after a restart,
+    from the last event id it saw), other connections get a second to
+    finish, then are closed."""
     stop = Event()
     handlers = [gevent.signal_handler(sig, stop.set) for sig in (signal.SIGINT, signal.SIGTERM)]
     server.start()
@@ -219,6 +222,7 @@ def _serve_until_signalled(server: WSGIServer) -> None:
     finally:
         for handler in handlers:
             handler.cancel()
+        end_streams(server.application)
         server.stop(timeout=1)
 
 

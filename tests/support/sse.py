@@ -19,7 +19,7 @@ class Event:
 
 class Stream:
     """One POSTed streaming request; iterate for its events (comments are
-    counted, not yielded); `close()` hangs up."""
+    counted and kept in `comment_lines`, not yielded); `close()` hangs up."""
 
     def __init__(
         self,
@@ -41,6 +41,7 @@ class Stream:
             f"{url.rstrip('/')}/", json=body, headers=headers, stream=True, timeout=timeout
         )
         self.comments = 0
+        self.comment_lines: list[str] = []
 
     @property
     def is_stream(self) -> bool:
@@ -58,6 +59,7 @@ class Stream:
             line = raw if isinstance(raw, str) else raw.decode()
             if line.startswith(":"):
                 self.comments += 1
+                self.comment_lines.append(line)
             elif line.startswith("id:"):
                 event_id = int(line[3:].strip())
             elif line.startswith("data:"):
@@ -102,3 +104,4 @@ class RestStream(Stream):
             verb, f"{url.rstrip('/')}{path}", json=body, headers=sent, stream=True, timeout=timeout
         )
         self.comments = 0
+        self.comment_lines: list[str] = []

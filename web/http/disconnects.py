@@ -6,6 +6,10 @@ up to TOOLNEXUS_KEEPALIVE seconds later). One thread per process (a greenlet
 under gevent) watches the sockets of all open streams instead: when a peer
 closes its end, that stream's waiter is woken and the stream ends, freeing
 everything it kept.
+
+A process that is going away (SIGTERM) ends all of its streams the same
+way (`end_streams`): each client sees its stream end cleanly and resumes on
+another front end from the last event id it saw.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, Final
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +30,13 @@ log = logging.getLogger(__name__)
 # tests' in-process live servers run on).
 SOCKET_KEY = "toolnexus.socket"
 _SOCKET_KEYS = ("gunicorn.socket", SOCKET_KEY, "werkzeug.socket")
+# Where an app keeps its monitor in `app.extensions` (`web.app.create_app`).
+HANGUPS: Final = "toolnexus.hangups"
 
 
 class Hangup:
-    """Set once the peer of one stream has closed its connection."""
+    """Set once the peer of one stream has closed its connection, or the
+    process ends the stream (`HangupMonitor.end_all`)."""
 
     def __init__(self) -> None:
         self._set = threading.Event()
@@ -61,26 +68,53 @@ class HangupMonitor:
         self._pid = -1
         self._selector: selectors.BaseSelector | None = None
         self._wakeup: tuple[socket.socket, socket.socket] | None = None
+        self._open: set[Hangup] = set()
+        self._ending = False
+
+    @property
+    def ending(self) -> bool:
+        """Whether the process ends its streams (`end_all` was called): the
+        edge ends a stream opened since once it has sent an event with an id."""
+        return self._ending
+
+    def end_all(self) -> None:
+        """End every open stream now: the process is going away."""
+        with self._lock:
+            self._ending = True
+            hangups = list(self._open)
+        for hangup in hangups:
+            hangup.fire()
 
     @contextmanager
     def watching(self, environ: dict[str, Any]) -> Iterator[Hangup]:
         """A Hangup for this request's connection, watched while the block runs
-        (never set when the server does not expose the socket)."""
+        (set by a peer's hang-up only when the server exposes the socket)."""
         hangup = Hangup()
+        with self._lock:
+            self._open.add(hangup)
+        try:
+            with self._watched(environ, hangup):
+                yield hangup
+        finally:
+            with self._lock:
+                self._open.discard(hangup)
+
+    @contextmanager
+    def _watched(self, environ: dict[str, Any], hangup: Hangup) -> Iterator[None]:
         sock = next((environ[key] for key in _SOCKET_KEYS if key in environ), None)
         if not isinstance(sock, socket.socket) or sock.fileno() < 0:
-            yield hangup
+            yield
             return
         selector = self._running()
         try:
             with self._lock:
                 selector.register(sock, selectors.EVENT_READ, hangup)
         except (ValueError, KeyError, OSError):
-            yield hangup  # already closed, or watched twice: writes will tell
+            yield  # already closed, or watched twice: writes will tell
             return
         self._poke()
         try:
-            yield hangup
+            yield
         finally:
             self._unwatch(selector, sock)
 
@@ -144,3 +178,11 @@ class HangupMonitor:
             pass
         except OSError:
             log.debug("hangups: the wake-up socket failed", exc_info=True)
+
+
+def end_streams(app: Any) -> None:
+    """End every open stream of `app` (one `web.app.create_app` made; any
+    other has none to end): the process is going away."""
+    monitor = getattr(app, "extensions", {}).get(HANGUPS)
+    if isinstance(monitor, HangupMonitor):
+        monitor.end_all()

@@ -110,6 +110,7 @@ def _events(
     environ: dict[str, Any],
 ) -> Iterator[bytes]:
     yield b": stream open\n\n"  # the headers go out now, not with the first event
+    last = 0
     with hangups.watching(environ) as hangup:
         for item in observing(observed, stream.open(hangup)):
             if item is None:
@@ -123,3 +124,19 @@ def _events(
             else:
                 head = b""
             yield head + b"data: " + encode_bytes(payload) + b"\n\n"
+            if seq:
+                last = seq
+                if hangups.ending:
+                    # Opened while the process ends its streams: it ends too,
+                    # now that the client has an id to resume from.
+                    hangup.fire()
+        if hangups.ending and hangup.is_set():
+            yield _closing(last)
+
+
+def _closing(last: int) -> bytes:
+    """The comment a stream ends with when the process ends it: the client
+    resumes on another front end, with `Last-Event-ID`."""
+    if not last:
+        return b": closing: ask again elsewhere\n\n"
+    return f": closing: resume from {last} elsewhere\n\n".encode()

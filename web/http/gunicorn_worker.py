@@ -12,6 +12,14 @@ two sends, and (with TCP_NODELAY) two segments for the client to read, for
 what fits in one. The worker hands its responses a socket that holds the
 head of a response with a length until the body's first write, or until
 the request is done (a response without a body).
+
+On SIGTERM the worker stops accepting, as gunicorn's does, and ends its
+open event streams at once (`web.http.disconnects.end_streams`) instead of
+letting them run on into the graceful timeout: each client resumes on
+another front end from the last event id it saw. A connection is closed
+once its response is out, not kept for a next request the worker would
+wait up to the keep-alive timeout for. Requests that wait within their own
+bound (a blocking send, a long-poll GetTask) still get their answer.
 """
 
 from __future__ import annotations
@@ -20,9 +28,11 @@ import contextlib
 import re
 from typing import Any, Final
 
+import gevent
 from gunicorn.glogging import Logger
 from gunicorn.workers.ggevent import GeventWorker
 
+from web.http.disconnects import end_streams
 from web.http.errors import framing_error_response
 
 _STATUS_LINE: Final = re.compile(rb"HTTP/1\.[01] (\d{3}) ")
@@ -89,6 +99,16 @@ class JsonErrorWorker(GeventWorker):  # type: ignore[misc]
                 writes.flush()
             raise
         writes.flush()
+        if not self.alive:
+            # Stopping: no next request on this connection (a stream opened
+            # before the SIGTERM promised keep-alive), so it is not waited for.
+            raise StopIteration
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        super().handle_exit(sig, frame)  # alive = False: the run loop stops accepting
+        # Out of the signal handler, on the worker's loop: ending a stream
+        # takes locks the code it interrupted may hold.
+        gevent.spawn(end_streams, getattr(self, "wsgi", None))
 
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
         super().handle_error(req, _JsonErrorPage(client), addr, exc)
