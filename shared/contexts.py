@@ -11,8 +11,9 @@ while `submitted` or `working` (a run released for another attempt is still
   none submitted before it is still waiting (the worker's delivery checks,
   and looks again a little later while the context is busy);
 - `reject`: it is refused, naming the busy task (`ContextBusy`);
-- `interrupt`: the busy ones are canceled and it runs once they have
-  stopped (it waits as a queued one does, for the cancels to land).
+- `interrupt`: the busy ones are canceled (their runs stop at their next
+  step and can write nothing more) and it runs once they are, waiting as a
+  queued one does for the cancels to land.
 
 The deployment's default is `TOOLNEXUS_SAME_CONTEXT`; a message may choose
 its own under `toolnexus.sameContext` in its metadata. A task that waits

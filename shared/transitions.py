@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Collection
 from typing import Any, cast
 
+from shared.contexts import waits_for_context
 from shared.errors import StoreError
 from shared.events import Change, StatusUpdate, fold, status_update
 from shared.generation import stamped
@@ -87,12 +88,20 @@ def transition(
 
 
 def claim(
-    store: Store, task_id: str, *, to: str, from_state: str, run: dict[str, Any] | None = None
+    store: Store,
+    task_id: str,
+    *,
+    to: str,
+    from_state: str,
+    run: dict[str, Any] | None = None,
+    waiting: bool = False,
 ) -> Outcome:
     """`transition(store, task_id, to_state(to), from_states={from_state})`,
     through the store's own `claim` (one round trip on Redis): the worker's
     claim of every task. `run`: what the claim sets in the task's run
-    record (`shared.attempts`).
+    record (`shared.attempts`). A task that waits for its context
+    (`shared.contexts`) is left as it is (the store's claim leaves it to
+    this one), unless `waiting`: its context was seen free.
 
     Only a move the state machine allows to a state that is not at rest
     goes through `claim`: one to a state at rest is written whole, may
@@ -110,10 +119,22 @@ def claim(
         outcome = store.claim(task_id, from_state, event)
         if outcome is not None:
             return outcome
-    return transition(store, task_id, lambda task: [claimed(task)], from_states={from_state})
+    return transition(
+        store,
+        task_id,
+        lambda task: [claimed(task)],
+        from_states={from_state},
+        when=None if waiting else _not_waiting,
+    )
 
 
-def claim_by_commit(store: Store, task_id: str, from_state: str, event: StatusUpdate) -> Outcome:
+def _not_waiting(task: Task) -> bool:
+    return not waits_for_context(task)
+
+
+def claim_by_commit(
+    store: Store, task_id: str, from_state: str, event: StatusUpdate
+) -> Outcome | None:
     """`Store.claim` for a store whose compare-and-append is its one atomic
     step (memory, file, the adapter): read, check the state, append `event`
     with the task's own contextId, again on a conflict."""
@@ -123,6 +144,8 @@ def claim_by_commit(store: Store, task_id: str, from_state: str, event: StatusUp
             return Outcome(False, None)
         if state_of(record.task) != from_state:
             return Outcome(False, record)
+        if waits_for_context(record.task):
+            return None
         filled = cast(StatusUpdate, {**event, "contextId": record.task.get("contextId", "")})
         (filled,) = stamped(record.task, [filled])
         proposed = fold(record.task, [filled])

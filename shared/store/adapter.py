@@ -128,7 +128,7 @@ class Adapted:
         self.save(commit.task)
         return True
 
-    def claim(self, task_id: str, from_state: str, event: StatusUpdate) -> Outcome:
+    def claim(self, task_id: str, from_state: str, event: StatusUpdate) -> Outcome | None:
         return claim_by_commit(self, task_id, from_state, event)
 
     def events(self, task_id: str, after: int, limit: int | None = None) -> list[tuple[int, Event]]:

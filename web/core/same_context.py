@@ -4,9 +4,9 @@ each policy means): which one a message asks for, `reject`'s refusal and
 is only marked here: the worker's delivery waits for its context.
 
 `reject` looks twice: before the task is made (the usual refusal, nothing
-saved) and after (two sends racing into a free context both pass the first
-look; the later one finds the earlier and ends itself `rejected`), so that
-at most one of them runs.
+saved) and after (sends racing into a free context all pass the first look;
+each then ends itself `rejected` if it finds another busy task there), so
+that at most one of them runs.
 """
 
 from __future__ import annotations
@@ -57,9 +57,12 @@ def refuse_if_busy(store: Store, owner: str, context_id: str | None) -> None:
 
 def refusal(store: Store, task: Task) -> ContextBusy | None:
     """`reject`'s second look, once the task is saved: the error that
-    refuses it when a busy task of its context came before it."""
-    for busy in _listed(lambda: ahead_of(store, task)):
-        return _busy(busy, task["contextId"])
+    refuses it when any other task of its context is busy. Of sends racing
+    into a free context, the one saved last sees all the others, so at most
+    one is taken (all of them may be refused, each naming another)."""
+    for busy in _listed(lambda: busy_in(store, task.get("owner", ""), task["contextId"])):
+        if busy["id"] != task["id"]:
+            return _busy(busy, task["contextId"])
     return None
 
 

@@ -75,8 +75,6 @@ def fulfil(
     queued again, and a waiting task's next look at its context (None: the
     reaper finds it).
     """
-    if off_loop(_waits_for_context, store, task_id, send_later):
-        return SUBMITTED
     with ExitStack() as stack:
         # An I/O call watches its task from before the claim, so that a
         # cancel saved right after the claim still reaches it.
@@ -84,13 +82,14 @@ def fulfil(
         watch = off_loop(stack.enter_context, watching(store, task_id)) if io_pool else None
         # The claim reads the task itself: no separate load, one round trip
         # fewer (and on a store that claims in one step, no separate read either).
-        claimed = off_loop(_claim, store, task_id)
+        claimed = off_loop(_claim, store, task_id, send_later)
         if claimed.record is None:
             log.warning("task %s: not in the store, nothing to run", task_id)
             return ""
         if not claimed.applied:
             state = state_of(claimed.record.task)
-            log.info("task %s: is %s, not submitted; not running it", task_id, state)
+            if state != SUBMITTED:  # (a submitted one waits for its context)
+                log.info("task %s: is %s, not submitted; not running it", task_id, state)
             return state
         stack.enter_context(heartbeating(store, task_id, settings.heartbeat))
         run = run_async
@@ -108,37 +107,43 @@ def fulfil(
     return final
 
 
-def _waits_for_context(store: Store, task_id: str, send_later: SendLater | None) -> bool:
-    """Whether the task waits for its context (`shared.contexts`): a busy
-    task of it came first. It is then left `submitted` and looked at again
-    a little later; each look tells the reaper it was just sent."""
-    record = store.read(task_id)
-    if record is None or state_of(record.task) != SUBMITTED:
-        return False
-    if not waits_for_context(record.task):
-        return False
-    ahead = next(ahead_of(store, record.task), None)
+def _context_busy(store: Store, task: Task, send_later: SendLater | None) -> bool:
+    """Whether a task that waits for its context (`shared.contexts`) must
+    wait still: a busy task of it came first. It is then left `submitted`
+    and looked at again a little later; each look tells the reaper it was
+    just sent."""
+    ahead = next(ahead_of(store, task), None)
     if ahead is None:
         return False
-    delay = look_again_after(record.task, time.time())
+    delay = look_again_after(task, time.time())
     log.debug(
         "task %s: waits for task %s of its context (%s); looks again in %.1f s",
-        task_id,
+        task["id"],
         ahead["id"],
         state_of(ahead),
         delay,
     )
     if send_later is not None:
-        send_later(task_id, delay)
-        store.resent(task_id)
+        send_later(task["id"], delay)
+        store.resent(task["id"])
     return True
 
 
-def _claim(store: Store, task_id: str) -> Outcome:
-    """Claim a `submitted` task, or take one released for another attempt."""
+def _claim(store: Store, task_id: str, send_later: SendLater | None) -> Outcome:
+    """Claim a `submitted` task (one that waits for its context once that
+    is free), or take one released for another attempt."""
     holder = process_name()
     claimed = claim(store, task_id, to=WORKING, from_state=SUBMITTED, run=first_claim(holder))
-    if claimed.applied or claimed.record is None or state_of(claimed.task) != WORKING:
+    if claimed.applied or claimed.record is None:
+        return claimed
+    task = claimed.record.task
+    if state_of(task) == SUBMITTED and waits_for_context(task):
+        if _context_busy(store, task, send_later):
+            return claimed
+        return claim(
+            store, task_id, to=WORKING, from_state=SUBMITTED, run=first_claim(holder), waiting=True
+        )
+    if state_of(task) != WORKING:
         return claimed
     if not takes_now(time.time())(claimed.record.task):
         return claimed

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.codec import copied
+from shared.contexts import waits_for_context
 from shared.errors import ContextTaken
 from shared.events import Event, StatusUpdate, current_status, fold
 from shared.generation import stamped
@@ -197,7 +198,7 @@ class MemoryStore(TimeIndexed, DocumentFeatures):
             logged = _after(entry.log, after, limit) if entry else []
         return list(zip([seq for seq, _ in logged], _copied([e for _, e in logged]), strict=True))
 
-    def claim(self, task_id: str, from_state: str, event: StatusUpdate) -> Outcome:
+    def claim(self, task_id: str, from_state: str, event: StatusUpdate) -> Outcome | None:
         """`claim_by_commit` in one step under the lock: no conflict to retry,
         and the task copied once, on its way out."""
         if not is_safe_id(task_id):
@@ -208,6 +209,8 @@ class MemoryStore(TimeIndexed, DocumentFeatures):
             if entry is None or self._expired(entry):
                 return Outcome(False, None)
             task, seq, tail = entry.task, entry.seq, entry.tail
+            if state_of(task) == from_state and waits_for_context(task):
+                return None  # the caller's to claim (`shared.transitions.claim`)
             if state_of(task) == from_state:
                 filled["contextId"] = task.get("contextId", "")
                 (filled,) = stamped(task, [filled])

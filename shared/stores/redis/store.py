@@ -29,6 +29,7 @@ from redis.retry import Retry
 
 from shared.broker.outbox import OutboxMessage
 from shared.codec import decode, encode
+from shared.contexts import waits_for_context
 from shared.errors import ContextTaken
 from shared.events import Event, StatusUpdate, context_of, current_status, fold
 from shared.generation import FIELD as GENERATION
@@ -237,7 +238,7 @@ class RedisStore(DocumentFeatures, TimeIndexed):
             self._log_limit,
             supersedes or "",
             *self._listed(task),
-            encode(task["contextId"]),
+            "" if waits_for_context(task) else encode(task["contextId"]),
             _generation(task),
         ]
         return keys, args

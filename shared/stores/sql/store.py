@@ -92,11 +92,11 @@ class SqlStore(TimeIndexed, DocumentFeatures, ABC):
 
         return self._change(change) is not None
 
-    def claim(self, task_id: str, from_state: str, event: StatusUpdate) -> Outcome:
+    def claim(self, task_id: str, from_state: str, event: StatusUpdate) -> Outcome | None:
         if not is_safe_id(task_id):
             return Outcome(False, None)
         done = self._change(lambda t, now: self._log.claim(t, now, task_id, from_state, event))
-        return done if isinstance(done, Outcome) else Outcome(True, done)
+        return done if isinstance(done, Outcome) or done is None else Outcome(True, done)
 
     def events(self, task_id: str, after: int, limit: int | None = None) -> list[tuple[int, Event]]:
         if not is_safe_id(task_id):

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol, cast
 
 from shared.codec import decode, encode
+from shared.contexts import waits_for_context
 from shared.errors import ContextTaken
 from shared.events import Event, StatusUpdate, context_of, current_status, fold
 from shared.generation import stamped, withdrawn
@@ -223,12 +224,15 @@ class TaskLog:
 
     def claim(
         self, t: Transaction, now: float, task_id: str, from_state: str, event: StatusUpdate
-    ) -> Record | Outcome:
+    ) -> Record | Outcome | None:
         """`event` appended if the task is in `from_state` (its context id and
-        generation filled from the task); else the task as it stands, unclaimed."""
+        generation filled from the task); else the task as it stands, unclaimed;
+        None for a task that waits for its context (the caller's to claim)."""
         found = read_one(t, task_id, now)
         if found is None or state_of(found.task) != from_state:
             return Outcome(False, found)
+        if waits_for_context(found.task):
+            return None
         filled: StatusUpdate = {**event, "contextId": found.task.get("contextId", "")}
         (filled,) = stamped(found.task, [filled])
         snapshot = found.tail + 1 >= SNAPSHOT_EVERY

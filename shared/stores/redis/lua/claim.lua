@@ -10,7 +10,8 @@
 -- task is now in ('' = none). The generation is one more
 -- than the task's (`g`); 0 when the task keeps none or it is unknown.
 -- Returns {outcome, doc, seq, tail}: outcome 'claimed', 'refused', 'unknown',
--- or 'unsupported' (a task saved before contexts were recorded).
+-- or 'unsupported' (a task saved before contexts were recorded, or one that
+-- waits for its context: its claim is the caller's, `shared.transitions.claim`).
 local found = redis.call('HMGET', KEYS[1], 'state', 'seq', 'doc', 'cj', 'o', 'c', 'g')
 if not found[3] or not found[2] then return {'unknown'} end
 if found[1] == ARGV[1] and found[4] then

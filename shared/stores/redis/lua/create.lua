@@ -4,8 +4,9 @@
 --       time index a submitted task is in ('' = none), status history
 -- ARGV: snapshot, first event, task id, now, owner, has message key ("1"/"0"),
 --       key prefix, channel, log limit, the task id the key may be moved from
---       (""), status time, owner digest, context digest, the context id as JSON,
---       the task's generation ('' = none kept)
+--       (""), status time, owner digest, context digest, the context id as JSON
+--       ('' for a task that waits for its context), the task's generation
+--       ('' = none kept)
 if ARGV[6] == '1' then
   local earlier = redis.call('GET', KEYS[4])
   if earlier and earlier ~= ARGV[10]
@@ -30,6 +31,9 @@ redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'seq', 1, 'base', 1, 'state', 'submi
   'mkey', mkey, 'st', ARGV[11], 'ts', filed, 'o', ARGV[12], 'c', ARGV[13], 'cj', ARGV[14],
   'run', this_run(), 'ls', redis.call('LASTSAVE'), 'lw', now_us())
 if ARGV[15] ~= '' then redis.call('HSET', KEYS[1], 'g', ARGV[15]) end
+-- No context id to claim with: a task that waits for its context is claimed
+-- by the caller's read and write instead (CLAIM answers 'unsupported').
+if ARGV[14] == '' then redis.call('HDEL', KEYS[1], 'cj') end
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[9], '0-1', 'e', ARGV[2])
 if KEYS[6] ~= '' then redis.call('ZADD', KEYS[6], ARGV[4], ARGV[3]) end
 redis.call('RPUSH', KEYS[7], filed .. '|submitted')
