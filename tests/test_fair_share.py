@@ -68,7 +68,9 @@ def _starts(runs: Path) -> list[str]:
     return [line.split()[2] for line in lines if line.startswith("sleep ")]
 
 
-@pytest.fixture(params=[True, False], ids=["fair", "fifo"])
+# The FIFO run is the control (a flood does starve the small owner without
+# fair turns, so the fair run's bound can fail): opt-in, `-m slow`.
+@pytest.fixture(params=[True, pytest.param(False, marks=pytest.mark.slow)], ids=["fair", "fifo"])
 def fleet(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> Iterator[tuple[LocalStack, Path, bool]]:
