@@ -384,7 +384,7 @@ class Settings:
     # (WAIT), and how long it waits for them; 0 acknowledges on the master's word
     redis_min_replicas: int = _env("REDIS_MIN_REPLICAS", _count_or_zero, 0)
     redis_replica_timeout: float = _env("REDIS_REPLICA_TIMEOUT", _seconds, 1.0)
-    # /readyz warns (and toolnexus_redis_memory_ratio shows) when Redis uses
+    # /readyz warns (and toolnexus_store_memory_ratio shows) when Redis uses
     # more than this share of its maxmemory
     redis_memory_warn: float = _env("REDIS_MEMORY_WARN", _share, 0.9)
     # --- end of the event log's settings ---

@@ -1,6 +1,6 @@
 """compose.yaml on a real Docker engine. Opt-in: it takes minutes.
 
-    ../shared/tools/docker-engine.sh        # once per machine: an engine, base-image stand-ins
+    tools/docker-engine.sh                  # once per machine: an engine, base-image stand-ins
     python3 -m pytest -m docker -s          # -s shows the timings
 
 It builds the image, runs `compose up` with a .env as an operator writes it,
@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 LAST_RUN = "2026-12-02, passed 6 of 6 (97 s, the image built just before)"
 OPT_IN = (
     "OPT-IN, NOT RUN (CI neither): builds the image and runs compose.yaml on a Docker engine,"
-    f" minutes; run: ../shared/tools/docker-engine.sh && python3 -m pytest -m docker -s;"
+    f" minutes; run: tools/docker-engine.sh && python3 -m pytest -m docker -s;"
     f" last run {LAST_RUN}; see docs/test-suite.md"
 )
 STALE_AFTER = 5.0

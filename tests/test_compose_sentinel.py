@@ -1,6 +1,6 @@
 """compose.sentinel.yaml on a real Docker engine. Opt-in, like tests/test_compose_docker.py.
 
-    ../shared/tools/docker-engine.sh
+    tools/docker-engine.sh
     python3 -m pytest -m docker -s tests/test_compose_sentinel.py
 
 Builds the image and runs `compose --profile sentinel up` with the override:
@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 LAST_RUN = "2026-12-02, passed 1 of 1 (140 s)"
 OPT_IN = (
     "OPT-IN, NOT RUN (CI neither): builds the image and runs compose.sentinel.yaml on a Docker"
-    " engine, minutes; run: ../shared/tools/docker-engine.sh && python3 -m pytest -m docker -s"
+    " engine, minutes; run: tools/docker-engine.sh && python3 -m pytest -m docker -s"
     f" tests/test_compose_sentinel.py; last run {LAST_RUN}; see docs/test-suite.md"
 )
 

@@ -119,6 +119,12 @@ def test_serves_a_task_end_to_end_and_stops_on_ctrl_c(serve: Callable[..., Serve
     assert "Traceback" not in stderr
 
 
+def test_readyz_names_the_in_process_workers_not_a_broker(serve: Callable[..., Served]) -> None:
+    ready = requests.get(serve().url + "readyz", timeout=10)
+    assert ready.status_code == 200
+    assert ready.json() == {"status": "ready", "store": "ok", "workers": "ok", "reaper": "ok"}
+
+
 def test_file_store_input_required_then_continue_and_sigterm(
     serve: Callable[..., Served], tmp_path: Path
 ) -> None:

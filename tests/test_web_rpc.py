@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+import requests
 from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from shared import Settings, memory_store
 from shared.errors import StoreError
 from tests.support.strategies import json_values
-from tests.test_web_support import PlayingDispatcher, rpc, user_message
+from tests.test_web_support import PlayingDispatcher, live_server, rpc, user_message
 from web import create_app
 from web.core.errors import BAD_REQUEST, ERROR_INFO
 from web.http.body import _plain_loads, _plainly_storable, _strict_loads
@@ -295,6 +296,18 @@ def test_http_errors_elsewhere_are_json(client: FlaskClient) -> None:
     wrong_verb = client.delete("/.well-known/agent-card.json")
     assert wrong_verb.status_code == 405
     assert wrong_verb.get_json()["error"]["code"] == 405
+
+
+def test_a_wrong_verb_is_told_every_verb_the_path_serves(store: Any) -> None:
+    """Over real HTTP: `PUT /` is told POST too (the JSON-RPC endpoint, which
+    Flask does not route), in the same order every time."""
+    app = create_app(Settings(), store=store, dispatcher=PlayingDispatcher(store))
+    with live_server(app) as (url, _):
+        endpoint = requests.put(f"{url}/", timeout=10)
+        probe = requests.post(f"{url}/healthz", timeout=10)
+    assert (endpoint.status_code, endpoint.headers["Allow"]) == (405, "GET, HEAD, OPTIONS, POST")
+    assert endpoint.json()["error"]["details"][0]["reason"] == "METHOD_NOT_ALLOWED"
+    assert (probe.status_code, probe.headers["Allow"]) == (405, "GET, HEAD, OPTIONS")
 
 
 def test_an_unhandled_route_error_is_a_json_500(store: Any) -> None:

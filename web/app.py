@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from email.utils import formatdate
 from typing import Any, Final
 
@@ -84,8 +84,11 @@ def create_app(
     app.extensions["toolnexus"] = tasks
     app.extensions[ASSEMBLY] = assembly
     book = tasks.turns.book if tasks.turns is not None else None
-    backlog = dispatcher_abilities(dispatcher).backlog
-    observe(app, authenticator, backlog, book, settings.queue)
+    abilities = dispatcher_abilities(dispatcher)
+    observe(app, authenticator, abilities.backlog, book, settings.queue)
+    # The part that takes the work, as /readyz names it: the fleet's broker, or
+    # the embedded server's own worker threads (it has no broker).
+    takes_work = WORKERS if abilities.in_process else BROKER
 
     @app.before_request
     def screen() -> BaseResponse | None:
@@ -170,11 +173,11 @@ def create_app(
 
     @app.get("/readyz")
     def readyz() -> Response:
-        problems, node = _readiness(task_store, dispatcher, settings)
+        problems, node = _readiness(task_store, dispatcher, takes_work, settings)
         where = {"node": node} if node is not None else {}
         if problems:
             return _json({"status": "unavailable", **problems, **where}, 503)
-        ready: dict[str, Any] = {"status": "ready", "store": "ok", "broker": "ok", "reaper": "ok"}
+        ready: dict[str, Any] = {"status": "ready", "store": "ok", takes_work: "ok", "reaper": "ok"}
         ready.update(where)
         if warning := _memory_warning(task_store, settings.redis_memory_warn):
             ready["warnings"] = {"store": warning}
@@ -205,8 +208,14 @@ def _refused(error: RequestError, version: str | None) -> BaseResponse:
     return BaseResponse(body, status=wire.http_status, mimetype=JSON)
 
 
+# The two parts that take the work /readyz may name, and what each says when it cannot.
+BROKER: Final = "broker"
+WORKERS: Final = "workers"
+_CANNOT_TAKE_WORK: Final = {BROKER: BROKER_UNAVAILABLE, WORKERS: "in-process workers stopping"}
+
+
 def _readiness(
-    store: Store, dispatcher: Dispatcher, settings: Settings
+    store: Store, dispatcher: Dispatcher, takes_work: str, settings: Settings
 ) -> tuple[dict[str, str], str | None]:
     """What is wrong, by part, and the store node that answered (None: the
     store has one node, or did not answer)."""
@@ -236,8 +245,8 @@ def _readiness(
     try:
         dispatcher.check()
     except Exception as error:
-        log.warning("readyz: broker fault: %s", error)
-        problems["broker"] = BROKER_UNAVAILABLE
+        log.warning("readyz: %s fault: %s", takes_work, error)
+        problems[takes_work] = _CANNOT_TAKE_WORK[takes_work]
     return problems, node
 
 
@@ -278,8 +287,18 @@ def _http_error(error: HTTPException) -> Response:
     wire = dataclasses.replace(wire, status=_HTTP_STATUS_NAMES.get(status, "INVALID_ARGUMENT"))
     reply = _json(status_body(wire), status)
     if status == 405 and isinstance(error, MethodNotAllowed) and error.valid_methods:
-        reply.headers["Allow"] = ", ".join(error.valid_methods)
+        reply.headers["Allow"] = _allowed(error.valid_methods, request.path)
     return reply
+
+
+# Verbs served before Flask sees the request (`web.assembly.front`): Flask's
+# own list of a path's verbs lacks them. `POST /` is the JSON-RPC endpoint.
+_SERVED_BEFORE_FLASK: Final = {"/": ("POST",)}
+
+
+def _allowed(flask_verbs: Iterable[str], path: str) -> str:
+    """Every verb `path` serves, in one order (Flask keeps them in a set)."""
+    return ", ".join(sorted({*flask_verbs, *_SERVED_BEFORE_FLASK.get(path, ())}))
 
 
 def _unexpected_error(error: Exception) -> Response:

@@ -23,12 +23,15 @@ class DispatcherAbilities:
     would give a held task its turn. `backlog`: where `/metrics` reads the
     queues' backlog, None where it cannot tell. `outbox`: how it makes a
     task's message to go with a store's write on its own Redis server
-    (`shared.broker.outbox`), and `redis_server` that server."""
+    (`shared.broker.outbox`), and `redis_server` that server. `in_process`:
+    its workers are threads of this very process (the embedded server's), so
+    no broker stands behind it and `/readyz` names those workers instead."""
 
     takes_turns: bool = False
     backlog: BacklogSource | None = None
     outbox: OutboxMaker | None = None
     redis_server: tuple[object, ...] | None = None
+    in_process: bool = False
 
 
 def dispatcher_abilities(dispatcher: object) -> DispatcherAbilities:
@@ -39,10 +42,13 @@ def dispatcher_abilities(dispatcher: object) -> DispatcherAbilities:
     inner = getattr(dispatcher, "inner", None)
     if inner is not None:
         wrapped = dispatcher_abilities(inner)
-        return DispatcherAbilities(wrapped.takes_turns, wrapped.backlog)
+        return DispatcherAbilities(
+            wrapped.takes_turns, wrapped.backlog, in_process=wrapped.in_process
+        )
     outbox = getattr(type(dispatcher), "outbox", None)
     return DispatcherAbilities(
         takes_turns=bool(getattr(dispatcher, "takes_turns", False)),
+        in_process=bool(getattr(dispatcher, "in_process", False)),
         backlog=dispatcher if isinstance(dispatcher, BacklogSource) else None,
         outbox=partial(outbox, dispatcher) if callable(outbox) else None,
         redis_server=getattr(dispatcher, "redis_server", None) if callable(outbox) else None,

@@ -101,7 +101,7 @@ def compose_project(
     cli = compose_cli()
     engine = subprocess.run(["docker", "info"], capture_output=True) if cli else None
     if cli is None or engine is None or engine.returncode != 0:
-        pytest.fail("no Docker engine or compose client: run ../shared/tools/docker-engine.sh")
+        pytest.fail("no Docker engine or compose client: run tools/docker-engine.sh")
     folder = tmp_path_factory.mktemp("docker") / "toolnexus"
     shutil.copytree(ROOT, folder, ignore=shutil.ignore_patterns(*NOT_CONTEXT))
     login = ("admin", secrets.token_hex(8))

@@ -94,7 +94,8 @@ def _importable_cwd() -> None:
         sys.path.append(cwd)
 
 
-def _parser(role: Role) -> argparse.ArgumentParser:
+def role_parser(role: Role) -> argparse.ArgumentParser:
+    """The role's own flags; what it leaves goes on to the program the role runs."""
     parser = OneLineParser(
         prog=f"{PROGRAM} {role.name}",
         description=role.summary,
@@ -113,7 +114,7 @@ def _help(flag: Flag) -> str:
 
 
 def _run_role(role: Role, argv: list[str]) -> int:
-    known, rest = _parser(role).parse_known_args(argv)
+    known, rest = role_parser(role).parse_known_args(argv)
     for variable, value in vars(known).items():
         if value is not None:
             os.environ[variable] = value

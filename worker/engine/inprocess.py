@@ -47,6 +47,7 @@ class InProcessDispatcher:
     """
 
     takes_turns = True  # its threads make room in the turn book as each delivery ends
+    in_process = True  # no broker: /readyz names these threads, not one
 
     def __init__(
         self,

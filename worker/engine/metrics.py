@@ -50,7 +50,7 @@ def worker_metrics() -> WorkerMetrics:
             "Tasks the reaper failed because they waited for input past TOOLNEXUS_INPUT_TIMEOUT",
         ),
         # The I/O modes (worker.engine.io_calls): one process runs many I/O calls.
-        # Called toolnexus_calls_held before.
+        # toolnexus_io_calls was called toolnexus_calls_held before.
         io_calls=Gauge(
             "toolnexus_io_calls",
             "I/O calls a worker process runs now (TOOLNEXUS_POOL=threads|asyncio)",
