@@ -135,6 +135,19 @@ async def _send(url: str, binding: str, context: str, text: str, policy: str | N
     return str(answers[-1].task.id)
 
 
+def send_body(context: str, text: str, policy: str) -> dict[str, Any]:
+    """A 1.0 JSON-RPC SendMessage into `context` asking for `policy`, answered at once."""
+    message = {
+        "role": "ROLE_USER",
+        "messageId": uuid.uuid4().hex,
+        "contextId": context,
+        "parts": [{"text": text}],
+        "metadata": {"toolnexus.sameContext": policy},
+    }
+    params = {"message": message, "configuration": {"returnImmediately": True}}
+    return {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}
+
+
 def refusal(served: Served, binding: str, context: str, policy: str) -> dict[str, Any]:
     """What the sdk raises for a refused send: its message and, over
     HTTP+JSON (where the sdk keeps only the status), the error body."""
@@ -220,23 +233,7 @@ def test_interrupt_cancels_the_busy_task_and_runs(served: Served, binding: str) 
 
 def test_a_policy_not_known_is_refused_naming_the_field(served: Served) -> None:
     answer = requests.post(
-        served.url,
-        headers={"A2A-Version": "1.0"},
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "SendMessage",
-            "params": {
-                "message": {
-                    "role": "ROLE_USER",
-                    "messageId": uuid.uuid4().hex,
-                    "contextId": "c",
-                    "parts": [{"text": "x"}],
-                    "metadata": {"toolnexus.sameContext": "later"},
-                }
-            },
-        },
-        timeout=10,
+        served.url, headers={"A2A-Version": "1.0"}, json=send_body("c", "x", "later"), timeout=10
     ).json()
     assert answer["error"]["code"] == -32602
     assert "message.metadata.toolnexus.sameContext" in answer["error"]["message"]
@@ -327,21 +324,7 @@ def _race(served: Served) -> None:
     together = threading.Barrier(8)
 
     def one(_: int) -> str:
-        body = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "SendMessage",
-            "params": {
-                "message": {
-                    "role": "ROLE_USER",
-                    "messageId": uuid.uuid4().hex,
-                    "contextId": context,
-                    "parts": [{"text": gate.encode()}],
-                    "metadata": {"toolnexus.sameContext": "reject"},
-                },
-                "configuration": {"returnImmediately": True},
-            },
-        }
+        body = send_body(context, gate.encode(), "reject")
         with requests.Session() as session:
             session.get(served.url + ".well-known/agent-card.json", timeout=10)  # connected
             together.wait(timeout=10)
