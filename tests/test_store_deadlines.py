@@ -260,3 +260,58 @@ def test_a_write_cut_off_between_its_two_exchanges_leaves_its_task_unlocked(
     record = direct.read(task["id"])
     assert record is not None and record.task["status"]["state"] == WORKING
     direct.close()
+
+
+def test_a_write_cut_off_inside_an_exchange_is_ended_by_the_store_s_upkeep(
+    through: PostgresStore, proxy: FaultProxy, postgres_url: str
+) -> None:
+    """A client lost in the middle of an exchange (a statement sent, the
+    Sync that ends the exchange not) leaves its session waiting for the rest
+    with no timeout of the server's running: not a statement (it finished),
+    not idle in a transaction (no Sync came). The reaper's upkeep of the
+    store ends such a session of the store's own once it has waited longer
+    than the store's timeout, and its locks go with it."""
+    direct = postgres_store(postgres_url, timeout=TIMEOUT)
+    task = direct.save(a_task())
+    assert through.get(task["id"]) == task  # its connection made before the partition
+    pid: list[int] = []
+    url, _ = split_url(postgres_url)
+
+    def waiting_mid_exchange() -> bool:
+        with psycopg.connect(url, autocommit=True) as watcher:
+            row = watcher.execute(
+                "SELECT state, wait_event FROM pg_stat_activity WHERE pid = %s", (pid[0],)
+            ).fetchone()
+        return row == ("active", "ClientRead")
+
+    def vanish() -> None:
+        with (
+            through.statements.connection() as conn,
+            conn.pipeline() as pipeline,
+            conn.cursor() as cursor,
+        ):
+            cursor.execute("BEGIN")
+            cursor.execute("SELECT seq FROM tasks WHERE id = %s FOR UPDATE", (task["id"],))
+            pipeline.sync()
+            pid.append(conn.info.backend_pid)
+            cursor.execute("UPDATE tasks SET seq = seq WHERE id = %s", (task["id"],))
+            conn.pgconn.flush()  # sent without its Sync
+            wait_for(waiting_mid_exchange, timeout=10, what="the server to wait mid-exchange")
+            proxy.partition()
+            cursor.execute("COMMIT")  # never arrives
+
+    lost = threading.Thread(target=lambda: returned(vanish), daemon=True)
+    lost.start()
+
+    def moved() -> bool:
+        direct.purge_expired()  # the reaper's upkeep, as each of its runs does it
+        try:
+            return transition(direct, task["id"], to_state(WORKING)).applied
+        except StoreError:  # the row still locked: its lock timeout ran out
+            return False
+
+    wait_for(lambda: bool(pid), timeout=10, what="the lost write to begin")
+    wait_for(moved, timeout=30, interval=0.5, what="the task's row to be free again")
+    proxy.heal()
+    lost.join(30)
+    direct.close()

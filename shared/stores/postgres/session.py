@@ -41,6 +41,23 @@ from shared.stores.postgres.green import on_hub
 
 # Keepalive probes before a peer is dropped, a second apart.
 PROBES: Final = 3
+# The name the store's sessions go by, where the URL names none: the upkeep
+# ends stuck sessions of this name only (`STUCK_SESSIONS`).
+APPLICATION_NAME: Final = "toolnexus-serve"
+# The store's own sessions (its application name, its database) that wait
+# for their client in the middle of an exchange (a statement sent, the Sync
+# that ends the exchange not yet) or to send it an answer, for longer than
+# the store's timeout: no server timeout ends these (a statement's ended,
+# the wait is no idle time in a transaction, and the server acts on no
+# cancel while it writes to its client), so a client lost there would keep
+# its locks for good. Each is ended; the count comes back.
+STUCK_SESSIONS: Final = (
+    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+    " WHERE pid <> pg_backend_pid() AND datname = current_database()"
+    " AND application_name = current_setting('application_name')"
+    " AND state = 'active' AND wait_event IN ('ClientRead', 'ClientWrite')"
+    " AND state_change < now() - make_interval(secs => %s)"
+)
 # What the client waits beyond the statement timeout before abandoning a connection.
 GRACE: Final = 1.0
 
@@ -69,9 +86,11 @@ def session_settings(schema: str, timeout: float) -> tuple[str, tuple[str, ...]]
 
 
 def with_keepalives(conninfo: str, timeout: float) -> str:
-    """`conninfo` with libpq's own probes of the server, where it sets none."""
+    """`conninfo` with libpq's own probes of the server, and the name the
+    store's sessions go by, where it sets none."""
     params = conninfo_to_dict(conninfo)
     wanted = {
+        "application_name": APPLICATION_NAME,
         "keepalives": "1",
         "keepalives_idle": str(max(1, round(timeout))),
         "keepalives_interval": "1",

@@ -37,7 +37,7 @@ from shared.store.wakeups import Waiter
 from shared.stores.postgres.listener import PostgresListener
 from shared.stores.postgres.pool import ForkSafePool
 from shared.stores.postgres.schema import DEFAULT_SCHEMA, behind, checked_schema
-from shared.stores.postgres.session import session_settings, with_keepalives
+from shared.stores.postgres.session import STUCK_SESSIONS, session_settings, with_keepalives
 from shared.stores.postgres.statements import KeyTaken, PostgresRunner, Statements
 from shared.stores.sql.dialects import POSTGRESQL
 from shared.stores.sql.documents import SqlDocuments
@@ -90,6 +90,7 @@ class PostgresStore(SqlStore):
         self._where = _where(self.conninfo)
         self._clock = clock
         self._session = session_settings(self.schema, timeout)
+        self._timeout = timeout
         channel = f"{self.schema}_events"
         self._channel = channel if notify else ""
         self._pool = ForkSafePool(
@@ -132,10 +133,27 @@ class PostgresStore(SqlStore):
         return self._listener.watch(task_id)
 
     def purge_expired(self) -> int:
-        """As every SQL store's, then the kept counts folded (migration 0013)."""
+        """As every SQL store's, then the kept counts folded (migration 0013);
+        first, the store's sessions stuck mid-exchange are ended
+        (`STUCK_SESSIONS`): the reaper's upkeep is what every fleet runs."""
+        self._end_stuck_sessions()
         purged = super().purge_expired()
         self.statements.one("SELECT counts_fold()", ())
         return purged
+
+    def _end_stuck_sessions(self) -> None:
+        try:
+            ended = self.statements.one(STUCK_SESSIONS, (self._timeout,))
+        except StoreError as error:  # a role that may not end them: the rest goes on
+            log.warning("PostgreSQL at %s: could not end stuck sessions: %s", self._where, error)
+            return
+        if ended and ended[0]:
+            log.warning(
+                "PostgreSQL at %s: ended %d session(s) of this store waiting for a lost client"
+                " mid-exchange, with their locks",
+                self._where,
+                ended[0],
+            )
 
     def memory_use(self) -> tuple[int, int] | None:
         return None  # PostgreSQL keeps tasks on disk: no memory limit to warn of
