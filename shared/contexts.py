@@ -1,10 +1,10 @@
 """What a new task does while an earlier task of its context is still busy.
 
 A context is one caller's conversation; its tasks are listed by the store
-(its context and state filters, as ListTasks uses them:
-`shared.store.busy`). A task is *busy*
-while `submitted` or `working` (a run released for another attempt is still
-`working`); a task waiting for the peer is not. The policy of a new task:
+(its context and state filters, as ListTasks uses them: `shared.store.busy`).
+A task is *busy* while `submitted` or `working` (a run released for another
+attempt is still `working`); a task waiting for the peer is not. The policy
+of a new task:
 
 - `parallel`: it runs beside the busy ones (the A2A default);
 - `queue`: it stays `submitted` until no task of its context is working and
@@ -17,8 +17,9 @@ while `submitted` or `working` (a run released for another attempt is still
 
 The deployment's default is `TOOLNEXUS_SAME_CONTEXT`; a message may choose
 its own under `toolnexus.sameContext` in its metadata. A task that waits
-carries its policy under a private field (`FIELD`, never shown to a peer),
-which the worker reads before its claim.
+carries its policy under a private field (`FIELD`, never shown to a peer);
+the store's claim leaves such a task to the worker, which looks at its
+context first (`shared.transitions.claim`, `worker.engine.fulfil`).
 """
 
 from __future__ import annotations
