@@ -113,7 +113,8 @@ def claim(
             event["run"] = run
         return event
 
-    if can_transition(from_state, to) and not is_at_rest(to):
+    # A waiting task's store claim would hand it back again: read and written here.
+    if not waiting and can_transition(from_state, to) and not is_at_rest(to):
         # The store fills in the task's contextId; the rest of the event is made here.
         event = claimed(cast(Task, {"id": task_id, "contextId": ""}))
         outcome = store.claim(task_id, from_state, event)
