@@ -49,10 +49,9 @@ def marked(task: Task, policy: str) -> Task:
 
 def refuse_if_busy(store: Store, owner: str, context_id: str | None) -> None:
     """`reject`'s first look: refused while any task of the context is busy."""
-    if context_id is None:
-        return  # a new context: nothing in it yet
-    for busy in _listed(lambda: busy_in(store, owner, context_id)):
-        raise _busy(busy, context_id)
+    # (A new context has nothing in it yet.)
+    if context_id is not None and (error := _refusal(store, owner, context_id, None)):
+        raise error
 
 
 def refusal(store: Store, task: Task) -> ContextBusy | None:
@@ -60,10 +59,17 @@ def refusal(store: Store, task: Task) -> ContextBusy | None:
     refuses it when any other task of its context is busy. Of sends racing
     into a free context, the one saved last sees all the others, so at most
     one is taken (all of them may be refused, each naming another)."""
-    for busy in _listed(lambda: busy_in(store, task.get("owner", ""), task["contextId"])):
-        if busy["id"] != task["id"]:
-            return _busy(busy, task["contextId"])
-    return None
+    return _refusal(store, task.get("owner", ""), task["contextId"], task["id"])
+
+
+def _refusal(store: Store, owner: str, context_id: str, itself: str | None) -> ContextBusy | None:
+    """The refusal naming the first busy task of the context but `itself`;
+    the listing is read no further than that task."""
+    try:
+        busy = next((t for t in busy_in(store, owner, context_id) if t["id"] != itself), None)
+    except Unsupported:
+        raise _cannot_list() from None
+    return None if busy is None else _busy(busy, context_id)
 
 
 def to_interrupt(store: Store, task: Task) -> list[Task]:
@@ -75,10 +81,14 @@ def _listed(tasks: Callable[[], Iterable[Task]]) -> list[Task]:
     try:
         return list(tasks())
     except Unsupported:
-        raise UnsupportedOperation(
-            "this agent's task store keeps no listing, so a context's busy tasks cannot be"
-            " found: only the sameContext policy parallel is available"
-        ) from None
+        raise _cannot_list() from None
+
+
+def _cannot_list() -> UnsupportedOperation:
+    return UnsupportedOperation(
+        "this agent's task store keeps no listing, so a context's busy tasks cannot be"
+        " found: only the sameContext policy parallel is available"
+    )
 
 
 def _busy(busy: Task, context_id: str) -> ContextBusy:
