@@ -41,7 +41,9 @@ class Run:
     `{"value": ...}` (None: none saved); `published`: how many items the
     turn's runs published since that checkpoint (since the turn began
     without one); `chunks`: the artifact id each chunked artifact's name
-    writes to."""
+    writes to; `asked`: the last checkpoint of the turn that ended asking
+    the peer (`toolnexus.Ask`, `NeedAuth`), wrapped the same way: the run of
+    the peer's answer goes on from it (a framework's state at its question)."""
 
     attempt: int = 1
     epoch: int = 0
@@ -51,6 +53,14 @@ class Run:
     checkpoint: Mapping[str, Any] | None = None
     published: int = 0
     chunks: Mapping[str, str] = field(default_factory=dict)
+    asked: Mapping[str, Any] | None = None
+
+    @property
+    def resumes_from(self) -> Any:
+        """What the run goes on from: this turn's checkpoint, else the one the
+        last turn saved when it asked the peer; None when neither is."""
+        saved = self.checkpoint if self.checkpoint is not None else self.asked
+        return saved["value"] if saved is not None else None
 
 
 def run_of(item: Mapping[str, Any]) -> Run:
@@ -60,6 +70,7 @@ def run_of(item: Mapping[str, Any]) -> Run:
     if not isinstance(record, Mapping):
         return Run()
     held, checkpoint, chunks = record.get("held"), record.get("checkpoint"), record.get("chunks")
+    asked = record.get("asked")
     return Run(
         attempt=max(1, _count(record.get("attempt"))),
         epoch=_count(record.get("epoch")),
@@ -75,6 +86,7 @@ def run_of(item: Mapping[str, Any]) -> Run:
             for name, artifact in (chunks.items() if isinstance(chunks, Mapping) else ())
             if isinstance(name, str) and isinstance(artifact, str)
         },
+        asked=asked if isinstance(asked, Mapping) and "value" in asked else None,
     )
 
 
@@ -105,6 +117,12 @@ def first_claim(holder: str) -> dict[str, Any]:
 def checkpoint_saved(value: Any, chunks: Mapping[str, str]) -> dict[str, Any]:
     """A checkpoint: what a later attempt resumes from, nothing published since."""
     return {"checkpoint": {"value": value}, "published": 0, "chunks": dict(chunks)}
+
+
+def asking(value: Any) -> dict[str, Any]:
+    """A turn that ends asking the peer: what its answer's run goes on from
+    (None: from nothing)."""
+    return {"asked": None if value is None else {"value": value}}
 
 
 def published(count: int, chunks: Mapping[str, str]) -> dict[str, Any]:

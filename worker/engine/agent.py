@@ -12,10 +12,11 @@ from shared.loading import load_object
 from shared.settings import Settings
 from shared.store.wiring import load_hook
 from shared.transitions import OnTerminal
+from toolnexus.frameworks import adapt
 
 RunFunction = Callable[..., object]
 # What a function may ask for, by parameter name.
-INPUTS = frozenset({"text", "message", "task", "attempt", "checkpoint"})
+INPUTS = frozenset({"text", "message", "task", "attempt", "checkpoint", "conversation"})
 
 NO_FUNCTION = "no fulfilment function configured: set TOOLNEXUS_RUN=package.module:function"
 
@@ -52,8 +53,8 @@ class Agent:
 
     @cached_property
     def inputs(self) -> frozenset[str]:
-        """Which of `text`, `message`, `task`, `attempt` and `checkpoint` the
-        function declares by name.
+        """Which of `text`, `message`, `task`, `attempt`, `checkpoint` and
+        `conversation` the function declares by name.
 
         A function that declares none of them (e.g. `def run(prompt)`) gets
         the text as its one positional argument, as it always has."""
@@ -67,10 +68,14 @@ class Agent:
 
 
 def load_agent(settings: Settings) -> Agent:
-    """Import TOOLNEXUS_RUN and TOOLNEXUS_ON_TASK; ConfigError names the bad one."""
+    """Import TOOLNEXUS_RUN (a function, or a framework's agent:
+    `toolnexus.frameworks`) and TOOLNEXUS_ON_TASK; ConfigError names the bad one."""
     if settings.run is None:
         return Agent(run=None, on_task=load_hook(settings), problem=NO_FUNCTION)
     run = load_object(settings.run, "TOOLNEXUS_RUN")
+    # A framework's agent object runs through its adapter, as a plain
+    # async generator function would.
+    run = adapt(run) or run
     if not callable(run):
         raise ConfigError(f"TOOLNEXUS_RUN: {settings.run!r} is not callable")
     return Agent(run=run, on_task=load_hook(settings))

@@ -15,7 +15,7 @@ import asyncio
 import copy
 import inspect
 import threading
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any, TypeVar
 
 from shared.attempts import run_of
@@ -34,9 +34,16 @@ FINAL_TYPES = (Done, Reply, Ask, NeedAuth, Reject)
 RunAsync = Callable[[Awaitable[Any]], Any]
 
 
-def call(agent: Agent, task: Task, run: RunAsync | None = None) -> Outputs:
+def call(
+    agent: Agent,
+    task: Task,
+    run: RunAsync | None = None,
+    conversation: Sequence[Message] = (),
+) -> Outputs:
     """Run `agent.run` on `task`; yields progress items, returns the result.
-    `run(awaitable)` runs async code to its end (default: `run_async`)."""
+    `run(awaitable)` runs async code to its end (default: `run_async`);
+    `conversation`: the context's earlier messages (`shared.conversation`),
+    for a function that declares it."""
     run = run or run_async
     assert agent.run is not None
     message: Message = latest_user_message(task) or {
@@ -56,7 +63,8 @@ def call(agent: Agent, task: Task, run: RunAsync | None = None) -> Outputs:
             "message": message,
             "task": task,
             "attempt": record.attempt,
-            "checkpoint": record.checkpoint["value"] if record.checkpoint is not None else None,
+            "checkpoint": record.resumes_from,
+            "conversation": list(conversation),
         }
         result = agent.run(**{name: copy.deepcopy(offered[name]) for name in inputs})
     if inspect.isgenerator(result):

@@ -29,26 +29,39 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from functools import partial
 
-from shared.attempts import first_claim, holds, process_name, run_of, taken, takes_now
+from shared.attempts import asking, first_claim, holds, process_name, run_of, taken, takes_now
 from shared.backoff import Backoff
 from shared.contexts import look_again_after, waits_for_context
+from shared.conversation import conversation
 from shared.errors import StoreError
 from shared.events import Change, Event, identity, status_update
+from shared.failures import (
+    AGENT_UNAVAILABLE,
+    BAD_RESULT,
+    EXCEPTION,
+    RETRIES_USED,
+    TIMED_OUT,
+    Failure,
+)
 from shared.settings import Settings
 from shared.store.busy import ahead_of
 from shared.store.contract import Outcome, Record, Store
 from shared.task import SUBMITTED, WORKING, Task, is_terminal, state_of
 from shared.transitions import claim, notify, transition
-from toolnexus import Checkpoint, Retry
+from toolnexus import Ask, Checkpoint, NeedAuth, Retry
 from worker.engine.agent import Agent
 from worker.engine.calling import RunAsync, call, run_async
 from worker.engine.green_jobs import off_loop
 from worker.engine.heartbeat import heartbeating
 from worker.engine.io_calls import CallStopped, running_io_call, watching
-from worker.engine.results import RunProgress, UnsupportedResult, failed, final_change
+from worker.engine.results import RunProgress, UnsupportedResult, failed, final_change, with_run
 from worker.engine.retries import SendLater, end_without_outcome, queue_again
 
 log = logging.getLogger(__name__)
+
+# Final results that wait for the peer: the run of the answer goes on from
+# the turn's last checkpoint.
+QUESTIONS = (Ask, NeedAuth)
 
 
 def fulfil(
@@ -171,25 +184,40 @@ def _run(
     """Drive the function, saving each yielded item, then its result."""
     epoch = run_of(claimed.task).epoch
     if agent.run is None:
-        return _save(store, claimed, failed(agent.problem), agent, settings, epoch)
+        return _save(
+            store,
+            claimed,
+            failed(agent.problem, Failure(AGENT_UNAVAILABLE)),
+            agent,
+            settings,
+            epoch,
+        )
     task_id = claimed.task["id"]
     counting = settings.attempts.most > 1  # else no later attempt reads the counts
     progress = RunProgress(run_of(claimed.task), counting=counting)
+    # What a question this run ends with saves for the run of its answer:
+    # the turn's last checkpoint (one attempt saves none while it runs).
+    turn = run_of(claimed.task).checkpoint
+    last_checkpoint = turn["value"] if turn is not None else None
     record, produced = claimed, False
     if on_run is not None:
         on_run()
-    outputs = call(agent, claimed.task, run)
+    earlier = off_loop(conversation, store, claimed.task) if "conversation" in agent.inputs else []
+    outputs = call(agent, claimed.task, run, earlier)
     try:
         while True:
             try:
                 item = next(outputs)
             except StopIteration as stop:
                 finish = final_change(stop.value, after_output=produced)
+                if isinstance(stop.value, QUESTIONS):
+                    finish = with_run(finish, asking(last_checkpoint))
                 break
             if isinstance(item, Checkpoint):
+                change = progress.checkpoint(item)  # (checks it is JSON)
+                last_checkpoint = item.value
                 if not counting:
-                    continue  # one attempt: nothing would ever resume from it
-                change = progress.checkpoint(item)
+                    continue  # one attempt: no later attempt resumes from it
             elif progress.already_published():
                 produced = True
                 continue
@@ -206,6 +234,7 @@ def _run(
             task_id,
             settings.attempts,
             f"the agent asked to retry: {retry.reason}",
+            cause=RETRIES_USED,
             epoch=epoch,
             asked=retry.after,
             current=record,
@@ -215,14 +244,15 @@ def _run(
             queue_again(send_later, task_id, ended.retry_in)
         return ended.outcome
     except timeout_errors:
-        finish = failed(f"timed out after {settings.time_limit:g} s")
+        finish = failed(f"timed out after {settings.time_limit:g} s", Failure(TIMED_OUT))
     except CallStopped as stopped:  # its time limit or a cancel (worker.engine.io_calls)
-        finish = failed(str(stopped))
+        finish = failed(str(stopped), Failure(TIMED_OUT))
     except UnsupportedResult as error:
-        finish = failed(str(error))
+        finish = failed(str(error), Failure(BAD_RESULT))
     except Exception as error:
         log.exception("task %s: fulfilment function raised", task_id)
-        finish = failed(f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
+        kind = type(error).__name__
+        finish = failed(f"{kind}: {error}" if str(error) else kind, Failure(EXCEPTION, kind))
     finally:
         outputs.close()
     return _save(store, record, finish, agent, settings, epoch)

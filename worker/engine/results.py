@@ -17,7 +17,7 @@ Anything else fails the task, quoting what came back.
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from shared.attempts import Run, checkpoint_saved, published
@@ -30,6 +30,7 @@ from shared.events import (
     message_added,
     status_update,
 )
+from shared.failures import Failure, run_change
 from shared.mappings import is_mapping
 from shared.quoting import shown
 from shared.task import (
@@ -140,13 +141,7 @@ class RunProgress:
         if not self._counting:
             return change
         self._published += 1
-        run = published(self._published, self._chunked)
-
-        def counted(task: Task) -> list[Event]:
-            *before, last = change(task)
-            return [*before, cast(Event, {**last, "run": run})]
-
-        return counted
+        return with_run(change, published(self._published, self._chunked))
 
     def _change(self, item: object) -> Change:
         if isinstance(item, str | Progress):
@@ -177,8 +172,29 @@ class RunProgress:
         ]
 
 
-def failed(reason: str) -> Change:
-    return _stopped(FAILED, reason)
+def with_run(change: Change, run: Mapping[str, Any]) -> Change:
+    """`change` with `run` merged into the task's run record by its last event."""
+
+    def changed(task: Task) -> list[Event]:
+        *before, last = change(task)
+        earlier = cast(Mapping[str, Any], last.get("run") or {})
+        return [*before, cast(Event, {**last, "run": {**earlier, **run}})]
+
+    return changed
+
+
+def failed(reason: str, failure: Failure) -> Change:
+    """The change that fails a task saying `reason`, its cause recorded
+    privately for triage (`shared.failures`)."""
+    stop = agent_message(reason)
+    record = run_change(failure)
+
+    def change(task: Task) -> list[Event]:
+        event = status_update(task, FAILED, stop)
+        event["run"] = record
+        return [event]
+
+    return change
 
 
 def agent_message(parts: Any) -> Message:
