@@ -1,0 +1,1 @@
+"""Example agents written with a framework, served as they are."""
