@@ -357,6 +357,10 @@ def _owner_limits(value: str) -> OwnerOverrides:
     return tuple(table)
 
 
+# The card's name when neither TOOLNEXUS_NAME nor the agent gives one.
+DEFAULT_NAME: Final = "toolnexus-agent"
+
+
 def _env(name: str, parse: Callable[[str], Any], default: Any) -> Any:
     return field(default=default, metadata={"env": f"TOOLNEXUS_{name}", "parse": parse})
 
@@ -462,7 +466,7 @@ class Settings:
     time_limit: float = _env("TIME_LIMIT", _seconds, 300.0)
     concurrency: int | None = _env("CONCURRENCY", _optional_count, None)
     # the agent card
-    name: str = _env("NAME", _text, "toolnexus-agent")
+    name: str = _env("NAME", _text, DEFAULT_NAME)
     description: str = _env("DESCRIPTION", _text, "")
     version: str = _env("VERSION", _text, "0.1.0")
     url: str | None = _env("URL", _optional_text, None)

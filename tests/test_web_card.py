@@ -33,13 +33,15 @@ def card_for(
     return card
 
 
+ECHO = "The default agent: plain text in, plain text out."
 V03_FIELDS = {"protocolVersion", "url", "preferredTransport", "security"}
 
 
 def test_the_default_card_is_the_1_0_card_with_the_0_3_fields() -> None:
     card = card_for(Settings())
     assert card["name"] == "toolnexus-agent"
-    assert card["description"] == ""
+    # the default agent's docstring, read from its source (tests/test_card_from_agent.py)
+    assert card["description"] == ECHO
     assert card["version"] == "0.1.0"
     assert card["capabilities"] == {"streaming": True, "pushNotifications": True}
     assert card["defaultInputModes"] == ["text/plain", "application/json"]
@@ -54,7 +56,7 @@ def test_the_default_card_is_the_1_0_card_with_the_0_3_fields() -> None:
         {"url": "http://agent.test:8080/", "protocolBinding": "JSONRPC", "protocolVersion": "1.1"},
         {"url": "http://agent.test:8080", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.1"},
     ]
-    assert card["skills"] == []
+    assert card["skills"] == [{"id": "echo", "name": "echo", "description": ECHO, "tags": ["echo"]}]
     # where the toolnexus client and 0.3 clients post
     assert card["url"] == "http://agent.test:8080/"
     assert card["preferredTransport"] == "JSONRPC"

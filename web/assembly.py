@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
 
+from shared.agent_facts import facts_for
 from shared.broker.dispatcher import Dispatcher
 from shared.owners.admission import admission
 from shared.settings import Settings
 from shared.store.wiring import abilities_of, load_hook, open_store
 from web.auth.tokens import Authenticator, authenticator_for
+from web.card.from_agent import card_from_agent
 from web.card.signing import card_signer
-from web.card.skills import load_skills
 from web.card.views import CardViews
 from web.core.call import ExtendedCard
 from web.core.tasks import Tasks
@@ -53,15 +54,15 @@ class Assembly:
         """The agent cards, built (their skills loaded) when first asked for:
         the HTTP process asks at once, the gRPC process only for an extended card."""
         settings = self.settings
-        skills = load_skills(settings.skills, settings.skill_names) if settings.skills else []
+        agent = card_from_agent(settings, facts_for(settings.run))
         return CardViews(
             settings,
-            skills,
+            agent.skills,
             self.browsers,
             self.authenticator.card_schemes(),
             streaming=True,  # every store can be followed (the adapter polls)
             push=self.tasks.push is not None,
-            overrides=self.card_overrides,
+            overrides={**agent.fields, **self.card_overrides},
             extended_fields=settings.extended_card,
             signer=card_signer(settings),
         )

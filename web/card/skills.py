@@ -33,10 +33,11 @@ class Skill:
     name: str
     description: str
     tags: tuple[str, ...] = ()
+    id: str | None = None  # (a SKILL.md's id is its name)
 
     def card_entry(self) -> dict[str, Any]:
         return {
-            "id": self.name,
+            "id": self.id or self.name,
             "name": self.name,
             "description": self.description,
             "tags": list(self.tags),
