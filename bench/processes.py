@@ -52,7 +52,9 @@ class Server:
     """A command serving HTTP on a free port (`{port}` in the command is
     replaced), in its own process group; ready once the port accepts."""
 
-    def __init__(self, what: str, command: Sequence[str], env: Mapping[str, str]) -> None:
+    def __init__(
+        self, what: str, command: Sequence[str], env: Mapping[str, str], timeout: float = 30
+    ) -> None:
         self.what = what
         self.port = free_port()
         self.process = subprocess.Popen(
@@ -62,7 +64,7 @@ class Server:
             start_new_session=True,
         )
         try:
-            wait_for_port(self.port, self.process, what, timeout=30)
+            wait_for_port(self.port, self.process, what, timeout)
         except RuntimeError:
             self.stop()
             raise
@@ -129,7 +131,9 @@ def exit_on_sigterm() -> None:
 
 
 class CeleryWorker:
-    """A `celery -A <app> worker` subprocess, ready once it logged `ready`.
+    """A `celery -A <app> worker` subprocess, ready once it logged `ready`;
+    `command` starts it another way (`toolnexus-serve worker`), with the
+    same name and flags after it.
 
     Its log goes to a file, not a pipe: a pipe would need a thread in the
     benchmark's own process to drain it, competing with the client being
@@ -137,10 +141,15 @@ class CeleryWorker:
     completed task)."""
 
     def __init__(
-        self, app: str, env: Mapping[str, str], name: str, flags: Sequence[str] = ()
+        self,
+        app: str,
+        env: Mapping[str, str],
+        name: str,
+        flags: Sequence[str] = (),
+        command: Sequence[str] = (),
     ) -> None:
-        command = [sys.executable, "-m", "celery", "-A", app, "worker", "-n", f"{name}@%h"]
-        command += [*flags, "-l", "INFO"]
+        start = list(command) or [sys.executable, "-m", "celery", "-A", app, "worker", "-l", "INFO"]
+        command = [*start, "-n", f"{name}@%h", *flags]
         # Closed (and removed) in stop().
         self.log = tempfile.NamedTemporaryFile(prefix=f"bench-{name}-", suffix=".log")  # noqa: SIM115
         self.process = subprocess.Popen(
