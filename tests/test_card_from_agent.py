@@ -117,3 +117,14 @@ def test_a_functions_card_names_its_skill_after_it() -> None:
     assert card["name"] == "toolnexus-agent"
     assert card["description"] == "Artifacts with file and data parts."
     assert [s["id"] for s in card["skills"]] == ["report"]
+
+
+def test_a_framework_agents_card_is_its_name_instructions_and_tools() -> None:
+    card = card_for(Settings(run="examples.frameworks.adk_agent:agent"))
+    assert card["name"] == "concierge"
+    assert card["description"] == "Tells the weather and books things once you approve."
+    assert [(s["id"], s["description"]) for s in card["skills"]] == [
+        ("get_weather", "Tells the weather in a city."),
+        ("ask_for_approval", "Asks the user to approve a request before it is carried out."),
+    ]
+    assert compliant(card)
