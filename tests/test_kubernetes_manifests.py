@@ -490,6 +490,8 @@ def test_the_worker_scaler_queries_what_the_service_exports(
             assert problems(query, known) == [], f"{overlay}: {query}"
             assert re.findall(r'queue="([^"]*)"', query) == [settings.queue], query
             queries[trigger.get("metricType", "AverageValue")] = trigger["metadata"]
+        servers = {trigger["metadata"]["serverAddress"] for trigger in scaler["spec"]["triggers"]}
+        assert len(servers) == 1, f"{overlay}: the triggers ask different servers: {servers}"
         # Replicas = depth / threshold: one pod's concurrency per replica.
         depth = queries["AverageValue"]
         assert "toolnexus_queue_depth" in depth["query"]
