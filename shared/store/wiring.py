@@ -15,6 +15,7 @@ from functools import partial
 from typing import TYPE_CHECKING, cast
 
 from shared.errors import ConfigError
+from shared.indexes import Indexes
 from shared.loading import load_object
 from shared.owners.book import Entry, ReleaseOnCommit, TurnBook
 from shared.settings import Settings
@@ -92,7 +93,9 @@ class Abilities:
     broker there can queue a send's message with its write);
     `release_on_commit`: where its book can, how a process's writes that
     take a task out of flight release it in the same round trip (Redis's
-    book; `Turns.release_with_writes`)."""
+    book; `Turns.release_with_writes`); `indexes`: its scored indexes
+    (`shared.indexes`), where it keeps the newest failures
+    (`shared.failures`), None where it keeps none."""
 
     turn_book: TurnBook | None = None
     send_limiter: SendLimiter | None = None
@@ -100,6 +103,7 @@ class Abilities:
     loop_reads: Callable[[], TaskReadsOnLoop | None] | None = None
     redis_server: tuple[object, ...] | None = None
     release_on_commit: ReleaseOnCommit | None = None
+    indexes: Indexes | None = None
 
 
 def abilities_of(store: Store) -> Abilities:
@@ -118,7 +122,14 @@ def abilities_of(store: Store) -> Abilities:
         loop_reads=store.loop_reads if isinstance(store, ReadsOnLoop) else None,
         redis_server=getattr(store, "redis_server", None) if on_server else None,
         release_on_commit=getattr(book, "release_on_commit", None),
+        indexes=_scored_indexes(getattr(store, "indexes", None)),
     )
+
+
+def _scored_indexes(found: object) -> Indexes | None:
+    if callable(getattr(found, "place", None)) and callable(getattr(found, "range", None)):
+        return cast(Indexes, found)
+    return None
 
 
 def is_full_store(candidate: object) -> bool:

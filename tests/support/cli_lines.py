@@ -20,6 +20,7 @@ from gunicorn.config import Config
 
 from worker.cli.db import ACTIONS
 from worker.cli.main import ROLES, role_parser
+from worker.cli.tasks import parser as tasks_parser
 from worker.embedded_flags import parse_embedded_args
 
 _OPTION_LINE = re.compile(r"^\s+(?:-\w, )?(--[\w-]+)", re.M)
@@ -117,6 +118,11 @@ def _db(rest: list[str]) -> str | None:
     return f"db takes {', '.join(ACTIONS)} or copy TARGET, not {' '.join(rest) or 'nothing'}"
 
 
+def _tasks(rest: list[str]) -> str | None:
+    refused, _ = _parsed(lambda: tasks_parser().parse_args(rest))
+    return refused
+
+
 _PASSED_ON: dict[str, Callable[[list[str]], str | None]] = {
     "web": _gunicorn,
     "worker": _celery(celery_worker),
@@ -124,4 +130,5 @@ _PASSED_ON: dict[str, Callable[[list[str]], str | None]] = {
     "flower": _flower,
     "grpc": _nothing,
     "db": _db,
+    "tasks": _tasks,
 }

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,12 @@ def parse_tokens(entries: Sequence[str]) -> tuple[Token, ...]:
         principal = name or "token-" + hashlib.sha256(secret.encode()).hexdigest()[:16]
         tokens.append(Token(principal, secret.encode()))
     return tuple(tokens)
+
+
+def administrators(authenticator: Authenticator, names: Collection[str]) -> frozenset[str]:
+    """The principals named in TOOLNEXUS_ADMIN_TOKENS. Only a named principal
+    can be one: never the open API's anonymous caller."""
+    return frozenset(names) if authenticator.required else frozenset()
 
 
 def authenticator_for(settings: Settings) -> Authenticator:

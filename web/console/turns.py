@@ -21,7 +21,7 @@ from typing import Any, Final
 from shared.codec import encode_bytes
 from shared.errors import StoreError
 from shared.owners.book import OwnerCount, TurnBook
-from web.auth.tokens import Authenticator
+from web.auth.tokens import Authenticator, administrators
 from web.core.errors import RequestError, describe, status_body
 from web.http.edge import challenge
 
@@ -38,9 +38,7 @@ class TurnCounts:
     ) -> None:
         self._authenticator = authenticator
         self._book = book
-        # Only a named principal can be an administrator: never the open
-        # API's anonymous caller.
-        self._admins = frozenset(admins) if authenticator.required else frozenset()
+        self._admins = administrators(authenticator, admins)
 
     def answer(self, authorization: str | None) -> dict[str, Any]:
         """What the caller with `authorization` is shown; raises the API's

@@ -30,6 +30,7 @@ from shared.settings import Settings
 from shared.store.contract import Store
 from shared.task import TaskState
 from web.auth.tokens import Authenticator
+from web.console.triage import Triage, install_triage
 from web.console.turns import JSON, TURNS_PATH, TurnCounts
 
 PREFIX: Final = "/console"
@@ -94,6 +95,12 @@ def install_console(
     def task(task_id: str) -> str:
         return render_template("console/task.html", **shared, **_page(request), task_id=task_id)
 
+    @console.get("/failed")
+    def failed_page() -> str:
+        return render_template("console/failed.html", **shared, **_page(request))
+
+    triage = Triage(app.extensions["toolnexus"], authenticator, settings.admin_tokens)
+    install_triage(console, triage)
     counts = TurnCounts(authenticator, book, settings.admin_tokens)
 
     @console.get(TURNS_PATH)

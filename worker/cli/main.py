@@ -8,6 +8,7 @@
     toolnexus-serve flower [--port P]            Flower, every page behind its login
     toolnexus-serve db upgrade|status            the PostgreSQL store's schema
     toolnexus-serve db copy TARGET               every task into another store
+    toolnexus-serve tasks list|show|rerun        failed tasks: grouped, shown, run again
 
 Each role works from any directory: the current one is importable for the
 agent (`--run myagent:fn` finds ./myagent.py, as gunicorn and Celery find
@@ -255,6 +256,12 @@ def _db(rest: list[str]) -> int:
     return run(rest, f"{PROGRAM} db")
 
 
+def _tasks(rest: list[str]) -> int:
+    from worker.cli.tasks import run
+
+    return run(rest, f"{PROGRAM} tasks")
+
+
 _COMMON = (STORE, BROKER, RUN, QUEUE, LOG_LEVEL)
 ROLES: dict[str, Role] = {
     role.name: role
@@ -302,6 +309,15 @@ ROLES: dict[str, Role] = {
             (STORE,),
             _db,
             "nothing (upgrade or status)",
+        ),
+        Role(
+            "tasks",
+            "Failed tasks: `list --state failed` groups the newest by reason, `show ID` prints"
+            " one, `rerun ID...` asks the service (TOOLNEXUS_URL, TOOLNEXUS_TOKEN) to run them"
+            " again as new tasks.",
+            (STORE,),
+            _tasks,
+            "nothing (list, show or rerun)",
         ),
     )
 }

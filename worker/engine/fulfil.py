@@ -51,6 +51,7 @@ from shared.transitions import claim, notify, transition
 from toolnexus import Ask, Checkpoint, NeedAuth, Retry
 from worker.engine.agent import Agent
 from worker.engine.calling import RunAsync, call, run_async
+from worker.engine.failed_tasks import index_failed
 from worker.engine.green_jobs import off_loop
 from worker.engine.heartbeat import heartbeating
 from worker.engine.io_calls import CallStopped, running_io_call, watching
@@ -263,7 +264,8 @@ def _save(
 ) -> Outcome:
     """`_save_retrying`, off the loop in a green job (its retries sleep, and
     the user's hook runs on a terminal save)."""
-    return off_loop(_save_retrying, store, running, change, agent, settings, epoch)
+    outcome = off_loop(_save_retrying, store, running, change, agent, settings, epoch)
+    return index_failed(store, outcome)
 
 
 def _save_retrying(

@@ -42,11 +42,13 @@ from typing import Any, TypeVar
 from shared.attempts import holds, releases, run_of
 from shared.errors import StoreError
 from shared.events import state_after
+from shared.failures import TIMED_OUT, Failure
 from shared.settings import Settings
 from shared.store.contract import Record, Store, Watch
 from shared.task import WORKING
 from shared.transitions import transition
 from worker.engine.agent import Agent
+from worker.engine.failed_tasks import index_failed
 from worker.engine.green_jobs import in_green_job, wait
 from worker.engine.metrics import worker_metrics
 from worker.engine.results import failed
@@ -168,14 +170,15 @@ class IOCall:
 
     def _fail(self, reason: str) -> None:
         try:
-            transition(
+            outcome = transition(
                 self._store,
                 self.task_id,
-                failed(reason),
+                failed(reason, Failure(TIMED_OUT)),
                 from_states={WORKING},
                 on_terminal=self._agent.on_task,
                 when=holds(self._epoch),
             )
+            index_failed(self._store, outcome)
         except StoreError as error:
             # A coroutine's pool thread saves the same failure, retrying; a
             # blocking call's task is failed by the reaper once it ends.

@@ -21,7 +21,8 @@
    longer than the input timeout, saying so in their status, so that a
    conversation nobody finishes does not keep its task forever.
 4. Purge finished tasks past their time to live, on stores that do not
-   expire them by themselves (Redis does).
+   expire them by themselves (Redis does), and forget the failures of tasks
+   gone since (`shared.failures`).
 5. Record the time of the run, so every front end can tell (`/readyz`)
    that the reaper still runs.
 """
@@ -35,11 +36,13 @@ from dataclasses import dataclass
 
 from shared.attempts import ONE_RUN, Attempts, run_of
 from shared.errors import StoreError
+from shared.failures import INPUT_TIMEOUT, WORKER_LOST, Failure, forget_gone
 from shared.owners.turns import Turns
 from shared.settings import Settings
 from shared.store.contract import Store
 from shared.task import INTERRUPTED_STATES, WORKING, Task, epoch, state_of
 from shared.transitions import OnTerminal, transition
+from worker.engine.failed_tasks import index_failed, indexes_of
 from worker.engine.metrics import worker_metrics
 from worker.engine.results import failed
 from worker.engine.retries import SendLater, end_held_run, queue_again
@@ -130,7 +133,13 @@ def _end_stale(
         store.heartbeat(task_id)  # not stale again before a delivery could take it
         return False
     ended = end_held_run(
-        store, record, attempts, reason, send_later=send_later, on_terminal=on_terminal
+        store,
+        record,
+        attempts,
+        reason,
+        cause=WORKER_LOST,
+        send_later=send_later,
+        on_terminal=on_terminal,
     )
     if ended.retry_in is not None:
         log.warning("reaper: task %s released for another attempt (%s)", task_id, reason)
@@ -145,13 +154,13 @@ def end_unanswered(
     ids this call failed. Through the state machine, from those states only:
     an answer that lands at the same moment wins or loses cleanly."""
     reason = f"no answer from the peer for {timeout:g} s (TOOLNEXUS_INPUT_TIMEOUT): gave up waiting"
-    change = failed(reason)
+    change = failed(reason, Failure(INPUT_TIMEOUT))
     ended = []
     for task_id in store.interrupted(now - timeout):
         outcome = transition(
             store, task_id, change, from_states=INTERRUPTED_STATES, on_terminal=on_terminal
         )
-        if outcome.applied:
+        if index_failed(store, outcome).applied:
             ended.append(task_id)
     if ended:
         worker_metrics().unanswered.inc(len(ended))
@@ -244,6 +253,8 @@ def sweep(
         log.warning("reaper: could not send waiting tasks again (next run retries): %s", error)
     if purged := store.purge_expired():
         log.info("reaper: purged %d finished task(s) past their time to live", purged)
+    if (indexes := indexes_of(store)) is not None:
+        forget_gone(indexes, store.get)  # the index of failures, of tasks gone since
     store.record_beat()
     return reaped
 

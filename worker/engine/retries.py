@@ -18,9 +18,11 @@ from dataclasses import dataclass
 
 from shared.attempts import Attempts, holds, released, run_of
 from shared.events import Event, status_update
+from shared.failures import WORKER_LOST, Failure
 from shared.store.contract import Outcome, Record, Store
 from shared.task import WORKING, Task, agent_message, state_of
 from shared.transitions import OnTerminal, transition
+from worker.engine.failed_tasks import index_failed
 from worker.engine.results import failed
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,7 @@ def end_without_outcome(
     attempts: Attempts,
     reason: str,
     *,
+    cause: str = WORKER_LOST,
     epoch: int,
     asked: float | None = None,
     current: Record | None = None,
@@ -52,15 +55,16 @@ def end_without_outcome(
 ) -> Ended:
     """Release the task held at `epoch` for its next attempt (after `asked`
     seconds, else the backoff) while attempts remain, else fail it saying
-    `reason` and the attempts. Nothing is written when the run at `epoch`
-    no longer holds the task (another run has it, or it ended)."""
+    `reason` and the attempts, with `cause` (`shared.failures`). Nothing is
+    written when the run at `epoch` no longer holds the task (another run
+    has it, or it ended)."""
     delays: list[float] = []
 
     def change(task: Task) -> list[Event]:
         run = run_of(task)
         delays.clear()
         if not attempts.left_after(run):
-            return list(failed(attempts.gave_up(run, reason))(task))
+            return list(failed(attempts.gave_up(run, reason), Failure(cause))(task))
         delay = attempts.delay(run, asked)
         delays.append(delay)
         event = status_update(task, WORKING, agent_message(attempts.said(run, reason, delay)))
@@ -76,6 +80,7 @@ def end_without_outcome(
         current=current,
         on_terminal=on_terminal,
     )
+    index_failed(store, outcome)
     return Ended(outcome, delays[0] if outcome.applied and delays else None)
 
 
@@ -115,7 +120,13 @@ def hand_back(
     if not run.held or run.holder != holder or not attempts.left_after(run):
         return None
     return end_held_run(
-        store, record, attempts, reason, send_later=send_later, on_terminal=on_terminal
+        store,
+        record,
+        attempts,
+        reason,
+        cause=WORKER_LOST,
+        send_later=send_later,
+        on_terminal=on_terminal,
     )
 
 
@@ -125,6 +136,7 @@ def end_held_run(
     attempts: Attempts,
     reason: str,
     *,
+    cause: str,
     send_later: SendLater | None,
     on_terminal: OnTerminal | None,
 ) -> Ended:
@@ -133,7 +145,14 @@ def end_held_run(
     task_id = record.task["id"]
     epoch = run_of(record.task).epoch
     ended = end_without_outcome(
-        store, task_id, attempts, reason, epoch=epoch, current=record, on_terminal=on_terminal
+        store,
+        task_id,
+        attempts,
+        reason,
+        cause=cause,
+        epoch=epoch,
+        current=record,
+        on_terminal=on_terminal,
     )
     if ended.retry_in is not None:
         queue_again(send_later, task_id, ended.retry_in)

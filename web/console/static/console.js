@@ -754,6 +754,124 @@
     load();
   }
 
+  // --- the failed view (web/console/triage.py) ------------------------------
+
+  // A POST of the console's own JSON, with the same token, refused the same
+  // way as an API call.
+  async function postJson(url, value) {
+    const sentToken = token();
+    const headers = { "Content-Type": "application/json" };
+    if (token()) headers.Authorization = `Bearer ${token()}`;
+    const response = await fetch(url, {
+      method: "POST",
+      headers,
+      body: JSON.stringify(value),
+      credentials: "omit",
+      cache: "no-store",
+    });
+    let reply;
+    try {
+      reply = await response.json();
+    } catch {
+      throw failure(null, response.status, sentToken);
+    }
+    if (!response.ok) throw failure(reply && reply.error, response.status, sentToken);
+    return reply;
+  }
+
+  function failedPage() {
+    const status = byId("failed-status");
+    const result = byId("rerun-result");
+    let loading = 0;
+
+    async function rerun(ids, button) {
+      button.disabled = true;
+      try {
+        const answer = await postJson(`${consoleUrl}api/rerun`, { ids });
+        const made = [];
+        const refused = [];
+        for (const [id, one] of Object.entries(answer.reruns || {})) {
+          if (one.taskId) made.push([id, one.taskId]);
+          else refused.push(`${id}: ${(one.error && one.error.message) || "refused"}`);
+        }
+        const items = made.map(([id, taskId]) =>
+          el("li", {}, `${id} → `, el("a", { href: taskUrl(taskId), class: "rerun" }, taskId)),
+        );
+        for (const line of refused) items.push(el("li", { class: "refused" }, line));
+        result.replaceChildren(
+          el("p", {}, `Ran ${made.length} task${made.length === 1 ? "" : "s"} again.`),
+          el("ul", { class: "reruns" }, ...items),
+        );
+      } catch (error) {
+        notice(explain(error));
+        button.disabled = false;
+      }
+    }
+
+    function taskRow(task, admin) {
+      const again = el("button", { type: "button", class: "rerun-one" }, "Run again");
+      again.addEventListener("click", () => rerun([task.id], again));
+      return el(
+        "tr",
+        {},
+        el("td", {}, el("a", { href: taskUrl(task.id) }, el("code", {}, task.id))),
+        admin ? el("td", {}, task.owner || "(anonymous)") : null,
+        el("td", {}, timeOf(task.failedAt)),
+        el("td", { class: "reason" }, task.reason),
+        el("td", {}, again),
+      );
+    }
+
+    function groupSection(group, admin) {
+      const all = el("button", { type: "button", class: "rerun-group" }, `Run all ${group.count} again`);
+      all.addEventListener("click", () => rerun(group.ids, all));
+      const head = el(
+        "tr",
+        {},
+        el("th", { scope: "col" }, "Task"),
+        admin ? el("th", { scope: "col" }, "Owner") : null,
+        el("th", { scope: "col" }, "Failed"),
+        el("th", { scope: "col" }, "Reason"),
+        el("th", { scope: "col" }, el("span", { class: "visually-hidden" }, "Action")),
+      );
+      return el(
+        "section",
+        { class: "failure-group", "data-group": group.group },
+        el("h2", {}, group.group, " ", el("span", { class: "count muted" }, `${group.count}`)),
+        el("p", { class: "actions" }, all),
+        el(
+          "table",
+          {},
+          el("thead", {}, head),
+          el("tbody", {}, ...group.tasks.map((task) => taskRow(task, admin))),
+        ),
+      );
+    }
+
+    async function load() {
+      loading += 1;
+      const mine = loading;
+      try {
+        const look = await getJson(`${consoleUrl}api/failed`);
+        if (mine !== loading) return;
+        const whose = look.everyone ? "every owner's" : "your";
+        const total = look.total === null ? "" : ` of ${look.total}`;
+        status.textContent = look.window
+          ? `The newest ${look.window}${total} of ${whose} failed tasks, by reason.`
+          : `None of ${whose} tasks failed.`;
+        byId("groups").replaceChildren(...look.groups.map((group) => groupSection(group, look.admin)));
+      } catch (error) {
+        if (mine !== loading) return;
+        status.textContent = "";
+        notice(explain(error));
+      }
+    }
+
+    setUpSignIn(load);
+    load();
+  }
+
   if (body.dataset.page === "tasks") listPage();
   else if (body.dataset.page === "task") taskPage();
+  else if (body.dataset.page === "failed") failedPage();
 })();
