@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import httpx
 import pytest
@@ -25,7 +26,7 @@ from a2a.client.card_resolver import A2ACardResolver
 from a2a.types import CancelTaskRequest, Message, Part, Role, SendMessageRequest
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
-from pydantic_ai import Agent, CallDeferred
+from pydantic_ai import Agent, ApprovalRequired, CallDeferred, RunContext
 from pydantic_ai.models.test import TestModel
 
 from examples.frameworks import pydantic_ai_agent as example
@@ -250,6 +251,21 @@ def test_cancel_stops_the_run_mid_stream(fleet: Fleet) -> None:
     assert len(turn.chunks()) < 400
 
 
+def test_the_card_is_the_agent_s_name_instructions_and_tools(fleet: Fleet) -> None:
+    async def card() -> Any:
+        async with httpx.AsyncClient(timeout=60) as http:
+            return await A2ACardResolver(http, fleet.url).get_agent_card()
+
+    read = asyncio.run(card())
+
+    assert read.name == "pydantic-ai-test-agent"
+    assert read.description == "You count, add, delete, recall and forecast."
+    assert [(s.id, s.description) for s in read.skills] == [
+        ("add", "Add two numbers."),
+        ("delete", "Delete a thing, once the user approves."),
+    ]
+
+
 def test_an_approval_is_asked_and_answered_on_another_worker(fleet: Fleet) -> None:
     asked = send(fleet.url, "delete report")
 
@@ -419,6 +435,29 @@ def test_an_answer_approves_on_yes_and_denies_otherwise_with_its_reason() -> Non
     assert answered(text_message("No.", "m-2")) == "The tool call was denied."
     assert answered(text_message("keep it, please", "m-2")) == "keep it, please"
     assert answered(data_message({"approve": False, "reason": "not today"})) == "not today"
+
+
+def test_a_tool_that_raises_approval_required_asks_too() -> None:
+    agent = Agent(TestModel())
+
+    @agent.tool
+    def wipe(ctx: RunContext[None], disk: str) -> str:
+        """Wipe a disk."""
+        if not ctx.tool_call_approved:
+            raise ApprovalRequired
+        return f"wiped {disk}"
+
+    asked = drive(agent, "wipe it")
+    checkpoint, question = asked[-2:]
+    assert question == Ask('Approve wipe with {"disk": "a"}?\nAnswer yes or no.')
+    assert isinstance(checkpoint, Checkpoint)
+
+    answered = drive(agent, text_message("yes", "m-2"), checkpoint=checkpoint.value)
+
+    assert (
+        Progress(["tool wipe returned", Data({"tool": "wipe", "callId": ANY, "result": "wiped a"})])
+        in answered
+    )
 
 
 def test_a_call_deferred_for_an_external_result_takes_the_answer_as_its_result() -> None:

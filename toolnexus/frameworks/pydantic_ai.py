@@ -4,9 +4,10 @@ The agent runs through its own event stream (`run_stream_events`): text
 deltas become chunks of the `result` artifact, function tool calls and
 their results become progress, and typed output becomes the `output` data
 artifact. A run that ends on deferred tool calls (a tool with
-`requires_approval=True`, or one that raises `CallDeferred`) asks the peer:
-the checkpoint holds the message history and the pending call ids, and the
-peer's answer resumes the run with `DeferredToolResults`.
+`requires_approval=True`, or one that raises `ApprovalRequired` or
+`CallDeferred`) asks the peer: the checkpoint holds the message history and
+the pending call ids, and the peer's answer resumes the run with
+`DeferredToolResults`.
 
 Pydantic AI is imported inside the functions only: `toolnexus.frameworks`
 imports every adapter, installed or not.
