@@ -41,6 +41,7 @@ except ImportError:  # the [langgraph] extra is not installed
         raise
     pytest.skip("NO LANGGRAPH: pip install 'toolnexus-serve[langgraph]'", allow_module_level=True)
 
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.func import entrypoint
 from langgraph.graph import START, StateGraph
@@ -212,6 +213,61 @@ def test_a_static_breakpoint_asks_to_go_on_and_any_answer_resumes() -> None:
     assert isinstance(asked[-1], Ask) and "go on" in str(asked[-1].message)
     went_on = drive(graph, message=stored("ok"), task=task, checkpoint=asked[-2].value)
     assert outputs_of(went_on) == [{"answers": [], "n": 20}]
+
+
+class Counted(TypedDict, total=False):
+    n: int
+    name: str
+
+
+def test_an_interrupt_inside_a_subgraph_resumes_it_where_it_stopped() -> None:
+    def count(state: Counted) -> Counted:
+        return {"n": state["n"] + 1}
+
+    def ask(state: Counted) -> Counted:
+        return {"name": interrupt("name?")}
+
+    inner = StateGraph(Counted)
+    inner.add_node("count", count)
+    inner.add_node("ask", ask)
+    inner.add_edge(START, "count")
+    inner.add_edge("count", "ask")
+    outer = StateGraph(Counted)
+    outer.add_node("before", count)
+    outer.add_node("inner", inner.compile())
+    outer.add_node("after", count)
+    outer.add_edge(START, "before")
+    outer.add_edge("before", "inner")
+    outer.add_edge("inner", "after")
+    graph, task = outer.compile(), {"id": uuid.uuid4().hex}
+    asked = drive(graph, message=stored({"n": 0}), task=task)
+    assert asked[-1] == Ask("name?")
+    answered = drive(graph, message=stored("Ada"), task=task, checkpoint=asked[-2].value)
+    # Each count ran once: the subgraph went on from its own checkpoint.
+    assert outputs_of(answered) == [{"n": 3, "name": "Ada"}]
+
+
+def joined(value: list[str] | None, writes: list[list[str]]) -> list[str]:
+    return [*(value or []), *(item for write in writes for item in write)]
+
+
+class Log(TypedDict, total=False):
+    # A delta channel (beta in LangGraph) keeps only each step's writes.
+    log: Annotated[list[str], DeltaChannel(joined)]
+
+
+def test_a_graph_with_a_delta_channel_keeps_its_whole_history_in_the_checkpoint() -> None:
+    builder = StateGraph(Log)
+    builder.add_node("a", lambda state: {"log": ["a"]})
+    builder.add_node("ask", lambda state: {"log": [interrupt("more?")]})
+    builder.add_edge(START, "a")
+    builder.add_edge("a", "ask")
+    graph, task = builder.compile(), {"id": uuid.uuid4().hex}
+    asked = drive(graph, message=stored({"log": ["start"]}), task=task)
+    assert len(asked[-2].value["langgraph"]["checkpoints"]) > 1
+    answered = drive(graph, message=stored("end"), task=task, checkpoint=asked[-2].value)
+    # Rebuilt from every step's writes, not only the last checkpoint's.
+    assert outputs_of(answered) == [{"log": ["start", "a", "end"]}]
 
 
 def test_the_conversation_is_given_as_the_graph_s_earlier_messages() -> None:
