@@ -539,3 +539,8 @@ def test_on_the_embedded_server_the_example_streams_asks_and_resumes(tmp_path: P
         assert answered.state == COMPLETED
         assert answered.text() == "Booked: a table."
         assert answered.output() == {"booking": "a table"}
+        card = requests.get(f"{peer.url}.well-known/agent-card.json", timeout=10).json()
+    assert card["name"] == "weather-and-bookings"  # the graph's name
+    assert [(s["id"], s["description"]) for s in card["skills"]] == [
+        ("get_weather", "Today's weather in a city.")
+    ]
