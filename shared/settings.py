@@ -541,6 +541,8 @@ class Settings:
     # the task console (web/console/views.py): pages at /console that call the API
     # as any browser client would; the embedded server turns it on by default
     console: bool = _env("CONSOLE", _flag, False)
+    # seconds between the samples of the console's fleet page (web/console/fleet_window.py)
+    fleet_sample_every: float = _env("FLEET_SAMPLE_EVERY", _seconds, 5.0)
     # principals (token names, `jwt:<subject>`) the console's turn counts show
     # every owner's counts to; empty: each caller sees only its own
     admin_tokens: tuple[str, ...] = _env("ADMIN_TOKENS", _names, ())

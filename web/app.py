@@ -122,7 +122,7 @@ def create_app(
         app.add_url_rule(path, view_func=agent_card, endpoint=path, methods=["GET"])
 
     if settings.console:
-        install_console(app, settings, task_store, authenticator, book)
+        install_console(app, settings, task_store, authenticator, book, abilities.backlog)
 
     @app.get("/")
     def index() -> BaseResponse:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, cast
 
+from shared.documents import Documents
 from shared.errors import ConfigError
 from shared.indexes import Indexes
 from shared.loading import load_object
@@ -103,6 +104,9 @@ class Abilities:
     loop_reads: Callable[[], TaskReadsOnLoop | None] | None = None
     redis_server: tuple[object, ...] | None = None
     release_on_commit: ReleaseOnCommit | None = None
+    # its small documents (`shared.documents`), where every worker adds to the
+    # fleet tally (`shared.ops.fleet_tally`); None where it keeps none
+    documents: Documents | None = None
     indexes: Indexes | None = None
 
 
@@ -122,6 +126,7 @@ def abilities_of(store: Store) -> Abilities:
         loop_reads=store.loop_reads if isinstance(store, ReadsOnLoop) else None,
         redis_server=getattr(store, "redis_server", None) if on_server else None,
         release_on_commit=getattr(book, "release_on_commit", None),
+        documents=_small_documents(getattr(store, "documents", None)),
         indexes=_scored_indexes(getattr(store, "indexes", None)),
     )
 
@@ -129,6 +134,12 @@ def abilities_of(store: Store) -> Abilities:
 def _scored_indexes(found: object) -> Indexes | None:
     if callable(getattr(found, "place", None)) and callable(getattr(found, "range", None)):
         return cast(Indexes, found)
+    return None
+
+
+def _small_documents(found: object) -> Documents | None:
+    if callable(getattr(found, "document", None)) and callable(getattr(found, "swap", None)):
+        return cast(Documents, found)
     return None
 
 

@@ -25,11 +25,13 @@ from typing import Any, Final
 from flask import Blueprint, Flask, Request, render_template, request
 from werkzeug.wrappers import Response
 
+from shared.broker.backlog import BacklogSource
 from shared.owners.book import TurnBook
 from shared.settings import Settings
 from shared.store.contract import Store
 from shared.task import TaskState
 from web.auth.tokens import Authenticator
+from web.console.fleet import install_fleet
 from web.console.triage import Triage, install_triage
 from web.console.turns import JSON, TURNS_PATH, TurnCounts
 
@@ -64,9 +66,11 @@ def install_console(
     store: Store,
     authenticator: Authenticator,
     book: TurnBook | None = None,
+    backlog: BacklogSource | None = None,
 ) -> None:
     """Serve the console on `app` (call only when the console is on); `book`
-    is the turn book the front end takes turns on (None: turns are off)."""
+    is the turn book the front end takes turns on (None: turns are off),
+    `backlog` where the fleet page reads the queue's backlog (None: unknown)."""
     console = Blueprint(
         "console",
         __name__,
@@ -107,6 +111,9 @@ def install_console(
     def turns() -> Response:
         body, status, headers = counts.reply(request.headers.get("Authorization"))
         return Response(body, status=status, headers=headers, mimetype=JSON)
+
+    page = lambda: {**shared, **_page(request)}  # noqa: E731
+    install_fleet(console, settings, store, authenticator, book, backlog, page)
 
     console.after_request(with_page_headers)
     app.register_blueprint(console)  # `/console` redirects to `/console/`

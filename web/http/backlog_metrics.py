@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from shared.broker.backlog import BacklogSource
+from shared.broker.backlog import Backlog, BacklogSource
 from shared.errors import BrokerError, StoreError
 from shared.owners.book import BookView, TurnBook
 
@@ -65,12 +65,8 @@ class BacklogCollector(Collector):
             labels=["queue"],
         )
         for backlog in backlogs:
-            waiting, oldest = backlog.depth, backlog.oldest_age
-            if view is not None and backlog.queue == self._queue:
-                waiting += view.held
-                if view.oldest_held is not None:
-                    held_for = max(0.0, time.time() - view.oldest_held)
-                    oldest = held_for if oldest is None else max(oldest, held_for)
+            held = view if backlog.queue == self._queue else None
+            waiting, oldest = with_held(backlog, held)
             depth.add_metric([backlog.queue], waiting)
             if oldest is not None:
                 age.add_metric([backlog.queue], oldest)
@@ -87,6 +83,18 @@ class BacklogCollector(Collector):
         except StoreError as error:
             log.warning("metrics: the turn book is unknown: %s", error)
             return None
+
+
+def with_held(backlog: Backlog, view: BookView | None) -> tuple[int, float | None]:
+    """A queue's depth and oldest age counting the tasks the turn book
+    `view` holds for it (None: none), as every reader of the backlog counts them."""
+    waiting, oldest = backlog.depth, backlog.oldest_age
+    if view is not None:
+        waiting += view.held
+        if view.oldest_held is not None:
+            held_for = max(0.0, time.time() - view.oldest_held)
+            oldest = held_for if oldest is None else max(oldest, held_for)
+    return waiting, oldest
 
 
 def _turn_gauges(view: BookView) -> Iterator[Metric]:

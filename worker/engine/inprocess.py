@@ -18,6 +18,7 @@ from collections import deque
 from shared.broker.backlog import Backlog
 from shared.errors import BrokerError
 from shared.ops.correlation import bind, request_id
+from shared.ops.fleet_tally import WorkerPresence
 from shared.ops.tracing import current_context, within
 from shared.owners.turns import SlotKeeper, turns_for
 from shared.settings import Settings
@@ -62,8 +63,11 @@ class InProcessDispatcher:
         self._agent = agent
         self._settings = settings
         self._run_async = run_async
-        # (task id, the request id and trace context that queued it), or None: stop.
-        self._queue: queue.SimpleQueue[tuple[str, str | None, object] | None] = queue.SimpleQueue()
+        # (task id, the request id and trace context that queued it, when it
+        # was queued), or None: stop.
+        self._queue: queue.SimpleQueue[tuple[str, str | None, object, float] | None] = (
+            queue.SimpleQueue()
+        )
         self._closed = threading.Event()
         # When each task still in the queue was put there, oldest first.
         self._queued_at: deque[float] = deque()
@@ -91,11 +95,21 @@ class InProcessDispatcher:
             if self.turns is not None
             else None
         )
+        # Its slots in the fleet tally, as a Celery worker's (the console's fleet page).
+        documents = can.documents
+        self._presence = (
+            WorkerPresence(
+                documents, f"in-process-{os.getpid()}@{socket.gethostname()}", len(self._threads)
+            ).start()
+            if documents is not None
+            else None
+        )
 
     def enqueue(self, task_id: str) -> None:
         self.check()
-        self._queued_at.append(time.time())
-        self._queue.put((task_id, request_id(), current_context()))
+        now = time.time()
+        self._queued_at.append(now)
+        self._queue.put((task_id, request_id(), current_context(), now))
 
     def enqueue_later(self, task_id: str, delay: float) -> None:
         """`enqueue` after `delay` seconds (a task's next attempt)."""
@@ -131,6 +145,8 @@ class InProcessDispatcher:
         self._closed.set()
         if self._slots is not None:
             self._slots.stop()
+        if self._presence is not None:
+            self._presence.stop()
         for _ in self._threads:
             self._queue.put(None)
         deadline = time.monotonic() + timeout
@@ -144,15 +160,15 @@ class InProcessDispatcher:
                 self._queued_at.popleft()
             if self._closed.is_set():
                 continue  # drain without running: shutting down
-            task_id, queued_by, trace_context = queued
+            task_id, queued_by, trace_context, sent = queued
             binding = bind(request=queued_by, task=task_id)
             try:
                 with within(trace_context):
-                    self._deliver(task_id)
+                    self._deliver(task_id, sent)
             finally:
                 binding.release()
 
-    def _deliver(self, task_id: str) -> None:
+    def _deliver(self, task_id: str, sent: float) -> None:
         """Run one queued task and make room after it, its ids bound."""
         try:
             state = observed_fulfil(
@@ -162,6 +178,7 @@ class InProcessDispatcher:
                 self._settings,
                 run_async=self._run_async,
                 send_later=self.enqueue_later,
+                sent=sent,
             )
         except Exception:
             log.exception("task %s: fulfilment crashed", task_id)

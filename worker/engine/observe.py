@@ -14,10 +14,13 @@ from __future__ import annotations
 import logging
 import time
 
+from shared.documents import Documents
+from shared.ops.fleet_tally import count_outcome
 from shared.ops.logs import fields
 from shared.ops.tracing import span
 from shared.settings import Settings
 from shared.store.contract import Store
+from shared.store.wiring import abilities_of
 from shared.task import FAILED
 from worker.engine.agent import Agent
 from worker.engine.calling import RunAsync, run_async
@@ -38,8 +41,11 @@ def observed_fulfil(
     io_pool: bool = False,
     run_async: RunAsync = run_async,
     send_later: SendLater | None = None,
+    sent: float | None = None,
 ) -> str:
-    """`fulfil`, logged and counted when this delivery ran the function."""
+    """`fulfil`, logged and counted when this delivery ran the function;
+    `sent` is when its message was handed to the workers (seconds since the
+    epoch; None: unknown), for the fleet tally's send-to-outcome latency."""
     started: list[float] = []
     running = worker_metrics().running
 
@@ -71,6 +77,10 @@ def observed_fulfil(
         fulfilments, fulfilment_seconds = outcome_of(state or "unknown")
         fulfilments.inc()
         fulfilment_seconds.observe(seconds)
+        documents = _tallied.documents(store)
+        if documents is not None:
+            latency = None if sent is None else time.time() - sent
+            count_outcome(documents, state or "unknown", latency)
         if log.isEnabledFor(logging.INFO):
             log.info(
                 "task %s: %s after %.3f s",
@@ -80,3 +90,20 @@ def observed_fulfil(
                 extra=fields(outcome=state, duration_ms=round(seconds * 1000, 1)),
             )
     return state
+
+
+class _Tallied:
+    """The small documents of the store this process runs tasks on, read
+    once (a worker process has one store), where its runs are tallied."""
+
+    def __init__(self) -> None:
+        self._store: Store | None = None
+        self._documents: Documents | None = None
+
+    def documents(self, store: Store) -> Documents | None:
+        if store is not self._store:
+            self._store, self._documents = store, abilities_of(store).documents
+        return self._documents
+
+
+_tallied = _Tallied()

@@ -33,7 +33,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from kombu.entity import Queue
 
 from shared.broker.amqp import CONFIRM_TIMEOUT, amqp_config, is_amqp
-from shared.broker.backlog import sent_at
+from shared.broker.backlog import SENT_AT, sent_at
 from shared.broker.dispatch import CeleryDispatcher
 from shared.broker.dispatcher import (
     FULFIL_TASK,
@@ -68,6 +68,7 @@ from worker.runtime.pools import (
     store_connections,
     uses_io_pool,
 )
+from worker.runtime.presence import fleet_presence
 from worker.runtime.signals import bind_deliveries
 
 log = logging.getLogger(__name__)
@@ -269,6 +270,7 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
                 timeout_errors=(SoftTimeLimitExceeded,),
                 io_pool=io_pool,
                 send_later=send_later,
+                sent=_sent_at(self.request.get(SENT_AT)),
             )
             off_loop(runtime.delivered, task_id, state)
             return celery_result(
@@ -321,9 +323,15 @@ def create_celery(settings: Settings, *, store: Store | None = None) -> Celery:
 
     register_push(app, settings, runtime)
     app.steps["worker"].add(slot_keeping(settings, runtime))
+    app.steps["worker"].add(fleet_presence(settings, runtime.store))
     if retrying:
         app.steps["worker"].add(handing_back(settings.drain_timeout, hand_back_run))
     return app
+
+
+def _sent_at(header: object) -> float | None:
+    """The message's SENT_AT header as a time (None: absent or not a number)."""
+    return float(header) if isinstance(header, int | float) else None
 
 
 def redelivered(request: Any) -> bool:

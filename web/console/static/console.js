@@ -873,5 +873,7 @@
 
   if (body.dataset.page === "tasks") listPage();
   else if (body.dataset.page === "task") taskPage();
+  // The fleet page draws with its own script (fleet.js); signing in or out reloads it.
+  else if (body.dataset.page === "fleet") setUpSignIn(() => window.location.reload());
   else if (body.dataset.page === "failed") failedPage();
 })();
