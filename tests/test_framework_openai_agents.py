@@ -173,7 +173,7 @@ def test_an_approval_asks_and_the_answer_goes_on_from_the_saved_state() -> None:
     assert [type(item) for item in unclear] == [Checkpoint, Ask]
     assert unclear[0] == Checkpoint(state)  # the same question, the same state
 
-    booked = drive(message=stored("yes"), checkpoint=state)
+    booked = drive(message=stored("Yes, please."), checkpoint=state)
     (returned,) = [item for item in booked if isinstance(item, Progress)]
     assert said(returned)[0] == "tool book_table returned"
     assert text_of(booked).startswith("Booked a table for 2 at Chez Léon")
@@ -187,6 +187,21 @@ def test_the_earlier_conversation_is_the_run_s_message_history() -> None:
     seen = drive(message=stored("what is my name?"), conversation=earlier)
     assert text_of(seen) == "Your name is Ada."
     assert text_of(drive(message=stored("what is my name?"))) == "You have not told me."
+
+
+def test_data_and_files_of_earlier_messages_reach_the_model_as_text() -> None:
+    earlier = {
+        "role": "agent",
+        "parts": [
+            {"kind": "text", "text": "Here:"},
+            {"kind": "data", "data": {"high_c": 21}},
+            {"kind": "file", "file": {"bytes": "aGk=", "name": "a.txt", "mimeType": "text/plain"}},
+        ],
+    }
+    assert openai_agents._input_item(earlier) == {
+        "role": "assistant",
+        "content": 'Here:\n{"high_c": 21}\n[file a.txt, text/plain, 2 bytes]',
+    }
 
 
 def test_the_model_s_error_propagates() -> None:
@@ -391,7 +406,9 @@ def test_on_the_fleet_an_approval_is_answered_by_the_other_worker(
     peer, stack = fleet
     asked = peer.send("book Chez Léon")
     assert asked.final == INPUT_REQUIRED
-    question = asked.status_messages()[-1][0]["text"]
+    messages = asked.status_messages()
+    assert any(m[0].get("text") == "calling tool book_table" for m in messages)
+    question = messages[-1][0]["text"]
     assert question.startswith("May I call book_table(")
     asker = int(re.search(r"asked by process (\d+)", asked.text()).group(1))  # type: ignore[union-attr]
     # The worker that asked stops; the answer can only be taken by the other.

@@ -14,6 +14,7 @@ run's input items, so a conversation goes on where it left off.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import aclosing
@@ -169,10 +170,11 @@ def _decision(message: Mapping[str, Any]) -> bool | None:
             if isinstance(approve, bool):
                 return approve
         elif isinstance(part, str):
-            word = part.strip().strip(".!").lower()
-            if word in YES:
+            # The first word decides: "yes", "Yes, please.", "no thanks".
+            words = re.findall(r"[a-z]+", part.lower())
+            if words and words[0] in YES:
                 return True
-            if word in NO:
+            if words and words[0] in NO:
                 return False
     return None
 
