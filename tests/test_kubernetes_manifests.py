@@ -27,12 +27,15 @@ import shlex
 import shutil
 import socket
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
+import requests
 import yaml
 from celery import Celery
 from celery.bin.base import CLIContext
@@ -45,8 +48,9 @@ from shared.settings import RENAMED
 from tests.support.cli_lines import refusal
 from tests.support.code_names import SETTING
 from tests.support.docs_text import ROOT, code_lines, commands
+from tests.support.ports import free_port
 from tests.support.promql import metric_labels, problems
-from tests.support.redis_server import ci
+from tests.support.redis_server import RedisServer, ci
 from tests.test_web_support import PlayingDispatcher
 from web import create_app
 from worker.command import PROGRAM
@@ -603,3 +607,150 @@ def test_every_kubectl_line_of_the_page_is_real(
             wrong.append(f"{spot}\n    {said.strip()[-300:]}")
     assert seen >= 8, "the page's kubectl lines were not found"
     assert wrong == [], "\n".join(wrong)
+
+
+# --- the pods, run as their manifests start them (opt-in) -------------------
+
+# A mount namespace of the process's own, whose root is read-only but for
+# /tmp: what `readOnlyRootFilesystem` and the pods' /tmp emptyDir give.
+READ_ONLY_ROOT = 'mount --bind /tmp /tmp && mount -o remount,bind,ro / && exec "$@"'
+
+
+def on_a_read_only_root(argv: list[str]) -> list[str]:
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c", READ_ONLY_ROOT, "sh", *argv]
+
+
+def read_only_root_problem() -> str | None:
+    """Why this machine cannot run a process on a read-only root, or None."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return "NOT ROOT OR NO unshare: the pods' read-only root cannot be made"
+    probe = subprocess.run(
+        on_a_read_only_root(["sh", "-c", "touch /tmp/.k8s-probe-$$ && ! touch /.k8s-probe-$$"]),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if probe.returncode != 0:
+        return f"NO READ-ONLY ROOT: unshare and mount refused: {probe.stderr.strip()[-200:]}"
+    return None
+
+
+@pytest.mark.slow
+def test_the_roles_run_on_a_read_only_root_as_their_manifests_start_them(
+    rendered: dict[str, list[Object]], tmp_path: Path
+) -> None:
+    """Each role of the Redis overlay, with its manifest's command, settings
+    and environment, on a read-only root with a writable /tmp: it starts, a
+    task completes through the front end, every probe passes, and each stops
+    on SIGTERM within its grace. Loopback addresses and free ports stand in
+    for the pod's own."""
+    problem = read_only_root_problem()
+    if problem is not None:
+        if ci():
+            pytest.fail(problem)
+        pytest.skip(problem)
+    objects = rendered["redis"]
+    binaries = str(Path(sys.executable).parent)
+    redis = RedisServer().start()
+    web_port, grpc_port = free_port(), free_port()
+    started: dict[str, tuple[subprocess.Popen[bytes], Object, dict[str, str]]] = {}
+    try:
+        for deployment in of_kind(objects, "Deployment"):
+            role = role_of(deployment)
+            container = main_container(deployment)
+            env = {
+                "PATH": f"{binaries}:/usr/bin:/bin",
+                "HOME": "/home/no-such-user",
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "HOSTNAME": socket.gethostname(),  # a pod's: its name, as Celery's %h
+                **settings_of(objects, deployment),
+                "TOOLNEXUS_STORE": f"{redis.url}/1",
+                "TOOLNEXUS_BROKER_URL": f"{redis.url}/0",
+                "TOOLNEXUS_HOST": "127.0.0.1",
+                "TOOLNEXUS_PORT": str(web_port),
+                "TOOLNEXUS_METRICS_PORT": str(free_port()),
+            }
+            argv = [
+                {"0.0.0.0": "127.0.0.1", "50051": str(grpc_port), "/tmp/beat": str(tmp_path)}.get(
+                    word, word
+                )
+                for word in container["command"]
+            ]
+            argv[0] = str(Path(binaries) / argv[0])
+            with (tmp_path / f"{role}.log").open("wb") as log:
+                process = subprocess.Popen(
+                    on_a_read_only_root(argv),
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd="/",
+                )
+            started[role] = (process, deployment, env)
+        ready_by = time.monotonic() + 120
+        while True:
+            assert all(p.poll() is None for p, _, _ in started.values()), logs(tmp_path)
+            try:
+                if requests.get(f"http://127.0.0.1:{web_port}/readyz", timeout=5).ok:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert time.monotonic() < ready_by, "not ready in 120 s\n" + logs(tmp_path)
+            time.sleep(0.5)
+        sent = requests.post(
+            f"http://127.0.0.1:{web_port}/",
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "SendMessage",
+                "params": {
+                    "message": {
+                        "messageId": "k8s-1",
+                        "role": "ROLE_USER",
+                        "parts": [{"text": "hi"}],
+                    },
+                    "configuration": {"blocking": True},
+                },
+            },
+            headers={"A2A-Version": "1.0"},
+            timeout=60,
+        ).json()
+        assert sent["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", sent
+        for role, (_, deployment, env) in started.items():
+            probe = main_container(deployment).get("livenessProbe", {})
+            if "exec" in probe:
+                done = subprocess.run(
+                    on_a_read_only_root(probe["exec"]["command"]),
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    cwd="/",
+                )
+                assert done.returncode == 0, f"{role}'s probe: {done.stdout}{done.stderr}"
+        socket.create_connection(("127.0.0.1", grpc_port), timeout=5).close()
+    finally:
+        for process, _, _ in started.values():
+            process.terminate()
+        for role, (process, deployment, _) in started.items():
+            grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+            try:
+                process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                pytest.fail(f"{role} outlived its grace of {grace} s\n" + logs(tmp_path))
+        redis.close()
+    said = logs(tmp_path)
+    whole = "".join(path.read_text() for path in tmp_path.glob("*.log"))
+    # JSON logs (TOOLNEXUS_LOG_FORMAT in the ConfigMap): a clean run logs no error.
+    assert "Read-only file system" not in whole and '"level": "ERROR"' not in whole, said
+    assert all(p.returncode == 0 for p, _, _ in started.values()), (
+        {role: p.returncode for role, (p, _, _) in started.items()},
+        said,
+    )
+
+
+def logs(directory: Path) -> str:
+    return "\n".join(
+        f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(directory.glob("*.log"))
+    )
