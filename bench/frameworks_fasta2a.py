@@ -332,10 +332,6 @@ def measure(
     names = [FASTA2A, EMBEDDED, FLEET]
     rounds: list[dict[str, float]] = []
     streams: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
-    connections = {
-        name: http.client.HTTPConnection("127.0.0.1", servers.port(name), timeout=60)
-        for name in names
-    }
 
     def run(name: str) -> dict[str, float]:
         if name == "ceiling":
@@ -348,7 +344,12 @@ def measure(
             rates.update(run(name))
         each = args.streams // args.rounds + (number < args.streams % args.rounds)
         for name in rotated(names, number):
-            streams[name] += [first_chunk(connections[name]) for _ in range(each)]
+            # A connection of its own a round (an idle one is closed by the
+            # server meanwhile), opened by a stream that is not counted.
+            connection = http.client.HTTPConnection("127.0.0.1", servers.port(name), timeout=60)
+            first_chunk(connection)
+            streams[name] += [first_chunk(connection) for _ in range(each)]
+            connection.close()
         print(
             f"   round {number + 1}: FastA2A {rates[FASTA2A]:,.0f}, embedded"
             f" {rates[EMBEDDED]:,.0f}, fleet {rates[FLEET]:,.0f} tasks/s; in process"
@@ -356,8 +357,6 @@ def measure(
             flush=True,
         )
         rounds.append(rates)
-    for connection in connections.values():
-        connection.close()
     return rounds, streams
 
 
