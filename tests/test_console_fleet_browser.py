@@ -14,7 +14,6 @@ screenshot into docs/img/ (docs/console.md shows it).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,6 +24,7 @@ import requests
 
 from tests.support.browser import chromium
 from tests.support.embedded import embedded_server
+from tests.support.fleet_page import CHARTS, FleetTab
 from tests.support.redis_server import ci
 from tests.test_console_browser import _sdk_send
 
@@ -40,7 +40,6 @@ pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "docs" / "img"
 TOKENS = {"alice": "alice-token", "bob": "bob-token", "root": "root-token"}
-CHARTS = ("rates", "latency", "queue", "owners", "workers")
 WAIT_MS = 30_000
 expect.set_options(timeout=WAIT_MS)
 
@@ -84,68 +83,8 @@ def fleet_json(base: str, who: str) -> dict[str, Any]:
     return answer
 
 
-class FleetTab:
-    """One tab of its own, signed in as `who` on the fleet page, recording
-    every uncaught error and Content-Security-Policy report."""
-
-    def __init__(self, browser: Any, base: str, who: str) -> None:
-        self.context = browser.new_context()
-        self.page = self.context.new_page()
-        self.page.set_default_timeout(WAIT_MS)
-        self.errors: list[str] = []
-        self.page.on("pageerror", lambda error: self.errors.append(str(error)))
-        self.page.on("console", self._message)
-        self.page.goto(f"{base}/console/fleet")
-        self.page.fill("#token", TOKENS[who])
-        self.page.click("#sign-in button")
-        self.page.wait_for_selector("#signed-in:not([hidden])")
-
-    def _message(self, message: Any) -> None:
-        if "Content Security Policy" in message.text or "Trusted Type" in message.text:
-            self.errors.append(message.text)
-
-    def samples(self) -> int:
-        return int(self.page.locator("body").get_attribute("data-samples") or 0)
-
-    def wait_samples(self, count: int) -> None:
-        deadline = time.monotonic() + WAIT_MS / 1000
-        while self.samples() < count:
-            assert time.monotonic() < deadline, f"the page never had {count} samples"
-            self.page.wait_for_timeout(200)
-
-    def wait_until(self, done: Any, what: str) -> None:
-        deadline = time.monotonic() + WAIT_MS / 1000
-        while not done():
-            assert time.monotonic() < deadline, f"the page never showed {what}"
-            self.page.wait_for_timeout(250)
-
-    def series(self, chart: str) -> dict[str, list[float]]:
-        """Each series of the chart by its label, its gaps as 0."""
-        drawn = self.drawn(chart)
-        columns = drawn["data"][1:]
-        return {
-            label: [value or 0 for value in column]
-            for label, column in zip(drawn["labels"], columns, strict=True)
-        }
-
-    def drawn(self, chart: str) -> dict[str, Any]:
-        """What the chart draws: its series' labels and its data columns."""
-        found: dict[str, Any] = self.page.evaluate(
-            """(name) => {
-                const plot = window.fleetCharts[name].plot;
-                return { labels: plot.series.slice(1).map((s) => s.label), data: plot.data };
-            }""",
-            chart,
-        )
-        return found
-
-    def close(self) -> None:
-        self.context.close()
-        assert self.errors == []  # no page error, no CSP or Trusted Types violation
-
-
 def test_the_charts_draw_what_the_fleet_data_says(base: str, browser: Any) -> None:
-    tab = FleetTab(browser, base, "root")
+    tab = FleetTab(browser, base, TOKENS["root"])
     try:
         tab.wait_samples(1)
         send(base, "alice", *["sleep 0.3"] * 4)
@@ -197,7 +136,7 @@ def test_the_charts_draw_what_the_fleet_data_says(base: str, browser: Any) -> No
 
 
 def test_a_caller_sees_only_its_own_line_and_no_worker_names(base: str, browser: Any) -> None:
-    tab = FleetTab(browser, base, "alice")
+    tab = FleetTab(browser, base, TOKENS["alice"])
     try:
         tab.wait_samples(1)
         owners = tab.drawn("owners")["labels"]

@@ -12,7 +12,9 @@ counts and no other owner's name; the administrator sees every owner's
 and each worker by name. Neither the page nor its data reads a task:
 both answer within 100 ms whatever the store holds (the store's tasks are
 never asked for: `test_the_fleet_data_reads_no_task`), and at 100,000
-tasks (`-m slow`).
+tasks (`-m slow`). On the fleet, the page is also opened in Chromium
+(the embedded server's page is tested at length in
+tests/test_console_fleet_browser.py).
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ import requests
 from shared import Settings, memory_store
 from shared.task import new_task, text_message
 from tests.support.a2a import wait_ready
+from tests.support.browser import chromium
 from tests.support.compose import local_stack
 from tests.support.embedded import embedded_server
+from tests.support.fleet_page import CHARTS, FleetTab
 from tests.support.polling import wait_for
 from tests.test_web_support import NoBroker
 from web import create_app
@@ -226,6 +230,26 @@ def test_on_the_fleet_each_caller_sees_its_own_and_it_is_quick(fleet: Server) ->
     scoped(fleet)
     held_while_busy(fleet)
     quick(fleet)
+
+
+def test_on_the_fleet_the_page_draws_the_runs_in_chromium(fleet: Server) -> None:
+    """The page in Debian's Chromium against the fleet: a canvas per chart,
+    the runs drawn once they end, the live worker and its slots."""
+    with chromium() as browser:
+        tab = FleetTab(browser, fleet.base, TOKENS["root"])
+        try:
+            tab.wait_samples(1)
+            sent = [fleet.send("alice", "sleep 0.3") for _ in range(3)]
+            fleet.finished("alice", sent)
+            tab.wait_until(lambda: any(tab.series("rates").get("completed", [])), "the runs")
+            for chart in CHARTS:
+                assert tab.page.locator(f"#chart-{chart} canvas").count() == 1
+            tab.wait_until(
+                lambda: tab.page.locator("#now-workers").inner_text() == "1 / 2", "1 worker"
+            )
+            assert tab.page.locator("#worker-table tbody tr").count() == 1
+        finally:
+            tab.close()
 
 
 class NoTaskReads:
