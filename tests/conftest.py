@@ -183,6 +183,9 @@ LONGEST_FIRST = (
     "test_reliability_retries.py",
     "test_fair_share.py",
     "test_reliability_worker_killed.py",
+    # a fleet and an embedded server each, and Chromium: a minute, begun early
+    "test_fleet_dashboard.py",
+    "test_console_fleet_browser.py",
 )
 
 
