@@ -1,10 +1,11 @@
 """deploy/grafana/toolnexus.json charts what the service exports.
 
-Every query of every panel names only metrics the shipped code defines (with
-the suffixes Prometheus gives their samples) and only labels those metrics
-carry, so a renamed metric or label fails here instead of leaving a panel
-empty; every panel asks the one Prometheus the dashboard's variable picks;
-and the views the dashboard promises each have their panel.
+Every query of every panel parses by Prometheus' own grammar and names only
+metrics the shipped code defines (with the suffixes Prometheus gives their
+samples) and only labels those metrics carry, so a renamed metric or label
+fails here instead of leaving a panel empty; every panel asks the one
+Prometheus the dashboard's variable picks; and the views the dashboard
+promises each have their panel.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.support.docs_text import ROOT
-from tests.support.promql import metric_labels, problems
+from tests.support.promql import metric_labels, problems, syntax_errors
 
 DASHBOARD = ROOT / "deploy" / "grafana" / "toolnexus.json"
 SOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -76,6 +77,13 @@ def test_a_query_on_a_name_the_service_lacks_is_found() -> None:
         "sum(rate(toolnexus_fulfilment_duration_seconds[5m]))",  # a histogram's bare name
     ]:
         assert problems(wrong, known) != [], wrong
+
+
+def test_every_query_parses_as_prometheus_parses_it(dashboard: dict[str, Any]) -> None:
+    found = [query for _, query in queries(dashboard)]
+    assert syntax_errors(found) == []
+    broken = ["sum by (outcome (rate(toolnexus_fulfilments_total[5m]))", "rates(x[5m])"]
+    assert len(syntax_errors(broken)) == len(broken)
 
 
 def test_every_panel_asks_the_chosen_prometheus(dashboard: dict[str, Any]) -> None:

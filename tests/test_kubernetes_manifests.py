@@ -9,11 +9,11 @@ fails), the KEDA ScaledObject against the models generated from KEDA's CRDs
 the objects name is compared with what the service has: every `TOOLNEXUS_*`
 setting is one it reads (a renamed one fails), every command parses with
 its role's own parser, every probe path is a route of the front end, every
-port the one the settings make it listen on, every metric the scaler
-queries one it exports with the labels it carries, each grace period covers
-its role's drain. docs/kubernetes.md is read as a newcomer reads it: each
-kubectl line runs as far as kubectl gets without a cluster, and names only
-paths and objects that exist.
+port the one the settings make it listen on, every query of the scaler
+parses by Prometheus' grammar and names metrics it exports with the labels
+they carry, each grace period covers its role's drain. docs/kubernetes.md is
+read as a newcomer reads it: each kubectl line runs as far as kubectl gets
+without a cluster, and names only paths and objects that exist.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from tests.support.cli_lines import refusal
 from tests.support.code_names import SETTING
 from tests.support.docs_text import ROOT, code_lines, commands
 from tests.support.ports import free_port
-from tests.support.promql import metric_labels, problems
+from tests.support.promql import metric_labels, problems, syntax_errors
 from tests.support.redis_server import RedisServer, ci
 from tests.test_web_support import PlayingDispatcher
 from web import create_app
@@ -505,6 +505,12 @@ def test_the_worker_scaler_queries_what_the_service_exports(
         assert ages == (overlay != "rabbitmq"), overlay
         if ages:
             assert "toolnexus_queue_oldest_age_seconds" in queries["Value"]["query"]
+    every = [
+        trigger["metadata"]["query"]
+        for objects in rendered.values()
+        for trigger in named(objects, "ScaledObject", "toolnexus-worker")["spec"]["triggers"]
+    ]
+    assert syntax_errors(every) == []
     assert problems('max(toolnexus_queue_depths{queue="toolnexus"})', known) != []
     assert problems('max(toolnexus_queue_depth{queues="toolnexus"})', known) != []
 

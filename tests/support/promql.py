@@ -1,5 +1,6 @@
 """What a PromQL query names: its metrics and the labels it reads, checked
-against the metrics the shipped code defines and their labels.
+against the metrics the shipped code defines and their labels; and whether
+it parses at all, by Prometheus' own grammar (`syntax_errors`).
 
 Used by the tests of the things outside the service that query it: the
 Kubernetes worker scaler's Prometheus triggers and the Grafana dashboard. A
@@ -10,11 +11,26 @@ metric does not carry, charts or scales on nothing, silently: this finds it.
 from __future__ import annotations
 
 import ast
+import fcntl
 import functools
+import json
 import re
+import shutil
+import subprocess
+import tempfile
 from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
 
 from tests.support.code_names import SUFFIXES, shipped_files
+from tests.support.docs_text import ROOT
+from tests.support.redis_server import ci
+
+# Prometheus' PromQL grammar from the npm registry (@prometheus-io/lezer-promql,
+# pinned by tests/promql/package-lock.json), installed there by `npm ci`.
+GRAMMAR = ROOT / "tests" / "promql"
 
 # PromQL's own words: aggregations, functions and the keywords that may stand
 # where a metric name could.
@@ -133,3 +149,57 @@ def problems(query: str, known: dict[str, frozenset[str]]) -> list[str]:
         f"by/without ({label}): no metric here carries it" for label in sorted(grouped - carried)
     ]
     return wrong
+
+
+def syntax_errors(queries: Sequence[str]) -> list[str]:
+    """Each query that Prometheus' grammar does not parse, with where it
+    stops; Grafana's variables stand as a duration, as Grafana sends them."""
+    node = _node_with_grammar()
+    sent = [_GRAFANA_VARIABLE.sub("5m", query) for query in queries]
+    done = subprocess.run(
+        [node, "parse.mjs"],
+        input=json.dumps(sent),
+        cwd=GRAMMAR,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    answers: list[list[int]] = json.loads(done.stdout)
+    return [
+        f"{query}: does not parse at {where[0]}: {sent_query[where[0] :][:20]!r}"
+        for query, sent_query, where in zip(queries, sent, answers, strict=True)
+        if where
+    ]
+
+
+def _node_with_grammar() -> str:
+    """node, with the grammar installed from its lockfile if it is not yet,
+    so that the README's test command needs nothing more."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    problem = None
+    if node is None or npm is None:
+        problem = "NO NODE OR NPM: the PromQL queries' syntax is not checked"
+    else:
+        # Two test files may ask at once (pytest-xdist): one installs, the other waits.
+        with (Path(tempfile.gettempdir()) / "toolnexus-promql-npm.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (GRAMMAR / "node_modules" / "@prometheus-io" / "lezer-promql").is_dir():
+                installed = subprocess.run(
+                    [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+                    cwd=GRAMMAR,
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                )
+                if installed.returncode != 0:
+                    problem = (
+                        "NO PROMQL GRAMMAR: `npm ci` in tests/promql failed:"
+                        f" {installed.stderr[-300:]}"
+                    )
+    if problem is not None:
+        if ci():
+            pytest.fail(problem)
+        pytest.skip(problem)
+    assert node is not None
+    return node
