@@ -24,8 +24,10 @@ The newest failures across every owner are kept in a scored index of the
 store's (`shared.indexes`), `failed`, scored by minus the time of the
 failure so that its first members are the newest; `failed-at` holds the same
 members scored by the time itself, so that the oldest can be found and
-forgotten once their tasks are gone. Both are written in one step right
-after each failing write (`indexed`), by the worker that failed the task.
+forgotten once their tasks are gone. A member is the task's id and its
+group (`Entry`), so the groups are counted without reading the tasks. Both
+are written in one step right after each failing write (`indexed`), by the
+worker that failed the task.
 """
 
 from __future__ import annotations
@@ -80,6 +82,12 @@ class Failure:
         """The name its group goes by: the cause, with the exception's type."""
         return f"{self.cause}: {self.type}" if self.type else self.cause
 
+    @classmethod
+    def named(cls, group: str) -> Failure:
+        """The failure a group's name stands for (`group` read back)."""
+        cause, _, kind = group.partition(": ")
+        return cls(cause, kind) if cause in CAUSES else cls(UNRECORDED)
+
 
 def run_change(failure: Failure) -> dict[str, Any]:
     """What a failing status update sets in the task's run record."""
@@ -99,6 +107,25 @@ def failure_of(task: Mapping[str, Any]) -> Failure:
     return Failure(record["cause"], kind if isinstance(kind, str) else "")
 
 
+@dataclass(frozen=True)
+class Entry:
+    """One failure in the index: the task's id and its group, kept together
+    as the index's member (`member`), so that a look counts the groups from
+    the index alone and reads only the tasks it shows."""
+
+    task_id: str
+    group: str
+
+    @property
+    def member(self) -> str:
+        return f"{self.task_id} {self.group}"  # a task id holds no space
+
+    @classmethod
+    def of(cls, member: str) -> Entry:
+        task_id, _, group = member.partition(" ")
+        return cls(task_id, group or UNRECORDED)
+
+
 def indexed(indexes: Indexes | None, task: Task | None) -> None:
     """Put a task that just failed in the index of the newest failures
     (`indexes`: the store's, `shared.store.wiring.Abilities`; None where it
@@ -108,23 +135,24 @@ def indexed(indexes: Indexes | None, task: Task | None) -> None:
     if indexes is None or task is None or state_of(task) != FAILED:
         return
     moment = epoch(task["status"].get("timestamp", ""))
+    member = Entry(task["id"], failure_of(task).group).member
     try:
-        indexes.place(task["id"], {NEWEST: -moment, OLDEST: moment})
+        indexes.place(member, {NEWEST: -moment, OLDEST: moment})
     except StoreError as error:
         log.warning("task %s: not in the index of failures: %s", task["id"], error)
 
 
-def newest_ids(indexes: Indexes, window: int) -> list[str]:
-    """The ids of the newest `window` failures, newest first."""
-    return [member for member, _ in indexes.range(NEWEST, math.inf, window)]
+def newest(indexes: Indexes, window: int) -> list[Entry]:
+    """The newest `window` failures, newest first."""
+    return [Entry.of(member) for member, _ in indexes.range(NEWEST, math.inf, window)]
 
 
-def forget(indexes: Indexes, task_ids: Iterable[str]) -> None:
-    """Tasks gone from the store (expired, purged) leave both indexes."""
-    ids = list(task_ids)
-    if ids:
-        indexes.remove(NEWEST, *ids)
-        indexes.remove(OLDEST, *ids)
+def forget(indexes: Indexes, entries: Iterable[Entry]) -> None:
+    """Failures of tasks gone from the store (expired, purged) leave both indexes."""
+    members = [entry.member for entry in entries]
+    if members:
+        indexes.remove(NEWEST, *members)
+        indexes.remove(OLDEST, *members)
 
 
 def forget_gone(indexes: Indexes, read: Callable[[str], object], batch: int = 100) -> int:
@@ -134,10 +162,11 @@ def forget_gone(indexes: Indexes, read: Callable[[str], object], batch: int = 10
     so once the oldest is there the rest are: a run with nothing to forget
     costs one range read and one task read."""
     gone = []
-    for task_id, _ in indexes.range(OLDEST, math.inf, batch):
-        if read(task_id) is not None:
+    for member, _ in indexes.range(OLDEST, math.inf, batch):
+        entry = Entry.of(member)
+        if read(entry.task_id) is not None:
             break
-        gone.append(task_id)
+        gone.append(entry)
     forget(indexes, gone)
     return len(gone)
 

@@ -23,7 +23,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -38,10 +39,11 @@ from shared.failures import (
     OLDEST,
     TIMED_OUT,
     WORKER_LOST,
+    Entry,
     Failure,
     failure_of,
 )
-from shared.store.triage import WINDOW, look
+from shared.store.triage import READS, SHOWN, WINDOW, look
 from shared.store.wiring import abilities_of
 from shared.stores.memory.store import MemoryStore
 from shared.task import INPUT_REQUIRED, WORKING, new_task, text_message
@@ -50,6 +52,7 @@ from tests.support.embedded import ROOT, embedded_server
 from tests.support.polling import wait_for
 from tests.support.redis_server import RedisServer, ci
 from tests.support.store_kinds import Stores
+from worker.cli.main import main
 from worker.engine.failed_tasks import index_failed
 from worker.engine.reaper import end_unanswered, reap_stale, sweep
 from worker.engine.results import failed
@@ -131,13 +134,16 @@ def test_the_reaper_records_a_lost_worker_and_an_unanswered_question() -> None:
     # A failure whose task is gone (expired, purged) leaves the index: the
     # reaper takes out the oldest such, and a look those it meets.
     assert indexes is not None
-    indexes.place("gone-long-ago", {NEWEST: -1.0, OLDEST: 1.0})
+    long_ago = Entry("gone-long-ago", "worker-lost").member
+    indexes.place(long_ago, {NEWEST: -1.0, OLDEST: 1.0})
     sweep(store, lambda task_id: None, later, 30.0)
-    assert indexes.score(OLDEST, "gone-long-ago") is None
-    assert [member for member, _ in indexes.range(OLDEST)] == [lost["id"], asked["id"]]
-    indexes.place("gone-just-now", {NEWEST: -later, OLDEST: later})
-    assert look(store, "", indexes).window == 2
-    assert indexes.score(NEWEST, "gone-just-now") is None
+    assert indexes.score(OLDEST, long_ago) is None
+    kept = [Entry.of(member) for member, _ in indexes.range(OLDEST)]
+    assert kept == [Entry(lost["id"], "worker-lost"), Entry(asked["id"], "input-timeout")]
+    just_now = Entry("gone-just-now", "worker-lost").member
+    indexes.place(just_now, {NEWEST: -later, OLDEST: later})
+    assert _counts(look(store, "", indexes)) == {"worker-lost": 1, "input-timeout": 1}
+    assert indexes.score(NEWEST, just_now) is None
 
 
 class CountingStore(MemoryStore):
@@ -165,8 +171,10 @@ def test_a_look_reads_a_bounded_window_however_many_tasks_failed() -> None:
     store.gets, store.listed = 0, []
 
     every = look(store, "root", abilities_of(store).indexes)
-    assert every.window == WINDOW and store.gets == WINDOW and store.listed == []
-    assert sum(group.count for group in every.groups) == WINDOW
+    assert every.window == WINDOW and store.listed == []
+    assert _counts(every) == {"exception: ValueError": WINDOW // 2, "timed-out": WINDOW // 2}
+    assert store.gets == 2 * SHOWN <= READS  # the tasks shown, and no other
+    assert [len(group.tasks) for group in every.groups] == [SHOWN, SHOWN]
 
     store.gets = 0
     mine = look(store, "alice", None)
@@ -322,18 +330,47 @@ def test_a_rerun_refuses_what_is_not_a_list_of_ids(served: str) -> None:
     assert as_form.status_code == 400
 
 
-def tasks_command(redis: str, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+def tasks_command(redis: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """`toolnexus-serve tasks ...` as its own process, with the store's setting only."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("TOOLNEXUS_")}
     return subprocess.run(
         [sys.executable, "-m", "worker.cli.main", "tasks", *argv],
-        env={**clean, "TOOLNEXUS_STORE": redis, "PYTHONPATH": str(ROOT), **env},
+        env={**clean, "TOOLNEXUS_STORE": redis, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=60,
     )
 
 
-def test_the_command_lists_shows_and_reruns_failed_tasks(redis: str, served: str) -> None:
+@dataclass(frozen=True)
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def command(
+    redis: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., Ran]:
+    """The same command in this process (what it prints, its exit status),
+    with TOOLNEXUS_STORE and the variables given only."""
+
+    def run(*argv: str, **env: str) -> Ran:
+        for name in [name for name in os.environ if name.startswith("TOOLNEXUS_")]:
+            monkeypatch.delenv(name)
+        for name, value in {"TOOLNEXUS_STORE": redis, **env}.items():
+            monkeypatch.setenv(name, value)
+        status = main(["tasks", *argv])
+        said = capsys.readouterr()
+        return Ran(status, said.out, said.err)
+
+    return run
+
+
+def test_the_command_lists_shows_and_reruns_failed_tasks(
+    redis: str, served: str, command: Callable[..., Ran]
+) -> None:
     key = send(served, "bob", "key from the command line")
     settled(served, "bob", key, FAILED)
 
@@ -341,17 +378,17 @@ def test_the_command_lists_shows_and_reruns_failed_tasks(redis: str, served: str
     assert listed.returncode == 0, listed.stderr
     assert "every owner's failed tasks" in listed.stdout
     assert "\nexception: KeyError: " in listed.stdout and key in listed.stdout
-    owned = tasks_command(redis, "list", "--state", "failed", "--owner", "alice")
+    owned = command("list", "--state", "failed", "--owner", "alice")
     assert owned.returncode == 0 and key not in owned.stdout
 
-    shown = tasks_command(redis, "show", key)
+    shown = command("show", key)
     assert shown.returncode == 0, shown.stderr
     assert "failure  exception: KeyError" in shown.stdout and "owner    bob" in shown.stdout
-    assert tasks_command(redis, "show", "no-such-task").returncode == 1
+    assert command("show", "no-such-task").returncode == 1
 
-    refused = tasks_command(redis, "rerun", key, "--url", served, TOOLNEXUS_TOKEN="wrong")
+    refused = command("rerun", key, "--url", served, TOOLNEXUS_TOKEN="wrong")
     assert refused.returncode == 1 and "HTTP 401" in refused.stderr
-    ran = tasks_command(redis, "rerun", key, "--url", served, TOOLNEXUS_TOKEN=TOKENS["root"])
+    ran = command("rerun", key, "--url", served, TOOLNEXUS_TOKEN=TOKENS["root"])
     assert ran.returncode == 0, ran.stderr
     new = ran.stdout.split(" -> ")[1].split()[0]
     assert settled(served, "bob", new, COMPLETED)["history"][0]["referenceTaskIds"] == [key]

@@ -4,8 +4,9 @@ store holds.
 
 A caller's look reads its own newest failed tasks through the store's
 listing (an index per owner on every shipped store: one page). An
-administrator's look reads every owner's newest failures from the store's
-index of failures, one read per task; a store that keeps no such index
+administrator's look counts every owner's newest failures by group from the
+store's index of failures alone (one range read), then reads the few tasks
+it shows (at most READS); a store that keeps no such index
 (a user's two-method store) gives the administrator its own tasks only,
 and says so (`everyone` is False). Each group has its count within that
 window, and its newest tasks first.
@@ -14,21 +15,24 @@ window, and its newest tasks first.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from shared.failures import Failure, failure_of, forget, newest_ids
+from shared.failures import Entry, Failure, failure_of, forget, newest
 from shared.indexes import Indexes
 from shared.store.contract import Store
 from shared.store.listing import Query
-from shared.task import FAILED, Task, state_of
+from shared.task import FAILED, Task
 
 # How many of the newest failed tasks a look groups: enough to see what is
 # going wrong now, few enough that a look reads a bounded number of tasks.
 WINDOW: Final = 200
 # How many of each group's newest tasks a look shows.
-SHOWN: Final = 10
+SHOWN: Final = 5
+# How many tasks an administrator's look reads at most, to show them (it
+# counts the groups from the index alone).
+READS: Final = 40
 
 
 @dataclass
@@ -60,15 +64,29 @@ def look(store: Store, owner: str, indexes: Indexes | None, window: int = WINDOW
         query = Query(owner, None, FAILED, None, window, time.time(), None)
         listing = store.listing(query)
         return Look(grouped(listing.tasks), len(listing.tasks), listing.total, everyone=False)
-    tasks, gone = [], []
-    for task_id in newest_ids(indexes, window):
-        task = store.get(task_id)
-        if task is None:
-            gone.append(task_id)
-        elif state_of(task) == FAILED:
-            tasks.append(task)
+    groups: dict[str, Group] = {}
+    entries = newest(indexes, window)
+    for entry in entries:
+        group = groups.setdefault(entry.group, Group(Failure.named(entry.group)))
+        group.count += 1
+        group.ids.append(entry.task_id)
+    ordered = _largest_first(groups.values())
+    reads, gone = READS, []
+    for group in ordered:
+        for task_id in group.ids[:SHOWN]:
+            if reads == 0:
+                break
+            reads -= 1
+            task = store.get(task_id)
+            if task is None:  # expired or purged since: it leaves the index
+                gone.append(Entry(task_id, group.failure.group))
+                group.ids.remove(task_id)
+                group.count -= 1
+            else:
+                group.tasks.append(task)
     forget(indexes, gone)
-    return Look(grouped(tasks), len(tasks), None, everyone=True)
+    kept = [group for group in ordered if group.count]
+    return Look(kept, len(entries) - len(gone), None, everyone=True)
 
 
 def grouped(tasks: Sequence[Task]) -> list[Group]:
@@ -82,4 +100,8 @@ def grouped(tasks: Sequence[Task]) -> list[Group]:
         group.ids.append(task["id"])
         if len(group.tasks) < SHOWN:
             group.tasks.append(task)
-    return sorted(groups.values(), key=lambda group: -group.count)
+    return _largest_first(groups.values())
+
+
+def _largest_first(groups: Iterable[Group]) -> list[Group]:
+    return sorted(groups, key=lambda group: -group.count)
