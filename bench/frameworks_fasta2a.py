@@ -1,7 +1,8 @@
 """One Pydantic AI agent served by FastA2A and by this service, side by side.
 
     python3 bench/frameworks_fasta2a.py [--tasks 1000] [--rounds 3] [--clients 16]
-                                        [--streams 60] [--workers 2] [--by-hand] [--quick]
+                                        [--poll 0.005] [--streams 60] [--workers 2]
+                                        [--by-hand] [--quick]
 
 The agent is bench/framework_agent.py's: a `FunctionModel` (offline) writing
 a short fixed reply in four streamed deltas. Started at once, each on a free
@@ -23,9 +24,11 @@ port, and measured in turn, round after round, the order rotated each round:
 Throughput: `--tasks` tasks a round from `--clients` client threads (a
 keep-alive connection each, the same client code for every server), each
 sending A2A 0.3 `message/send` (non-blocking, so every server answers at
-once) and polling `tasks/get` every 5 ms until the task is completed, then
-sending the next; tasks a second from the first send to the last
-completion. Each ratio is the median of the per-round ratios.
+once) and polling `tasks/get` every `--poll` seconds (5 ms) until the task
+is completed, then sending the next; tasks a second from the first send to
+the last completion, and the polls a task took: a server that answers more
+slowly is polled more, and its polls share its cores with its agent runs.
+Each ratio is the median of the per-round ratios.
 
 First streamed chunk: `--streams` A2A 0.3 `message/stream` requests a
 server, one at a time, spread over the rounds; the time from the request to
@@ -117,20 +120,26 @@ def state_of(task: dict[str, Any]) -> str:
     return state
 
 
-def one_task(connection: http.client.HTTPConnection, text: str) -> None:
-    """Send, then poll until completed."""
+def one_task(connection: http.client.HTTPConnection, text: str, poll: float) -> int:
+    """Send, then poll every `poll` seconds until completed; the polls made."""
     task = task_in(answer(connection, send_body(text))["result"])
     task_id = task["id"]
+    polls = 0
     while state_of(task) != "completed":
-        time.sleep(POLL_EVERY)
+        time.sleep(poll)
         task = task_in(answer(connection, rpc("tasks/get", {"id": task_id}))["result"])
+        polls += 1
+    return polls
 
 
-def rate(port: int, tasks: int, clients: int) -> float:
-    """Tasks a second, `clients` threads sending and polling in a closed loop."""
+def rate(port: int, tasks: int, clients: int, poll: float = POLL_EVERY) -> tuple[float, float]:
+    """Tasks a second, `clients` threads sending and polling in a closed
+    loop, and the polls a task took (a server answering more slowly is
+    polled more: its polls are part of the load it serves)."""
     left = iter(range(tasks))
     lock = threading.Lock()
     failures: list[BaseException] = []
+    polls: list[int] = []
 
     def client() -> None:
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -140,7 +149,7 @@ def rate(port: int, tasks: int, clients: int) -> float:
                     number = next(left, None)
                 if number is None or failures:
                     return
-                one_task(connection, f"question {number}")
+                polls.append(one_task(connection, f"question {number}", poll))
         except BaseException as error:
             failures.append(error)
         finally:
@@ -155,7 +164,7 @@ def rate(port: int, tasks: int, clients: int) -> float:
     took = time.perf_counter() - started
     if failures:
         raise RuntimeError(f"a client failed on port {port}: {failures[0]}") from failures[0]
-    return tasks / took
+    return tasks / took, sum(polls) / tasks
 
 
 def is_artifact_update(event: dict[str, Any]) -> bool:
@@ -336,7 +345,8 @@ def measure(
     def run(name: str) -> dict[str, float]:
         if name == "ceiling":
             return in_process(args.tasks)
-        return {name: rate(servers.port(name), args.tasks, args.clients)}
+        found, polls = rate(servers.port(name), args.tasks, args.clients, args.poll)
+        return {name: found, f"{name} polls": polls}
 
     for number in range(args.rounds):
         rates: dict[str, float] = {}
@@ -350,9 +360,12 @@ def measure(
             first_chunk(connection)
             streams[name] += [first_chunk(connection) for _ in range(each)]
             connection.close()
+        served = ", ".join(
+            f"{name} {rates[name]:,.0f} ({rates[name + ' polls']:.1f} polls a task)"
+            for name in names
+        )
         print(
-            f"   round {number + 1}: FastA2A {rates[FASTA2A]:,.0f}, embedded"
-            f" {rates[EMBEDDED]:,.0f}, fleet {rates[FLEET]:,.0f} tasks/s; in process"
+            f"   round {number + 1}: {served} tasks/s; in process"
             f" {rates['agent.run']:,.0f} (run), {rates['agent.run_stream_events']:,.0f} (events)",
             flush=True,
         )
@@ -372,7 +385,10 @@ def report(rounds: list[dict[str, float]], streams: dict[str, list[tuple[float, 
         return statistics.median(r[ours] / r[theirs] for r in rounds)
 
     print(f"\n1. tasks a second, send -> completed (median of {len(rounds)} rounds)")
-    for name in (FASTA2A, EMBEDDED, FLEET, "agent.run", "agent.run_stream_events"):
+    for name in (FASTA2A, EMBEDDED, FLEET):
+        polls = median(f"{name} polls")
+        print(f"   {name:<36} {median(name):>9,.1f}   ({polls:.1f} tasks/get polls a task)")
+    for name in ("agent.run", "agent.run_stream_events"):
         print(f"   {name:<36} {median(name):>9,.1f}")
     embedded, fleet = ratio(EMBEDDED, FASTA2A), ratio(FLEET, FASTA2A)
     over_embedded = ratio(FLEET, EMBEDDED)
@@ -412,6 +428,12 @@ def main() -> None:
         "--streams", type=int, default=60, help="message/stream requests a server (default 60)"
     )
     parser.add_argument(
+        "--poll",
+        type=float,
+        default=POLL_EVERY,
+        help=f"seconds between a client's tasks/get polls (default {POLL_EVERY:g})",
+    )
+    parser.add_argument(
         "--workers", type=int, default=2, help="fleet workers, --concurrency 1 each (default 2)"
     )
     parser.add_argument(
@@ -430,7 +452,8 @@ def main() -> None:
     print(
         f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f};"
         f" TOOLNEXUS_RUN={run}; fleet: toolnexus-serve web + {args.workers} x"
-        f" toolnexus-serve worker --concurrency 1; {args.clients} clients,"
+        f" toolnexus-serve worker --concurrency 1; {args.clients} clients polling every"
+        f" {args.poll * 1e3:g} ms,"
         f" {args.tasks} tasks a round, {args.rounds} rounds",
         flush=True,
     )
