@@ -150,6 +150,16 @@ def test_every_overlay_renders_the_whole_fleet(rendered: dict[str, list[Object]]
             assert hpa["spec"]["scaleTargetRef"]["name"] in names
         (scaler,) = of_kind(objects, "ScaledObject")
         assert scaler["spec"]["scaleTargetRef"]["name"] == "toolnexus-worker"
+        # What an autoscaler sizes has no count of its own, which an apply would put back.
+        scaled = {
+            o["spec"]["scaleTargetRef"]["name"]
+            for o in objects
+            if "scaleTargetRef" in o.get("spec", {})
+        }
+        assert scaled == {"toolnexus-web", "toolnexus-grpc", "toolnexus-worker"}
+        for deployment in deployments:
+            counted = "replicas" in deployment["spec"]
+            assert counted == (deployment["metadata"]["name"] not in scaled), deployment["metadata"]
         for budget in of_kind(objects, "PodDisruptionBudget"):
             selector = budget["spec"]["selector"]["matchLabels"]
             chosen = [
