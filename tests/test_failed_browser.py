@@ -177,8 +177,14 @@ def test_on_the_fleet_a_timed_out_task_is_grouped_and_rerun_by_a_worker(
 ) -> None:
     slow = send(deployed, "alice", "slow on the fleet")
     wrong = send(deployed, "alice", "value on the fleet")
+    theirs = send(deployed, "bob", "key of bob's on the fleet")
     settled(deployed, "alice", slow, FAILED)
     settled(deployed, "alice", wrong, FAILED)
+    settled(deployed, "bob", theirs, FAILED)
+    # Each caller its own, over the fleet's shared store; the administrator every owner's.
+    alice = {i for g in failed_look(deployed, "alice").json()["groups"] for i in g["ids"]}
+    root = {i for g in failed_look(deployed, "root").json()["groups"] for i in g["ids"]}
+    assert alice == {slow, wrong} and root >= {slow, wrong, theirs}
 
     tab = Tab(browser, deployed, "root")
     try:
