@@ -20,7 +20,7 @@ from shared.events import Event
 from shared.generation import FIELD as GENERATION
 from shared.generation import generation_of, wire
 from shared.mappings import is_mapping
-from shared.task import STATES, Part, Task
+from shared.task import REPEATS_RESULT, STATES, Part, Task
 
 V03: Final = "0.3"
 V10: Final = "1.0"
@@ -140,9 +140,13 @@ def artifact_for(version: str, artifact: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def status_for(version: str, status: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored status as `version` shows it. A message that repeats the
+    task's text result (`REPEATS_RESULT`) is shown to 0.3 peers, which have
+    always read the answer there, and left out for 1.0 and later, whose peers
+    read the result from the artifact and would otherwise show it twice."""
     state = status.get("state")
     out: dict[str, Any] = {"state": state if version == V03 else state_v10(state)}
-    if "message" in status:
+    if "message" in status and (version == V03 or not status.get(REPEATS_RESULT)):
         out["message"] = message_for(version, status["message"])
     if "timestamp" in status:
         out["timestamp"] = status["timestamp"]

@@ -106,6 +106,13 @@ class TaskStatus(TypedDict):
     state: TaskState | str
     timestamp: NotRequired[str]
     message: NotRequired[Message]
+    # Private (no wire shows it): the message repeats the task's text result,
+    # word for word (`shared.dialects.status_for` reads it).
+    repeatsResult: NotRequired[bool]
+
+
+# The key of that mark.
+REPEATS_RESULT: Final = "repeatsResult"
 
 
 class Task(TypedDict):

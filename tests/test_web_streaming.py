@@ -139,8 +139,11 @@ def test_a_stream_stops_when_the_task_waits_for_input_and_a_follow_up_streams_on
     assert kinds(second)[0] == "task TASK_STATE_SUBMITTED"
     assert second[0]["task"]["history"][-1]["parts"] == [{"text": "Ada"}]
     assert kinds(second)[-1] == "statusUpdate TASK_STATE_COMPLETED"
-    last = second[-1]["statusUpdate"]["status"]["message"]
-    assert last["parts"] == [{"text": "Hello, Ada!"}]
+    # A 1.0 peer reads the text answer once: in the result artifact, not
+    # again as the completed status's message (tests/test_clients_answer_once.py).
+    assert "message" not in second[-1]["statusUpdate"]["status"]
+    (answer,) = [p["artifactUpdate"]["artifact"] for p in second if "artifactUpdate" in p]
+    assert answer["parts"] == [{"text": "Hello, Ada!"}]
 
 
 def test_subscribing_gives_the_task_as_it_stands_then_live_events(serve: Serve) -> None:

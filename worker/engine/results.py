@@ -39,6 +39,7 @@ from shared.task import (
     FAILED,
     INPUT_REQUIRED,
     REJECTED,
+    REPEATS_RESULT,
     WORKING,
     Message,
     Part,
@@ -246,15 +247,22 @@ def _stored_part(item: object) -> Part:
 
 def _completed_with_text(text: str) -> Change:
     artifact = stored_artifact(Artifact(text, name=RESULT_ARTIFACT))
-    return _completed([artifact], text)
+    return _completed([artifact], text, repeats_result=True)
 
 
-def _completed(artifacts: Sequence[StoredArtifact], message: Any) -> Change:
+def _completed(
+    artifacts: Sequence[StoredArtifact], message: Any, *, repeats_result: bool = False
+) -> Change:
+    """The artifacts, then completed; `repeats_result`: the message is the
+    text result again, marked so that 1.0 peers read the answer once."""
     reply = agent_message(message) if message is not None else None
 
     def change(task: Task) -> list[Event]:
         events: list[Event] = [artifact_update(task, artifact) for artifact in artifacts]
-        events.append(status_update(task, COMPLETED, reply))
+        completed = status_update(task, COMPLETED, reply)
+        if repeats_result:
+            completed["status"][REPEATS_RESULT] = True
+        events.append(completed)
         return events
 
     return change
