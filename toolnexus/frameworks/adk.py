@@ -17,9 +17,10 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import aclosing
 from typing import Any
 
-from toolnexus import Data, File, parts_of
+from toolnexus import Data, File, PartLike, parts_of
 from toolnexus.frameworks import outputs
 from toolnexus.frameworks.facts import Facts, Skill
+from toolnexus.frameworks.inputs import as_text, part_as_text
 
 # The names the session is kept under: one user and one app per run, the
 # session itself dropped when the run ends.
@@ -269,7 +270,7 @@ def _answer(pending: list[Mapping[str, Any]], message: Mapping[str, Any]) -> Any
     if len(parts) == 1 and isinstance(parts[0], Data) and isinstance(parts[0].value, Mapping):
         response = dict(parts[0].value)
     else:
-        response = {"result": "\n".join(_text_of(p) for p in parts)}
+        response = {"result": as_text(parts)}
     return types.Content(
         role="user",
         parts=[
@@ -300,7 +301,7 @@ def _conversation_events(conversation: Iterable[Mapping[str, Any]], author: str)
             yield Event(invocation_id=invocation, author=author, content=_content("model", parts))
 
 
-def _content(role: str, parts: Iterable[object]) -> Any:
+def _content(role: str, parts: Iterable[PartLike]) -> Any:
     from google.genai import types
 
     converted: list[Any] = []
@@ -322,13 +323,5 @@ def _content(role: str, parts: Iterable[object]) -> Any:
                 )
             )
         else:
-            converted.append(types.Part(text=_text_of(part)))
+            converted.append(types.Part(text=part_as_text(part)))
     return types.Content(role=role, parts=converted)
-
-
-def _text_of(part: object) -> str:
-    if isinstance(part, Data):
-        return json.dumps(part.value)
-    if isinstance(part, File):
-        return f"[file {part.name or part.url or 'unnamed'}, {part.media_type or 'unknown type'}]"
-    return str(part)

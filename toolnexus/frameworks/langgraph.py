@@ -26,9 +26,10 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
-from toolnexus import Data, File, PartLike, parts_of
+from toolnexus import Data, PartLike, parts_of
 from toolnexus.frameworks import outputs
 from toolnexus.frameworks.facts import Facts, Skill
+from toolnexus.frameworks.inputs import as_text
 
 # The name LangGraph gives every graph not named otherwise: it tells a peer nothing.
 DEFAULT_NAME = "LangGraph"
@@ -222,7 +223,9 @@ def _resume(interrupt_id: Any, parts: list[PartLike]) -> Any:
 
     if interrupt_id is None:
         return None  # a static breakpoint: going on takes no value
-    answer: Any = parts[0].value if len(parts) == 1 and isinstance(parts[0], Data) else _text(parts)
+    answer: Any = (
+        parts[0].value if len(parts) == 1 and isinstance(parts[0], Data) else as_text(parts)
+    )
     return Command(resume={str(interrupt_id): answer})
 
 
@@ -242,17 +245,17 @@ def _input(graph: Any, parts: list[PartLike], conversation: list[dict[str, Any]]
 
         history: list[Any] = []
         for number, earlier in enumerate(conversation):
-            text = _text(parts_of(earlier))
+            text = as_text(parts_of(earlier))
             kind = AIMessage if earlier.get("role") == "agent" else HumanMessage
             history.append(kind(content=text, id=f"conversation-{number}"))
-        history.append(HumanMessage(content=_text(rest), id="message"))
+        history.append(HumanMessage(content=as_text(rest), id="message"))
         return {**{k: v for k, v in given.items() if k != MESSAGES}, MESSAGES: history}
     if given:
         return given
     if fields is None:
-        return _text(parts)
+        return as_text(parts)
     if len(fields) == 1:
-        return {fields[0]: _text(parts)}
+        return {fields[0]: as_text(parts)}
     raise ValueError(
         f"this graph's input has the fields {', '.join(fields)} and no `messages`:"
         " send them as a data part holding an object"
@@ -271,24 +274,6 @@ def _input_fields(graph: Any) -> list[str] | None:
 
 def _object(part: Data) -> dict[str, Any]:
     return part.value if isinstance(part.value, dict) else {}
-
-
-def _text(parts: Sequence[PartLike]) -> str:
-    """Parts as text: text as it is, data as JSON, a file as a line naming it."""
-    lines = []
-    for part in parts:
-        if isinstance(part, str):
-            lines.append(part)
-        elif isinstance(part, Data):
-            lines.append(json.dumps(part.value))
-        elif isinstance(part, File):
-            described = [d for d in (part.name, part.media_type) if d]
-            if part.content is not None:
-                described.append(f"{len(part.content)} bytes")
-            elif part.url:
-                described.append(part.url)
-            lines.append(f"[file {', '.join(described)}]")
-    return "\n".join(lines)
 
 
 def _structured(values: Any) -> Any:

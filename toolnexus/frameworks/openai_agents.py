@@ -21,9 +21,10 @@ from contextlib import aclosing
 from types import ModuleType
 from typing import Any
 
-from toolnexus import Chunk, Data, File, parts_of
+from toolnexus import Chunk, Data, parts_of
 from toolnexus.frameworks import outputs
 from toolnexus.frameworks.facts import Facts, Skill
+from toolnexus.frameworks.inputs import as_text
 
 # The key the SDK's serialized run state is kept under in the checkpoint.
 STATE = "openaiAgentsRunState"
@@ -182,13 +183,4 @@ def _decision(message: Mapping[str, Any]) -> bool | None:
 def _input_item(message: Mapping[str, Any]) -> dict[str, Any]:
     """One stored message as a Responses API input message."""
     role = "assistant" if message.get("role") == "agent" else "user"
-    return {"role": role, "content": "\n".join(map(_text_of, parts_of(message)))}
-
-
-def _text_of(part: str | File | Data) -> str:
-    if isinstance(part, str):
-        return part
-    if isinstance(part, Data):
-        return json.dumps(part.value)
-    size = f"{len(part.content)} bytes" if part.content is not None else part.url
-    return f"[file {part.name or 'unnamed'}, {part.media_type or 'unknown type'}, {size}]"
+    return {"role": role, "content": as_text(parts_of(message))}

@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from toolnexus import Artifact, Ask, Checkpoint, Chunk, Data, Done, Progress
+from toolnexus import Artifact, Ask, Checkpoint, Chunk, Data, Done, Parts, Progress
 
 # The artifact the model's text streams into; a plain function's string
 # result lands under the same name.
@@ -58,9 +58,10 @@ def structured(value: Any) -> Artifact:
     return Artifact(Data(jsonable(value)), name=OUTPUT_ARTIFACT)
 
 
-def ask(question: str, state: Any) -> tuple[Checkpoint, Ask]:
-    """A question back to the user: yield the checkpoint, then return the Ask.
-    The run that answers it gets `state` as its `checkpoint`."""
+def ask(question: Parts, state: Any) -> tuple[Checkpoint, Ask]:
+    """A question back to the user (text, or parts: a data part may say what
+    waits for the answer): yield the checkpoint, then the Ask. The run that
+    answers it gets `state` as its `checkpoint`."""
     return Checkpoint(jsonable(state)), Ask(question)
 
 
