@@ -12,15 +12,36 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import os
+import re
 import sys
 import time
 import types
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.types import (
+    CancelTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    TaskState,
+)
+from google.protobuf.json_format import MessageToDict
 
+from tests.support.a2a import wait_ready
+from tests.support.compose import LocalStack, local_stack
+from tests.support.embedded import embedded_server
 from tests.support.redis_server import ci
-from toolnexus import Ask, Checkpoint, Chunk, Done, Progress
+from toolnexus import Artifact, Ask, Checkpoint, Chunk, Data, Done, Progress
 from toolnexus.frameworks import adapter_of, adk, facts_of
 from toolnexus.frameworks.facts import Skill
 
@@ -28,6 +49,8 @@ if importlib.util.find_spec("google.adk") is None:
     # Loudly: skipped here, failed under CI=true.
     assert not ci(), "NO GOOGLE ADK: pip install 'toolnexus-serve[adk]'"
     pytest.skip("NO GOOGLE ADK: pip install 'toolnexus-serve[adk]'", allow_module_level=True)
+
+from google.adk.agents import LlmAgent
 
 from examples.frameworks import adk_agent as example
 from tests.support import adk_agents
@@ -159,3 +182,192 @@ def test_closing_the_function_mid_stream_stops_adk_s_run() -> None:
         assert [task for task in asyncio.all_tasks(loop) if not task.done()] == []
     finally:
         loop.close()
+
+
+def test_an_output_schema_s_answer_is_also_the_output_artifact() -> None:
+    from pydantic import BaseModel
+
+    class Forecast(BaseModel):
+        city: str
+        sky: str
+
+    class JsonModel(example.ScriptedModel):
+        def reply(self, llm_request: Any) -> str:
+            return '{"city": "Oslo", "sky": "grey"}'
+
+    forecaster = LlmAgent(name="forecaster", model=JsonModel(), output_schema=Forecast)
+    seen = drive(forecaster, message=stored("forecast Oslo"))
+    (artifact,) = [item for item in seen if isinstance(item, Artifact)]
+    assert artifact.name == "output"
+    assert artifact.parts == Data({"city": "Oslo", "sky": "grey"})
+    assert text_of(seen) == '{"city": "Oslo", "sky": "grey"}'
+
+
+# --- through the service, with the official a2a-sdk client ------------------
+
+
+@dataclass
+class Seen:
+    """One streamed exchange, as the client read it."""
+
+    task_id: str = ""
+    context_id: str = ""
+    events: list[StreamResponse] = field(default_factory=list)
+
+    @property
+    def final(self) -> Any:
+        last = self.events[-1]
+        if last.HasField("task"):
+            return last.task.status.state
+        return last.status_update.status.state
+
+    def chunks(self) -> list[Any]:
+        return [e.artifact_update for e in self.events if e.HasField("artifact_update")]
+
+    def text(self) -> str:
+        return "".join(p.text for update in self.chunks() for p in update.artifact.parts)
+
+    def status_messages(self) -> list[list[dict[str, Any]]]:
+        return [
+            [MessageToDict(part) for part in e.status_update.status.message.parts]
+            for e in self.events
+            if e.HasField("status_update") and e.status_update.status.HasField("message")
+        ]
+
+
+class Peer:
+    """The a2a-sdk client of one server, streaming over JSON-RPC."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def send(
+        self, text: str, *, task_id: str = "", context_id: str = "", cancel_after: int = 0
+    ) -> Seen:
+        return asyncio.run(self._send(text, task_id, context_id, cancel_after))
+
+    async def _send(self, text: str, task_id: str, context_id: str, cancel_after: int) -> Seen:
+        seen = Seen(task_id=task_id, context_id=context_id)
+        message = Message(
+            role=Role.ROLE_USER,
+            message_id=str(uuid.uuid4()),
+            parts=[Part(text=text)],
+            task_id=task_id,
+            context_id=context_id,
+        )
+        async with httpx.AsyncClient(timeout=90) as http:
+            card = await A2ACardResolver(http, self.url).get_agent_card()
+            client = ClientFactory(ClientConfig(streaming=True, httpx_client=http)).create(card)
+            try:
+                async for event in client.send_message(SendMessageRequest(message=message)):
+                    seen.events.append(event)
+                    if event.HasField("task"):
+                        seen.task_id, seen.context_id = event.task.id, event.task.context_id
+                    if cancel_after and len(seen.chunks()) >= cancel_after:
+                        await client.cancel_task(CancelTaskRequest(id=seen.task_id))
+                        cancel_after = 0  # and read on to the stream's end
+            finally:
+                await client.close()
+        return seen
+
+
+def streams_the_weather(peer: Peer) -> None:
+    """Chunks in order and complete, the tool call and its result as progress."""
+    seen = peer.send("weather in Paris")
+    assert seen.final == TaskState.TASK_STATE_COMPLETED
+    chunks = seen.chunks()
+    assert len(chunks) > 5
+    assert [c.append for c in chunks] == [False] + [True] * (len(chunks) - 1)
+    assert [c.last_chunk for c in chunks] == [False] * (len(chunks) - 1) + [True]
+    assert len({c.artifact.artifact_id for c in chunks}) == 1
+    assert {c.artifact.name for c in chunks} == {"result"}
+    assert (
+        seen.text() == 'The get_weather tool says {"celsius": 21, "city": "Paris", "sky": "sunny"}'
+    )
+    messages = seen.status_messages()
+    called = next(m for m in messages if m[0].get("text") == "calling tool get_weather")
+    assert called[1]["data"]["arguments"] == {"city": "Paris"}
+    returned = next(m for m in messages if m[0].get("text") == "tool get_weather returned")
+    assert returned[1]["data"]["result"] == {"city": "Paris", "sky": "sunny", "celsius": 21}
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Peer, LocalStack]]:
+    """gunicorn's front end, two Celery workers (one process each) and beat on one Redis."""
+    settings = {"TOOLNEXUS_RUN": "tests.support.adk_agents:agent"}
+    with local_stack(tmp_path_factory.mktemp("adk"), settings) as (_, stack):
+        stack.start("web")
+        for name in ("worker", "worker2"):
+            stack.start("worker", as_name=name, args=[f"--hostname={name}@%h", "--concurrency=1"])
+        stack.start("beat")  # /readyz wants the reaper running
+        wait_ready(stack.web_url, timeout=120)
+        try:
+            yield Peer(stack.web_url), stack
+        except BaseException:
+            print(stack.log_tails(60))
+            raise
+
+
+def test_on_the_fleet_text_streams_and_the_tool_shows(fleet: tuple[Peer, LocalStack]) -> None:
+    streams_the_weather(fleet[0])
+
+
+def test_on_the_fleet_a_long_running_tool_is_answered_by_the_other_worker(
+    fleet: tuple[Peer, LocalStack],
+) -> None:
+    peer, stack = fleet
+    asked = peer.send("book a table")
+    assert asked.final == TaskState.TASK_STATE_INPUT_REQUIRED
+    question = asked.status_messages()[-1][0]["text"]
+    assert question.startswith("Shall I go ahead with 'book a table'?")
+    asker = int(re.search(r"asked by process (\d+)", question).group(1))  # type: ignore[union-attr]
+    # The worker that asked stops; only the other can take the answer.
+    (name,) = [n for n, p in stack.processes.items() if _in_group(asker, p.process.pid)]
+    stack.stop(name)
+    try:
+        answered = peer.send("yes", task_id=asked.task_id, context_id=asked.context_id)
+    finally:
+        stack.start("worker", as_name=name, args=[f"--hostname={name}@%h", "--concurrency=1"])
+    assert answered.final == TaskState.TASK_STATE_COMPLETED
+    assert answered.text().startswith('The ask_for_approval tool says {"result": "yes"}')
+    taker = int(re.search(r"answered by process (\d+)", answered.text()).group(1))  # type: ignore[union-attr]
+    assert taker != asker
+
+
+def test_on_the_fleet_a_second_task_in_the_context_remembers_the_first(
+    fleet: tuple[Peer, LocalStack],
+) -> None:
+    peer = fleet[0]
+    first = peer.send("my name is Ada")
+    assert first.final == TaskState.TASK_STATE_COMPLETED
+    second = peer.send("what is my name?", context_id=first.context_id)
+    assert second.final == TaskState.TASK_STATE_COMPLETED and second.task_id != first.task_id
+    assert second.text() == "You said: what is my name? (before that: my name is Ada)"
+
+
+def test_on_the_fleet_a_model_error_fails_the_task_with_its_message(
+    fleet: tuple[Peer, LocalStack],
+) -> None:
+    seen = fleet[0].send("fail the model is down")
+    assert seen.final == TaskState.TASK_STATE_FAILED
+    assert seen.status_messages()[-1][0]["text"] == "ConnectionError: the model is down"
+
+
+def test_on_the_fleet_a_cancel_stops_the_stream(fleet: tuple[Peer, LocalStack]) -> None:
+    seen = fleet[0].send("count to 200", cancel_after=3)
+    assert seen.final == TaskState.TASK_STATE_CANCELED
+    text = seen.text()
+    assert text.startswith("1 2 3 ") and "200" not in text
+
+
+def test_on_the_embedded_server_text_streams_and_the_tool_shows(tmp_path: Path) -> None:
+    run = {"TOOLNEXUS_RUN": "examples.frameworks.adk_agent:agent"}
+    with embedded_server(tmp_path, run) as (host, port):
+        streams_the_weather(Peer(f"http://{host}:{port}/"))
+
+
+def _in_group(pid: int, leader: int) -> bool:
+    try:
+        return os.getpgid(pid) == leader
+    except ProcessLookupError:
+        return False
