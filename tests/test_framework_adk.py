@@ -364,6 +364,10 @@ def test_on_the_embedded_server_text_streams_and_the_tool_shows(tmp_path: Path) 
     run = {"TOOLNEXUS_RUN": "examples.frameworks.adk_agent:agent"}
     with embedded_server(tmp_path, run) as (host, port):
         streams_the_weather(Peer(f"http://{host}:{port}/"))
+        card = httpx.get(f"http://{host}:{port}/.well-known/agent-card.json", timeout=30).json()
+    assert card["name"] == "concierge"
+    assert card["description"] == "Tells the weather and books things once you approve."
+    assert [skill["id"] for skill in card["skills"]] == ["get_weather", "ask_for_approval"]
 
 
 def _in_group(pid: int, leader: int) -> bool:
