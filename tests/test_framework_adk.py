@@ -299,19 +299,22 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Peer, Loca
         stack.start("web")
         for name in ("worker", "worker2"):
             stack.start("worker", as_name=name, args=[f"--hostname={name}@%h", "--concurrency=1"])
-        stack.start("beat")  # /readyz wants the reaper running
-        wait_ready(stack.web_url, timeout=120)
+        # /readyz wants the reaper running; it runs no agent: spare it ADK's import
+        stack.start("beat", TOOLNEXUS_RUN="examples.agents:echo")
         try:
+            wait_ready(stack.web_url, timeout=120)
             yield Peer(stack.web_url), stack
         except BaseException:
             print(stack.log_tails(60))
             raise
 
 
+@pytest.mark.slow  # a fleet loading the framework in four processes: opt-in
 def test_on_the_fleet_text_streams_and_the_tool_shows(fleet: tuple[Peer, LocalStack]) -> None:
     streams_the_weather(fleet[0])
 
 
+@pytest.mark.slow  # a fleet loading the framework in four processes: opt-in
 def test_on_the_fleet_a_long_running_tool_is_answered_by_the_other_worker(
     fleet: tuple[Peer, LocalStack],
 ) -> None:
@@ -334,6 +337,7 @@ def test_on_the_fleet_a_long_running_tool_is_answered_by_the_other_worker(
     assert taker != asker
 
 
+@pytest.mark.slow  # a fleet loading the framework in four processes: opt-in
 def test_on_the_fleet_a_second_task_in_the_context_remembers_the_first(
     fleet: tuple[Peer, LocalStack],
 ) -> None:
@@ -345,6 +349,7 @@ def test_on_the_fleet_a_second_task_in_the_context_remembers_the_first(
     assert second.text() == "You said: what is my name? (before that: my name is Ada)"
 
 
+@pytest.mark.slow  # a fleet loading the framework in four processes: opt-in
 def test_on_the_fleet_a_model_error_fails_the_task_with_its_message(
     fleet: tuple[Peer, LocalStack],
 ) -> None:
@@ -353,6 +358,7 @@ def test_on_the_fleet_a_model_error_fails_the_task_with_its_message(
     assert seen.status_messages()[-1][0]["text"] == "ConnectionError: the model is down"
 
 
+@pytest.mark.slow  # a fleet loading the framework in four processes: opt-in
 def test_on_the_fleet_a_cancel_stops_the_stream(fleet: tuple[Peer, LocalStack]) -> None:
     seen = fleet[0].send("count to 200", cancel_after=3)
     assert seen.final == TaskState.TASK_STATE_CANCELED

@@ -470,10 +470,12 @@ def worker_running(stack: LocalStack, pid: float) -> str:
     return name
 
 
+@pytest.mark.slow  # a fleet loading the framework in four processes: opt-in
 def test_on_the_fleet_text_streams_and_the_tool_shows(fleet: tuple[Peer, LocalStack]) -> None:
     streams_the_weather(fleet[0])
 
 
+@pytest.mark.slow  # a fleet loading the framework in four processes: opt-in
 def test_on_the_fleet_a_second_task_in_the_context_remembers_the_first(
     fleet: tuple[Peer, LocalStack],
 ) -> None:
@@ -486,6 +488,7 @@ def test_on_the_fleet_a_second_task_in_the_context_remembers_the_first(
     assert second.text() == "You said: who am I? Before that: my name is Ada"
 
 
+@pytest.mark.slow  # a fleet loading the framework in four processes: opt-in
 def test_on_the_fleet_a_model_error_fails_the_task_with_its_message(
     fleet: tuple[Peer, LocalStack],
 ) -> None:
@@ -494,6 +497,7 @@ def test_on_the_fleet_a_model_error_fails_the_task_with_its_message(
     assert test_graph.FAILURE in json.dumps(seen.status_messages()[-1])
 
 
+@pytest.mark.slow  # a fleet loading the framework in four processes: opt-in
 def test_on_the_fleet_a_cancel_stops_the_stream(fleet: tuple[Peer, LocalStack]) -> None:
     seen = fleet[0].send(text("slow"), cancel_at=3)
     assert seen.state == "TASK_STATE_CANCELED"
@@ -502,6 +506,7 @@ def test_on_the_fleet_a_cancel_stops_the_stream(fleet: tuple[Peer, LocalStack]) 
     assert words == [f"w{n}" for n in range(len(words))]  # in order, none missed
 
 
+@pytest.mark.slow  # a fleet loading the framework in four processes: opt-in
 def test_on_the_fleet_an_interrupt_is_answered_by_the_other_worker(
     fleet: tuple[Peer, LocalStack],
 ) -> None:

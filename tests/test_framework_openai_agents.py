@@ -353,10 +353,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Peer, Loca
             raise
 
 
+@pytest.mark.slow  # a fleet loading the framework in four processes: opt-in
 def test_on_the_fleet_text_streams_and_the_tool_shows(fleet: tuple[Peer, LocalStack]) -> None:
     streams_the_weather(fleet[0])
 
 
+@pytest.mark.slow  # a fleet loading the framework in four processes: opt-in
 def test_on_the_fleet_structured_output_is_a_data_artifact(
     fleet: tuple[Peer, LocalStack],
 ) -> None:
@@ -371,6 +373,7 @@ def test_on_the_fleet_structured_output_is_a_data_artifact(
     }
 
 
+@pytest.mark.slow  # a fleet loading the framework in four processes: opt-in
 def test_on_the_fleet_a_second_task_in_the_context_remembers_the_first(
     fleet: tuple[Peer, LocalStack],
 ) -> None:
@@ -383,6 +386,7 @@ def test_on_the_fleet_a_second_task_in_the_context_remembers_the_first(
     assert second.text() == "Your name is Ada."
 
 
+@pytest.mark.slow  # a fleet loading the framework in four processes: opt-in
 def test_on_the_fleet_a_model_error_fails_the_task_with_its_message(
     fleet: tuple[Peer, LocalStack],
 ) -> None:
@@ -391,6 +395,7 @@ def test_on_the_fleet_a_model_error_fails_the_task_with_its_message(
     assert "the model is down (asked to fail)" in json.dumps(seen.status_messages()[-1])
 
 
+@pytest.mark.slow  # a fleet loading the framework in four processes: opt-in
 def test_on_the_fleet_a_cancel_stops_the_stream(fleet: tuple[Peer, LocalStack]) -> None:
     peer = fleet[0]
     seen = peer.send("count to 200", until_chunks=3)
@@ -400,6 +405,7 @@ def test_on_the_fleet_a_cancel_stops_the_stream(fleet: tuple[Peer, LocalStack]) 
     assert text.startswith("1 2 3 ") and not text.endswith("200 ")
 
 
+@pytest.mark.slow  # a fleet loading the framework in four processes: opt-in
 def test_on_the_fleet_an_approval_is_answered_by_the_other_worker(
     fleet: tuple[Peer, LocalStack],
 ) -> None:
